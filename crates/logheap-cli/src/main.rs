@@ -1,0 +1,39 @@
+//! The `logheap` command: calibrate the machine, inspect pools.
+
+mod calibrate;
+mod inspect;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// logheap: persistent transactional memory with a log-structured heap.
+#[derive(Debug, Parser)]
+#[command(name = "logheap", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Measure fence, flush and non-temporal copy costs, and the NVM emulation's accuracy.
+    Calibrate(calibrate::Args),
+    /// Print a pool file's header and state without opening it.
+    Inspect(inspect::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Calibrate(args) => calibrate::run(&args),
+        Command::Inspect(args) => inspect::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("logheap: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

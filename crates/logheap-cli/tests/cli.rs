@@ -1,0 +1,87 @@
+//! The `logheap` command as a user runs it.
+
+use std::process::Command;
+
+fn logheap() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_logheap"))
+}
+
+#[test]
+fn calibrate_json_has_every_key_with_plausible_values() {
+    let out = logheap()
+        .args([
+            "calibrate",
+            "--json",
+            "--iterations",
+            "2000",
+            "--latency-ns",
+            "300",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let instr = v["flush_instruction"].as_str().unwrap();
+    assert!(
+        ["clwb", "clflushopt", "clflush"].contains(&instr),
+        "{instr}"
+    );
+    for key in [
+        "fence_ns",
+        "flush_line_ns",
+        "flush_4k_ns",
+        "nt_copy_gbps",
+        "emulated_latency_measured_ns",
+    ] {
+        let x = v[key].as_f64().unwrap_or_else(|| panic!("{key} missing"));
+        assert!(x > 0.0, "{key} = {x}");
+    }
+    assert_eq!(v["emulated_latency_target_ns"].as_u64(), Some(300));
+}
+
+#[test]
+fn inspect_reports_bad_files_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("junk");
+    std::fs::write(&path, vec![1u8; 10_000]).unwrap();
+    let out = logheap().arg("inspect").arg(&path).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not a logheap pool") && err.contains("junk"),
+        "{err}"
+    );
+}
+
+#[test]
+fn inspect_prints_a_pool_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.pool");
+    let options = logheap::PoolOptions {
+        size: 1 << 20,
+        ..Default::default()
+    };
+    logheap::PoolFile::create(&path, &options)
+        .unwrap()
+        .close()
+        .unwrap();
+    let out = logheap()
+        .arg("inspect")
+        .arg("--json")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["header"]["engine"], "log");
+    assert_eq!(v["header"]["pool_size"], 1 << 20);
+    assert_eq!(v["state"]["clean"], true);
+}

@@ -1,0 +1,130 @@
+//! The error type of the library.
+
+use std::path::PathBuf;
+
+use crate::media::MediaError;
+
+/// Everything that can go wrong opening, creating or using a pool.
+///
+/// Errors about a pool file name the file and, where it applies, the byte offset.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The pool file does not exist.
+    #[error("{path}: no such pool file")]
+    NotFound {
+        /// The file asked for.
+        path: PathBuf,
+    },
+    /// A pool file already exists where one was to be created.
+    #[error("{path}: a file already exists there")]
+    AlreadyExists {
+        /// The file asked for.
+        path: PathBuf,
+    },
+    /// Another process (or another handle in this one) has the pool open.
+    #[error("{path}: the pool is already open by another process (or handle)")]
+    Locked {
+        /// The pool file.
+        path: PathBuf,
+    },
+    /// The file is shorter than a pool header.
+    #[error("{path}: {len} bytes is too small to be a pool (a header alone is {min} bytes)")]
+    TooSmall {
+        /// The file.
+        path: PathBuf,
+        /// Its length.
+        len: u64,
+        /// The least a pool can be.
+        min: u64,
+    },
+    /// The file is shorter than its header says the pool is.
+    #[error("{path}: truncated: the header says {expected} bytes but the file has {actual}")]
+    Truncated {
+        /// The file.
+        path: PathBuf,
+        /// Pool size recorded in the header.
+        expected: u64,
+        /// File length found.
+        actual: u64,
+    },
+    /// The file does not start with the pool magic: it is not a logheap pool.
+    #[error("{path}: not a logheap pool (bytes 0..8 are {found:02x?}, expected {expected:02x?})")]
+    BadMagic {
+        /// The file.
+        path: PathBuf,
+        /// The first eight bytes found.
+        found: [u8; 8],
+        /// The magic expected.
+        expected: [u8; 8],
+    },
+    /// The pool was written by an unsupported format version.
+    #[error(
+        "{path}: pool format version {found} is not supported (this build reads version {supported})"
+    )]
+    UnsupportedVersion {
+        /// The file.
+        path: PathBuf,
+        /// Version found in the header.
+        found: u32,
+        /// Version this build supports.
+        supported: u32,
+    },
+    /// A checksum over pool metadata does not match: the bytes are damaged.
+    #[error(
+        "{path}: {what} checksum mismatch at offset {offset} (stored {stored:#010x}, computed {computed:#010x})"
+    )]
+    Checksum {
+        /// The file.
+        path: PathBuf,
+        /// Which structure.
+        what: &'static str,
+        /// Byte offset of the structure in the file.
+        offset: u64,
+        /// Checksum stored.
+        stored: u32,
+        /// Checksum of the bytes found.
+        computed: u32,
+    },
+    /// A header field holds a value no valid pool has.
+    #[error("{path}: bad pool header: {reason}")]
+    BadHeader {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A configuration asks for something impossible.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    /// The media could not be set up.
+    #[error("{path}: {source}")]
+    Media {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        source: MediaError,
+    },
+    /// An operating-system call on the pool file failed.
+    #[error("{path}: {op}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// Result with the library's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>, op: &'static str, source: std::io::Error) -> Error {
+        Error::Io {
+            path: path.into(),
+            op,
+            source,
+        }
+    }
+}

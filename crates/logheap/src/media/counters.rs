@@ -1,0 +1,168 @@
+//! Persistence traffic counters.
+//!
+//! Each thread that touches a [`Media`](super::Media) gets its own cache-padded block of
+//! counters, written only by that thread (a plain load and store, no locked instruction,
+//! no shared cache line); [`CounterRegistry::sum`] adds the blocks up on demand.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crossbeam_utils::CachePadded;
+
+use super::cpu::CACHE_LINE;
+
+/// A snapshot of persistence traffic, summed over threads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MediaCounters {
+    /// Persist barriers issued.
+    pub fences: u64,
+    /// Cache lines written back.
+    pub lines_flushed: u64,
+    /// Bytes stored with non-temporal instructions.
+    pub nt_bytes: u64,
+    /// Bytes the application asked to make persistent (reported by the layers above).
+    pub payload_bytes: u64,
+    /// Nanoseconds spent in NVM emulation delays.
+    pub emulated_delay_ns: u64,
+}
+
+impl MediaCounters {
+    /// Bytes that reached the media: `64 x lines flushed + non-temporal bytes`.
+    pub fn media_bytes(&self) -> u64 {
+        self.lines_flushed * CACHE_LINE as u64 + self.nt_bytes
+    }
+
+    /// Media bytes per payload byte, or `None` when no payload was written.
+    pub fn write_amplification(&self) -> Option<f64> {
+        (self.payload_bytes > 0).then(|| self.media_bytes() as f64 / self.payload_bytes as f64)
+    }
+
+    /// The traffic between an earlier snapshot and this one.
+    pub fn since(&self, earlier: &MediaCounters) -> MediaCounters {
+        MediaCounters {
+            fences: self.fences.saturating_sub(earlier.fences),
+            lines_flushed: self.lines_flushed.saturating_sub(earlier.lines_flushed),
+            nt_bytes: self.nt_bytes.saturating_sub(earlier.nt_bytes),
+            payload_bytes: self.payload_bytes.saturating_sub(earlier.payload_bytes),
+            emulated_delay_ns: self
+                .emulated_delay_ns
+                .saturating_sub(earlier.emulated_delay_ns),
+        }
+    }
+}
+
+/// One thread's counters. Only the owning thread writes them.
+#[derive(Debug, Default)]
+pub(crate) struct ThreadCounters {
+    fences: AtomicU64,
+    lines_flushed: AtomicU64,
+    nt_bytes: AtomicU64,
+    payload_bytes: AtomicU64,
+    emulated_delay_ns: AtomicU64,
+}
+
+/// Adds to a counter that only the calling thread writes: a load and a store, no RMW.
+#[inline]
+fn bump(counter: &AtomicU64, n: u64) {
+    counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+}
+
+impl ThreadCounters {
+    #[inline]
+    pub(crate) fn add_fence(&self) {
+        bump(&self.fences, 1);
+    }
+    #[inline]
+    pub(crate) fn add_lines(&self, n: u64) {
+        bump(&self.lines_flushed, n);
+    }
+    #[inline]
+    pub(crate) fn add_nt_bytes(&self, n: u64) {
+        bump(&self.nt_bytes, n);
+    }
+    #[inline]
+    pub(crate) fn add_payload(&self, n: u64) {
+        bump(&self.payload_bytes, n);
+    }
+    #[inline]
+    pub(crate) fn add_emulated_delay(&self, ns: u64) {
+        bump(&self.emulated_delay_ns, ns);
+    }
+
+    fn snapshot(&self) -> MediaCounters {
+        MediaCounters {
+            fences: self.fences.load(Ordering::Relaxed),
+            lines_flushed: self.lines_flushed.load(Ordering::Relaxed),
+            nt_bytes: self.nt_bytes.load(Ordering::Relaxed),
+            payload_bytes: self.payload_bytes.load(Ordering::Relaxed),
+            emulated_delay_ns: self.emulated_delay_ns.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The counter blocks of every thread that used one media.
+#[derive(Debug, Default)]
+pub(crate) struct CounterRegistry {
+    blocks: Mutex<Vec<Arc<CachePadded<ThreadCounters>>>>,
+}
+
+impl CounterRegistry {
+    /// Registers a new block for the calling thread.
+    pub(crate) fn register(&self) -> Arc<CachePadded<ThreadCounters>> {
+        let block = Arc::new(CachePadded::new(ThreadCounters::default()));
+        self.blocks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(block.clone());
+        block
+    }
+
+    /// The sum over all threads, now.
+    pub(crate) fn sum(&self) -> MediaCounters {
+        let blocks = self
+            .blocks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        blocks
+            .iter()
+            .map(|b| b.snapshot())
+            .fold(MediaCounters::default(), |acc, c| MediaCounters {
+                fences: acc.fences + c.fences,
+                lines_flushed: acc.lines_flushed + c.lines_flushed,
+                nt_bytes: acc.nt_bytes + c.nt_bytes,
+                payload_bytes: acc.payload_bytes + c.payload_bytes,
+                emulated_delay_ns: acc.emulated_delay_ns + c.emulated_delay_ns,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_sums_threads_and_amplification_is_derived() {
+        let reg = Arc::new(CounterRegistry::default());
+        let handles: Vec<_> = (0..3)
+            .map(|_| {
+                let reg = reg.clone();
+                std::thread::spawn(move || {
+                    let c = reg.register();
+                    c.add_fence();
+                    c.add_lines(2);
+                    c.add_payload(64);
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        let sum = reg.sum();
+        assert_eq!(sum.fences, 3);
+        assert_eq!(sum.lines_flushed, 6);
+        assert_eq!(sum.media_bytes(), 6 * 64);
+        assert_eq!(sum.write_amplification(), Some(2.0));
+        assert_eq!(sum.since(&sum), MediaCounters::default());
+        assert_eq!(MediaCounters::default().write_amplification(), None);
+    }
+}

@@ -1,0 +1,111 @@
+//! Shared memory mappings of pool files.
+//!
+//! memmap2 does not offer `MAP_SYNC`, which DAX file systems need for user-space flushing
+//! to be durable, so the mapping is made here with rustix: `MAP_SHARED_VALIDATE | MAP_SYNC`
+//! first, and plain `MAP_SHARED` where the file system refuses it (tmpfs, ext4 without
+//! DAX, ...).
+
+use std::fs::File;
+use std::ptr::NonNull;
+
+use rustix::mm::{MapFlags, MsyncFlags, ProtFlags};
+
+/// How a pool file is mapped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MapMode {
+    /// `MAP_SYNC` on a DAX file system: CPU flushes alone make stores durable.
+    Sync,
+    /// `MAP_SHARED` through the page cache (tmpfs, or block storage with `msync`).
+    Shared,
+    /// Not a file: process memory (the crash-simulation media).
+    Memory,
+}
+
+/// A read-write shared mapping of a whole file, unmapped on drop.
+#[derive(Debug)]
+pub(crate) struct FileMapping {
+    ptr: NonNull<u8>,
+    len: usize,
+    mode: MapMode,
+}
+
+// SAFETY: the mapping is plain shared memory; all access goes through raw pointers whose
+// synchronisation is the responsibility of the media layer's users.
+unsafe impl Send for FileMapping {}
+// SAFETY: as above.
+unsafe impl Sync for FileMapping {}
+
+impl FileMapping {
+    /// Maps the first `len` bytes of `file` (which must be at least that long).
+    pub(crate) fn new(file: &File, len: usize) -> std::io::Result<FileMapping> {
+        if len == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "cannot map an empty range",
+            ));
+        }
+        let prot = ProtFlags::READ | ProtFlags::WRITE;
+        // SAFETY: a fresh mapping at an address the kernel picks; no existing memory is
+        // affected. The file stays open for as long as the caller needs; the mapping
+        // remains valid after the descriptor is closed.
+        let sync = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                MapFlags::SHARED_VALIDATE | MapFlags::SYNC,
+                file,
+                0,
+            )
+        };
+        let (addr, mode) = match sync {
+            Ok(addr) => (addr, MapMode::Sync),
+            Err(_) => {
+                // SAFETY: as above, without MAP_SYNC.
+                let addr = unsafe {
+                    rustix::mm::mmap(std::ptr::null_mut(), len, prot, MapFlags::SHARED, file, 0)
+                }?;
+                (addr, MapMode::Shared)
+            }
+        };
+        let ptr = NonNull::new(addr.cast::<u8>())
+            .ok_or_else(|| std::io::Error::other("mmap returned a null address"))?;
+        Ok(FileMapping { ptr, len, mode })
+    }
+
+    pub(crate) fn ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
+    pub(crate) fn mode(&self) -> MapMode {
+        self.mode
+    }
+
+    /// Synchronously writes the pages overlapping `[offset, offset + len)` to the file.
+    pub(crate) fn msync(&self, offset: usize, len: usize) -> std::io::Result<()> {
+        let page = rustix::param::page_size();
+        let start = offset / page * page;
+        let end = (offset + len).min(self.len);
+        if end <= start {
+            return Ok(());
+        }
+        // SAFETY: `start..end` lies inside this mapping and `start` is page aligned.
+        unsafe {
+            rustix::mm::msync(
+                self.ptr.as_ptr().add(start).cast(),
+                end - start,
+                MsyncFlags::SYNC,
+            )
+        }?;
+        Ok(())
+    }
+}
+
+impl Drop for FileMapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the range mapped in `new`; no references into it outlive
+        // the owning media, which holds this mapping.
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}

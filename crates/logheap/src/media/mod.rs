@@ -1,0 +1,598 @@
+//! Mapped bytes and persistence.
+//!
+//! [`Media`] is the only way layers above write persistent memory: stores, flushes,
+//! fences and non-temporal copies all go through it, so the traffic counters, the NVM
+//! emulation and the crash simulator see every one. Reads copy out of the mapping.
+//!
+//! Two backings exist: a mapped pool file ([`Media::map_file`]) and the crash-simulation
+//! media ([`Media::sim`]), which keeps a shadow persisted image and offers crash images
+//! at every fence (see [`sim`]).
+
+mod calibrate;
+mod counters;
+mod cpu;
+mod emulation;
+mod file_mapping;
+pub mod sim;
+
+use std::cell::RefCell;
+use std::fmt;
+use std::fs::File;
+use std::ops::Range;
+use std::ptr::NonNull;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crossbeam_utils::CachePadded;
+
+pub use calibrate::{Calibration, CalibrationOptions, calibrate};
+pub use counters::MediaCounters;
+pub use cpu::{CACHE_LINE, FlushInstruction};
+pub use emulation::{Emulation, TscClock};
+pub use file_mapping::MapMode;
+pub use sim::{CrashPoint, CrashSimulator, FenceHook, SimConfig};
+
+use counters::{CounterRegistry, ThreadCounters};
+use file_mapping::FileMapping;
+
+/// What makes a store durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// Cache-line flush + fence. Durable on DAX persistent memory; on DRAM or tmpfs this
+    /// is the usual emulation of persistent memory.
+    Pmem,
+    /// Flushed ranges are `msync`ed at each fence: durable on ordinary files on block
+    /// storage, on any Linux machine.
+    Msync,
+    /// No flush and no fence: measures the pure software cost. Not durable.
+    None,
+}
+
+impl Durability {
+    /// Every mode.
+    pub const ALL: [Durability; 3] = [Self::Pmem, Self::Msync, Self::None];
+
+    /// The lower-case name used in configuration and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Pmem => "pmem",
+            Self::Msync => "msync",
+            Self::None => "none",
+        }
+    }
+}
+
+impl fmt::Display for Durability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Durability {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|d| d.name() == s)
+            .ok_or_else(|| format!("unknown durability mode {s:?} (pmem, msync, none)"))
+    }
+}
+
+/// How a media persists: durability mode, flush instruction and NVM emulation.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct MediaConfig {
+    /// What makes a store durable.
+    pub durability: Durability,
+    /// Force a flush instruction; `None` picks the best the CPU has.
+    pub flush: Option<FlushInstruction>,
+    /// Extra cost per fence to emulate NVM; `None` (the default) adds nothing.
+    pub emulation: Option<Emulation>,
+}
+
+impl Default for MediaConfig {
+    fn default() -> Self {
+        MediaConfig {
+            durability: Durability::Pmem,
+            flush: None,
+            emulation: None,
+        }
+    }
+}
+
+impl MediaConfig {
+    /// Sets the durability mode.
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// Forces a flush instruction.
+    pub fn flush(mut self, flush: FlushInstruction) -> Self {
+        self.flush = Some(flush);
+        self
+    }
+
+    /// Turns NVM emulation on with the given settings.
+    pub fn emulation(mut self, emulation: Emulation) -> Self {
+        self.emulation = Some(emulation);
+        self
+    }
+}
+
+/// The media of a configuration could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum MediaError {
+    /// The forced flush instruction does not exist on this CPU.
+    #[error("the CPU does not support the {0} instruction")]
+    UnsupportedFlush(FlushInstruction),
+    /// Mapping the file failed.
+    #[error("cannot map {len} bytes: {source}")]
+    Map {
+        /// Bytes asked for.
+        len: usize,
+        /// What the kernel said.
+        source: std::io::Error,
+    },
+}
+
+enum Backing {
+    File(FileMapping),
+    Sim(Box<CrashSimulator>),
+}
+
+/// A range of persistent (or simulated persistent) memory and the means to persist it.
+///
+/// `Media` is `Send + Sync`. Writes from several threads to disjoint ranges need no
+/// further synchronisation; overlapping writes must be ordered by the caller.
+pub struct Media {
+    id: u64,
+    base: NonNull<u8>,
+    len: usize,
+    backing: Backing,
+    durability: Durability,
+    flush: FlushInstruction,
+    emulation: Option<Emulation>,
+    counters: CounterRegistry,
+    msync_errors: AtomicU64,
+}
+
+// SAFETY: `base` points into memory owned by `backing` for the media's whole life; every
+// access is a raw copy or an atomic word access, and concurrent use of disjoint ranges is
+// the documented contract.
+unsafe impl Send for Media {}
+// SAFETY: as above.
+unsafe impl Sync for Media {}
+
+impl fmt::Debug for Media {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Media")
+            .field("len", &self.len)
+            .field("map_mode", &self.map_mode())
+            .field("durability", &self.durability)
+            .field("flush", &self.flush)
+            .field("emulation", &self.emulation)
+            .finish()
+    }
+}
+
+/// Per-thread, per-media state: the counter block and what the next fence must cover.
+struct ThreadSlot {
+    media_id: u64,
+    counters: Arc<CachePadded<ThreadCounters>>,
+    /// Bytes written back since this thread's last fence (for bandwidth emulation).
+    unfenced_bytes: u64,
+    /// Byte ranges flushed since the last fence (msync mode only).
+    dirty: Vec<Range<usize>>,
+}
+
+thread_local! {
+    static SLOTS: RefCell<Vec<ThreadSlot>> = const { RefCell::new(Vec::new()) };
+    static THREAD_TOKEN: u64 = {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    };
+}
+
+fn next_media_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+fn thread_token() -> u64 {
+    THREAD_TOKEN.with(|t| *t)
+}
+
+impl Media {
+    /// Maps the first `len` bytes of `file` (`MAP_SYNC` where the file system allows it).
+    pub fn map_file(file: &File, len: usize, config: &MediaConfig) -> Result<Media, MediaError> {
+        let flush = resolve_flush(config)?;
+        let mapping =
+            FileMapping::new(file, len).map_err(|source| MediaError::Map { len, source })?;
+        Ok(Media::with_backing(
+            mapping.ptr(),
+            len,
+            Backing::File(mapping),
+            config,
+            flush,
+        ))
+    }
+
+    /// Crash-simulation media of `len` bytes (rounded up to whole lines), zero-filled.
+    /// It persists like `pmem`; `config.durability` is ignored, emulation is honoured.
+    pub fn sim(len: usize, config: &MediaConfig, sim: SimConfig) -> Result<Media, MediaError> {
+        Media::sim_from_image(vec![0; len], config, sim)
+    }
+
+    /// Crash-simulation media whose memory and persisted image start as `image`
+    /// (for opening a crash image).
+    pub fn sim_from_image(
+        image: Vec<u8>,
+        config: &MediaConfig,
+        sim: SimConfig,
+    ) -> Result<Media, MediaError> {
+        let flush = resolve_flush(config)?;
+        let simulator = CrashSimulator::new(image, sim);
+        let len = simulator.len();
+        let base = NonNull::new(simulator.base()).ok_or(MediaError::Map {
+            len,
+            source: std::io::Error::other("empty simulated media"),
+        })?;
+        let config = MediaConfig {
+            durability: Durability::Pmem,
+            ..*config
+        };
+        Ok(Media::with_backing(
+            base,
+            len,
+            Backing::Sim(Box::new(simulator)),
+            &config,
+            flush,
+        ))
+    }
+
+    fn with_backing(
+        base: NonNull<u8>,
+        len: usize,
+        backing: Backing,
+        config: &MediaConfig,
+        flush: FlushInstruction,
+    ) -> Media {
+        if config.emulation.is_some() {
+            TscClock::get(); // calibrate now rather than inside the first fence
+        }
+        Media {
+            id: next_media_id(),
+            base,
+            len,
+            backing,
+            durability: config.durability,
+            flush,
+            emulation: config.emulation,
+            counters: CounterRegistry::default(),
+            msync_errors: AtomicU64::new(0),
+        }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the media has no bytes (never true for a constructed media).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The durability mode.
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// The flush instruction in use.
+    pub fn flush_instruction(&self) -> FlushInstruction {
+        self.flush
+    }
+
+    /// The NVM emulation settings, if on.
+    pub fn emulation(&self) -> Option<Emulation> {
+        self.emulation
+    }
+
+    /// How the memory is mapped.
+    pub fn map_mode(&self) -> MapMode {
+        match &self.backing {
+            Backing::File(m) => m.mode(),
+            Backing::Sim(_) => MapMode::Memory,
+        }
+    }
+
+    /// The crash simulator, when this is simulation media.
+    pub fn crash_simulator(&self) -> Option<&CrashSimulator> {
+        match &self.backing {
+            Backing::Sim(s) => Some(s),
+            Backing::File(_) => None,
+        }
+    }
+
+    /// `msync` calls that failed (msync mode); a non-zero value means durability was lost.
+    pub fn msync_errors(&self) -> u64 {
+        self.msync_errors.load(Ordering::Relaxed)
+    }
+
+    /// Traffic summed over all threads so far.
+    pub fn counters(&self) -> MediaCounters {
+        self.counters.sum()
+    }
+
+    /// Reports `bytes` of application payload (the denominator of write amplification).
+    pub fn add_payload(&self, bytes: u64) {
+        self.with_slot(|slot| slot.counters.add_payload(bytes));
+    }
+
+    #[inline]
+    fn check(&self, offset: usize, len: usize) {
+        assert!(
+            offset <= self.len && len <= self.len - offset,
+            "media access {offset}+{len} outside {} bytes",
+            self.len
+        );
+    }
+
+    #[inline]
+    fn with_slot<R>(&self, f: impl FnOnce(&mut ThreadSlot) -> R) -> R {
+        SLOTS.with(|slots| {
+            let mut slots = slots.borrow_mut();
+            let index = match slots.iter().position(|s| s.media_id == self.id) {
+                Some(i) => i,
+                None => {
+                    // Drop slots of media that no longer exist (their registry let go).
+                    slots.retain(|s| Arc::strong_count(&s.counters) > 1);
+                    slots.push(ThreadSlot {
+                        media_id: self.id,
+                        counters: self.counters.register(),
+                        unfenced_bytes: 0,
+                        dirty: Vec::new(),
+                    });
+                    slots.len() - 1
+                }
+            };
+            f(&mut slots[index])
+        })
+    }
+
+    /// Stores `bytes` at `offset` through the cache. Not persistent until flushed and
+    /// fenced.
+    ///
+    /// # Panics
+    /// If the range is outside the media (a bug in the caller, which must validate
+    /// offsets read from files).
+    #[inline]
+    pub fn write(&self, offset: usize, bytes: &[u8]) {
+        self.check(offset, bytes.len());
+        // SAFETY: the range is inside the media (checked above); `bytes` is ordinary memory
+        // that cannot overlap the mapping through a shared reference we hold.
+        let store = || unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.base.as_ptr().add(offset),
+                bytes.len(),
+            )
+        };
+        match &self.backing {
+            Backing::Sim(s) => s.store(offset, bytes.len(), 0, store),
+            Backing::File(_) => store(),
+        }
+    }
+
+    /// Stores `len` copies of `byte` at `offset` through the cache.
+    pub fn fill(&self, offset: usize, len: usize, byte: u8) {
+        self.check(offset, len);
+        // SAFETY: the range is inside the media (checked above).
+        let store = || unsafe { std::ptr::write_bytes(self.base.as_ptr().add(offset), byte, len) };
+        match &self.backing {
+            Backing::Sim(s) => s.store(offset, len, 0, store),
+            Backing::File(_) => store(),
+        }
+    }
+
+    /// Stores one 8-byte word atomically (it can never be torn by a crash).
+    ///
+    /// # Panics
+    /// If `offset` is not 8-byte aligned or is outside the media.
+    #[inline]
+    pub fn write_u64(&self, offset: usize, value: u64) {
+        self.check(offset, 8);
+        assert!(
+            offset.is_multiple_of(8),
+            "unaligned atomic store at {offset}"
+        );
+        // SAFETY: in bounds and 8-aligned (checked above, and the base is page aligned);
+        // AtomicU64 has the layout of u64.
+        let store = || unsafe {
+            (*(self.base.as_ptr().add(offset) as *const AtomicU64)).store(value, Ordering::Release)
+        };
+        match &self.backing {
+            Backing::Sim(s) => s.store(offset, 8, 0, store),
+            Backing::File(_) => store(),
+        }
+    }
+
+    /// Copies `bytes` to `offset` with non-temporal stores; persistent at the next fence
+    /// without a flush (any unaligned head or tail is flushed here).
+    pub fn write_nt(&self, offset: usize, bytes: &[u8]) {
+        self.check(offset, bytes.len());
+        let dst = self.base.as_ptr();
+        match &self.backing {
+            Backing::Sim(s) => {
+                let me = thread_token();
+                // SAFETY: in bounds (checked above); no overlap with `bytes`.
+                s.store(offset, bytes.len(), me, || unsafe {
+                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst.add(offset), bytes.len())
+                });
+                self.with_slot(|slot| {
+                    slot.counters.add_nt_bytes(bytes.len() as u64);
+                    slot.unfenced_bytes += bytes.len() as u64;
+                });
+            }
+            Backing::File(_) if self.durability == Durability::Pmem => {
+                // SAFETY: in bounds (checked above); no overlap with `bytes`.
+                let nt = unsafe { cpu::copy_nontemporal(dst.add(offset), bytes) };
+                let cached = bytes.len() - nt;
+                self.with_slot(|slot| {
+                    slot.counters.add_nt_bytes(nt as u64);
+                    slot.unfenced_bytes += nt as u64;
+                });
+                if cached > 0 {
+                    // The unaligned head and tail went through the cache.
+                    let head = (16 - (dst as usize + offset) % 16) % 16;
+                    let head = head.min(bytes.len());
+                    self.flush(offset, head);
+                    self.flush(offset + head + nt, bytes.len() - head - nt);
+                }
+            }
+            Backing::File(_) => {
+                self.write(offset, bytes);
+                self.flush(offset, bytes.len());
+            }
+        }
+    }
+
+    /// Writes back the cache lines overlapping `[offset, offset + len)`.
+    pub fn flush(&self, offset: usize, len: usize) {
+        self.check(offset, len);
+        if len == 0 || self.durability == Durability::None {
+            return;
+        }
+        let first = offset / CACHE_LINE;
+        let lines = ((offset + len - 1) / CACHE_LINE - first + 1) as u64;
+        match &self.backing {
+            Backing::Sim(s) => s.flush(offset, len, thread_token()),
+            Backing::File(_) => match self.durability {
+                // SAFETY: the range is inside the mapping (checked above).
+                Durability::Pmem => unsafe {
+                    cpu::flush_range(self.flush, self.base.as_ptr().add(offset), len)
+                },
+                Durability::Msync => {
+                    self.with_slot(|slot| add_dirty(&mut slot.dirty, offset..offset + len))
+                }
+                Durability::None => {}
+            },
+        }
+        self.with_slot(|slot| {
+            slot.counters.add_lines(lines);
+            slot.unfenced_bytes += lines * CACHE_LINE as u64;
+        });
+    }
+
+    /// Persist barrier: every earlier flush and non-temporal store of this thread is
+    /// durable when it returns (in `msync` mode, the flushed ranges are synced now).
+    pub fn fence(&self) {
+        if self.durability == Durability::None {
+            return;
+        }
+        let start_tick = self.emulation.map(|_| TscClock::get().now());
+        let (counters, unfenced, dirty) = self.with_slot(|slot| {
+            (
+                slot.counters.clone(),
+                std::mem::take(&mut slot.unfenced_bytes),
+                std::mem::take(&mut slot.dirty),
+            )
+        });
+        match &self.backing {
+            Backing::Sim(s) => s.fence(thread_token()),
+            Backing::File(mapping) => {
+                cpu::store_fence();
+                for range in &dirty {
+                    if mapping.msync(range.start, range.len()).is_err() {
+                        self.msync_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        counters.add_fence();
+        if let (Some(emulation), Some(start)) = (self.emulation, start_tick) {
+            let ns = emulation.delay_ns(unfenced);
+            TscClock::get().spin_until(start, ns);
+            counters.add_emulated_delay(ns);
+        }
+        if !dirty.is_empty() {
+            // Hand the (now empty) vector back so its allocation is reused.
+            let mut dirty = dirty;
+            dirty.clear();
+            self.with_slot(|slot| {
+                if slot.dirty.is_empty() {
+                    slot.dirty = dirty;
+                }
+            });
+        }
+    }
+
+    /// Flush then fence: `[offset, offset + len)` is durable when it returns.
+    pub fn persist(&self, offset: usize, len: usize) {
+        self.flush(offset, len);
+        self.fence();
+    }
+
+    /// Copies `buf.len()` bytes at `offset` into `buf`.
+    #[inline]
+    pub fn read(&self, offset: usize, buf: &mut [u8]) {
+        self.check(offset, buf.len());
+        // SAFETY: the range is inside the media (checked above) and `buf` is distinct
+        // ordinary memory.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.base.as_ptr().add(offset),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+    }
+
+    /// Reads `len` bytes at `offset` into a new vector.
+    pub fn read_vec(&self, offset: usize, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        self.read(offset, &mut v);
+        v
+    }
+
+    /// Loads one 8-byte word atomically.
+    ///
+    /// # Panics
+    /// If `offset` is not 8-byte aligned or is outside the media.
+    #[inline]
+    pub fn read_u64(&self, offset: usize) -> u64 {
+        self.check(offset, 8);
+        assert!(
+            offset.is_multiple_of(8),
+            "unaligned atomic load at {offset}"
+        );
+        // SAFETY: in bounds and aligned (checked above); AtomicU64 has u64's layout.
+        unsafe { (*(self.base.as_ptr().add(offset) as *const AtomicU64)).load(Ordering::Acquire) }
+    }
+}
+
+/// Adds a range to a list of dirty ranges, merging it with one it touches.
+fn add_dirty(dirty: &mut Vec<Range<usize>>, range: Range<usize>) {
+    if let Some(last) = dirty.last_mut()
+        && range.start <= last.end
+        && last.start <= range.end
+    {
+        last.start = last.start.min(range.start);
+        last.end = last.end.max(range.end);
+        return;
+    }
+    dirty.push(range);
+}
+
+fn resolve_flush(config: &MediaConfig) -> Result<FlushInstruction, MediaError> {
+    match config.flush {
+        Some(forced) if !forced.is_supported() && cfg!(target_arch = "x86_64") => {
+            Err(MediaError::UnsupportedFlush(forced))
+        }
+        Some(forced) => Ok(forced),
+        None => Ok(FlushInstruction::detect()),
+    }
+}

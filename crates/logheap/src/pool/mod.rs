@@ -1,0 +1,339 @@
+//! Pool files: create, open, lock, header, layout and the clean-close state.
+//!
+//! A pool file starts with a header page ([`header`]), then a fixed root area, then the
+//! data area the engine manages. Opening validates everything before mapping and returns
+//! a distinct [`Error`] naming the file for each problem. A pool is locked (advisory
+//! `flock`) while open, so a second process, or a second handle, is refused.
+//!
+//! A [`PoolFile`] can also live on the crash-simulation media
+//! ([`PoolFile::create_sim`], [`PoolFile::open_image`]), which is how engines are tested
+//! against every crash image.
+
+pub mod header;
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use header::{HEADER_SIZE, Header, PoolLayout, PoolState};
+
+use crate::engine::EngineKind;
+use crate::error::{Error, Result};
+use crate::media::{Media, MediaConfig, SimConfig};
+use header::{Geometry, STATE_OFFSET};
+
+/// How to create a pool.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolOptions {
+    /// Total size of the pool file in bytes.
+    pub size: u64,
+    /// The engine that will own the pool.
+    pub engine: EngineKind,
+    /// Size of the fixed root area (a multiple of 64).
+    pub root_size: u64,
+    /// Size of the engine's allocation chunks (a power of two, 4 KiB to 64 MiB).
+    pub chunk_size: u64,
+    /// How the pool's media persists.
+    pub media: MediaConfig,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        PoolOptions {
+            size: 64 << 20,
+            engine: EngineKind::Log,
+            root_size: 4096,
+            chunk_size: 32 << 10,
+            media: MediaConfig::default(),
+        }
+    }
+}
+
+/// An open pool file: its validated header and its media.
+///
+/// Dropping it without [`close`](PoolFile::close) leaves the pool marked as not cleanly
+/// closed, exactly as a crash would; the next open reports it.
+#[derive(Debug)]
+pub struct PoolFile {
+    path: PathBuf,
+    /// Held for the advisory lock; `None` on simulation media.
+    _file: Option<File>,
+    media: Arc<Media>,
+    header: Header,
+    was_clean: bool,
+}
+
+/// The name used in errors for pools that live in memory.
+const MEMORY_POOL: &str = "<simulated pool>";
+
+impl PoolFile {
+    /// Creates a new pool file at `path`. The file appears under its name only once its
+    /// header is durable, so a crash during creation never leaves a half-made pool there.
+    /// The new pool is open (not marked clean) until [`close`](PoolFile::close).
+    pub fn create(path: impl AsRef<Path>, options: &PoolOptions) -> Result<PoolFile> {
+        let path = path.as_ref();
+        let header = new_header(options)?;
+        if path.exists() {
+            return Err(Error::AlreadyExists { path: path.into() });
+        }
+        let tmp = creating_path(path);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(|e| Error::io(&tmp, "create", e))?;
+        let made = (|| {
+            lock(&file, &tmp)?;
+            file.set_len(header.pool_size)
+                .map_err(|e| Error::io(&tmp, "set length", e))?;
+            let media = map(&file, &header, &options.media, path)?;
+            write_header(&media, &header);
+            file.sync_all().map_err(|e| Error::io(&tmp, "fsync", e))?;
+            match std::fs::hard_link(&tmp, path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    return Err(Error::AlreadyExists { path: path.into() });
+                }
+                Err(e) => return Err(Error::io(path, "link", e)),
+            }
+            sync_parent(path);
+            Ok(media)
+        })();
+        let _ = std::fs::remove_file(&tmp);
+        let media = made?;
+        Ok(PoolFile {
+            path: path.into(),
+            _file: Some(file),
+            media: Arc::new(media),
+            header,
+            was_clean: true,
+        })
+    }
+
+    /// Opens the pool at `path`, checking every part of its header before mapping it.
+    pub fn open(path: impl AsRef<Path>, media: &MediaConfig) -> Result<PoolFile> {
+        let path = path.as_ref();
+        let file = match OpenOptions::new().read(true).write(true).open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::NotFound { path: path.into() });
+            }
+            Err(e) => return Err(Error::io(path, "open", e)),
+        };
+        lock(&file, path)?;
+        let (header, state) = read_header(&file, path)?;
+        let media = map(&file, &header, media, path)?;
+        Ok(PoolFile::opened(
+            path.into(),
+            Some(file),
+            media,
+            header,
+            state,
+        ))
+    }
+
+    /// Reads and validates the header of the pool at `path` without opening the pool
+    /// (no lock taken, nothing written): for inspection tools.
+    pub fn inspect(path: impl AsRef<Path>) -> Result<(Header, PoolState)> {
+        let path = path.as_ref();
+        let file = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::NotFound { path: path.into() });
+            }
+            Err(e) => return Err(Error::io(path, "open", e)),
+        };
+        read_header(&file, path)
+    }
+
+    /// Creates a pool in memory on the crash-simulation media.
+    pub fn create_sim(options: &PoolOptions, sim: SimConfig) -> Result<PoolFile> {
+        let header = new_header(options)?;
+        let media =
+            Media::sim(header.pool_size as usize, &options.media, sim).map_err(|source| {
+                Error::Media {
+                    path: MEMORY_POOL.into(),
+                    source,
+                }
+            })?;
+        write_header(&media, &header);
+        Ok(PoolFile {
+            path: MEMORY_POOL.into(),
+            _file: None,
+            media: Arc::new(media),
+            header,
+            was_clean: true,
+        })
+    }
+
+    /// Opens a pool image (for example a crash image) on fresh crash-simulation media,
+    /// with the same checks as [`open`](PoolFile::open).
+    pub fn open_image(image: Vec<u8>, media: &MediaConfig, sim: SimConfig) -> Result<PoolFile> {
+        let path = Path::new(MEMORY_POOL);
+        let (header, state) = decode_header(&image, image.len() as u64, path)?;
+        let media = Media::sim_from_image(image, media, sim).map_err(|source| Error::Media {
+            path: path.into(),
+            source,
+        })?;
+        Ok(PoolFile::opened(path.into(), None, media, header, state))
+    }
+
+    fn opened(
+        path: PathBuf,
+        file: Option<File>,
+        media: Media,
+        header: Header,
+        state: PoolState,
+    ) -> PoolFile {
+        set_state(&media, PoolState { clean: false });
+        PoolFile {
+            path,
+            _file: file,
+            media: Arc::new(media),
+            header,
+            was_clean: state.clean,
+        }
+    }
+
+    /// The file's path (a placeholder name for simulated pools).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The validated header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// Where the superblock, root area and data area are.
+    pub fn layout(&self) -> &PoolLayout {
+        &self.header.layout
+    }
+
+    /// The media holding the pool.
+    pub fn media(&self) -> &Arc<Media> {
+        &self.media
+    }
+
+    /// Whether the pool was closed cleanly before this open (true for a new pool). When
+    /// false, the engine must run recovery.
+    pub fn was_clean(&self) -> bool {
+        self.was_clean
+    }
+
+    /// Marks the pool cleanly closed (durably) and releases it.
+    pub fn close(self) -> Result<()> {
+        set_state(&self.media, PoolState { clean: true });
+        if self.media.msync_errors() > 0 {
+            return Err(Error::io(
+                &self.path,
+                "msync",
+                std::io::Error::other(format!("{} msync calls failed", self.media.msync_errors())),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn new_header(options: &PoolOptions) -> Result<Header> {
+    Header::new(
+        options.engine,
+        Geometry {
+            pool_size: options.size,
+            root_size: options.root_size,
+            chunk_size: options.chunk_size,
+        },
+    )
+    .map_err(Error::InvalidConfig)
+}
+
+/// Writes the header and an "open" state word, durably, through the media.
+fn write_header(media: &Media, header: &Header) {
+    media.write(0, &header.encode());
+    media.write_u64(STATE_OFFSET as usize, PoolState { clean: false }.encode());
+    media.persist(0, STATE_OFFSET as usize + 8);
+}
+
+fn set_state(media: &Media, state: PoolState) {
+    media.write_u64(STATE_OFFSET as usize, state.encode());
+    media.persist(STATE_OFFSET as usize, 8);
+}
+
+fn lock(file: &File, path: &Path) -> Result<()> {
+    match file.try_lock() {
+        Ok(()) => Ok(()),
+        Err(TryLockError::WouldBlock) => Err(Error::Locked { path: path.into() }),
+        Err(TryLockError::Error(e)) => Err(Error::io(path, "lock", e)),
+    }
+}
+
+fn map(file: &File, header: &Header, config: &MediaConfig, path: &Path) -> Result<Media> {
+    Media::map_file(file, header.pool_size as usize, config).map_err(|source| Error::Media {
+        path: path.into(),
+        source,
+    })
+}
+
+fn read_header(file: &File, path: &Path) -> Result<(Header, PoolState)> {
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io(path, "stat", e))?
+        .len();
+    if len < HEADER_SIZE {
+        return Err(Error::TooSmall {
+            path: path.into(),
+            len,
+            min: HEADER_SIZE,
+        });
+    }
+    let mut page = vec![0u8; HEADER_SIZE as usize];
+    file.read_exact_at(&mut page, 0)
+        .map_err(|e| Error::io(path, "read header", e))?;
+    decode_header(&page, len, path)
+}
+
+/// Validates a header page of a file of `file_len` bytes.
+fn decode_header(page: &[u8], file_len: u64, path: &Path) -> Result<(Header, PoolState)> {
+    if file_len < HEADER_SIZE || (page.len() as u64) < HEADER_SIZE {
+        return Err(Error::TooSmall {
+            path: path.into(),
+            len: file_len,
+            min: HEADER_SIZE,
+        });
+    }
+    let header = Header::decode(page, path)?;
+    if file_len < header.pool_size {
+        return Err(Error::Truncated {
+            path: path.into(),
+            expected: header.pool_size,
+            actual: file_len,
+        });
+    }
+    let at = STATE_OFFSET as usize;
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&page[at..at + 8]);
+    let state = PoolState::decode(u64::from_le_bytes(word), path)?;
+    Ok((header, state))
+}
+
+fn creating_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "pool".into());
+    path.with_file_name(format!(".{name}.creating-{}", std::process::id()))
+}
+
+/// Makes the new directory entry durable (best effort: not every file system allows
+/// opening a directory for fsync).
+fn sync_parent(path: &Path) {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if let Ok(dir) = File::open(parent) {
+        let _ = dir.sync_all();
+    }
+}
