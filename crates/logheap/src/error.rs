@@ -104,6 +104,58 @@ pub enum Error {
         /// What failed.
         source: MediaError,
     },
+    /// The log is damaged in a way recovery cannot repair without losing committed data.
+    #[error("{path}: the log is damaged at offset {offset}: {reason}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// Byte offset of the damage in the file.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The pool has no room for the transaction; nothing of it was written and the pool
+    /// stays usable.
+    #[error("the pool is full: no free chunk for the transaction's log blocks")]
+    PoolFull,
+    /// The home address space (2^47 bytes) is exhausted.
+    #[error("the home address space is exhausted")]
+    HomeSpaceFull,
+    /// A pointer or byte range outside the usable home space (null, or past 2^47).
+    #[error("invalid home range {home:#x}+{len}")]
+    InvalidRange {
+        /// Start of the range.
+        home: u64,
+        /// Its length.
+        len: u64,
+    },
+    /// `free` of an address that is not the start of a live allocation.
+    #[error("free of {home:#x}, which is not a live allocation")]
+    InvalidFree {
+        /// The address freed.
+        home: u64,
+    },
+    /// An allocation of zero bytes or of more than the home space.
+    #[error("cannot allocate {0} bytes")]
+    InvalidSize(u64),
+    /// A write, allocation or free inside a read-only transaction.
+    #[error("a read-only transaction cannot write, allocate or free")]
+    ReadOnly,
+    /// The root type does not fit the pool's root area.
+    #[error("the root type needs {needed} bytes but the pool's root area has {available}")]
+    RootTooLarge {
+        /// Size of the root type.
+        needed: u64,
+        /// Size of the root area.
+        available: u64,
+    },
+    /// The transaction conflicted with a concurrent one. Inside a transaction closure,
+    /// return it (with `?`): the transaction is retried automatically.
+    #[error("transaction conflict (retried automatically)")]
+    Conflict,
+    /// The engine recorded in the pool is not built into this version.
+    #[error("engine {0} is not available in this build")]
+    EngineUnavailable(crate::engine::EngineKind),
     /// An operating-system call on the pool file failed.
     #[error("{path}: {op}: {source}")]
     Io {

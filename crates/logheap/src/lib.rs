@@ -1,21 +1,60 @@
 //! logheap: persistent transactional memory with a log-structured heap.
 //!
 //! Applications keep their data structures in a memory-mapped pool file and change them
-//! in transactions that survive crashes. This crate is built in layers, bottom up:
+//! in transactions that survive crashes:
+//!
+//! ```
+//! use logheap::{pfield, Config, PPtr, Pool};
+//!
+//! #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+//! #[repr(C)]
+//! struct Node { key: u64, next: PPtr<Node> }
+//!
+//! let dir = tempfile::tempdir()?;
+//! let pool = Pool::create(dir.path().join("list.pool"), &Config::default().size(8 << 20))?;
+//! let head: PPtr<PPtr<Node>> = pool.root()?;
+//! pool.transaction(|tx| {
+//!     let old = tx.read(head)?;
+//!     let n = tx.alloc(Node { key: 7, next: old })?;
+//!     tx.write(head, &n)?;
+//!     tx.write(pfield!(n, Node, key), &8)
+//! })?;
+//! let key = pool.read(|tx| {
+//!     let n = tx.read(head)?;
+//!     tx.read(pfield!(n, Node, key))
+//! })?;
+//! assert_eq!(key, 8);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The crate is built in layers, bottom up:
 //!
 //! - [`media`]: mapped bytes and persistence (flush, fence, non-temporal copies),
 //!   durability modes, NVM emulation, traffic counters and the crash-simulation media.
 //!   Every persistent store of the layers above goes through it.
 //! - [`pool`]: pool files: create, open, lock, header, layout, clean-close state.
-//! - [`engine`]: the transaction engines.
+//! - `stm`: concurrency control (global version clock, versioned locks, read and write
+//!   sets).
+//! - [`engine`]: the transaction engines; the log-structured one is the default.
+//! - [`Pool`], [`Tx`], [`PPtr`], [`Config`]: the public API.
 #![warn(missing_docs)]
 
+mod config;
 pub mod engine;
 mod error;
+mod heap;
 pub mod media;
 pub mod pool;
+mod ptr;
+mod stm;
+mod tx;
 
+pub use bytemuck::{Pod, Zeroable};
+pub use config::Config;
 pub use engine::EngineKind;
 pub use error::{Error, Result};
+pub use heap::{Pool, Stats};
 pub use media::{Durability, Emulation, FlushInstruction, Media, MediaConfig, MediaCounters};
 pub use pool::{PoolFile, PoolOptions};
+pub use ptr::PPtr;
+pub use tx::Tx;

@@ -2,5 +2,7 @@
 //! which one formatted a pool.
 
 mod kind;
+pub(crate) mod log;
 
 pub use kind::EngineKind;
+pub use log::{LogEngineStats, RecoveryReport};

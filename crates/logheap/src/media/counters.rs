@@ -24,6 +24,12 @@ pub struct MediaCounters {
     pub payload_bytes: u64,
     /// Nanoseconds spent in NVM emulation delays.
     pub emulated_delay_ns: u64,
+    /// Transactions committed (reported by the layers above).
+    pub transactions: u64,
+    /// Transactions that wrote something, among `transactions`.
+    pub write_transactions: u64,
+    /// Transaction attempts aborted (conflicts and errors).
+    pub aborts: u64,
 }
 
 impl MediaCounters {
@@ -47,6 +53,9 @@ impl MediaCounters {
             emulated_delay_ns: self
                 .emulated_delay_ns
                 .saturating_sub(earlier.emulated_delay_ns),
+            transactions: self.transactions.saturating_sub(earlier.transactions),
+            write_transactions: self.write_transactions.saturating_sub(earlier.write_transactions),
+            aborts: self.aborts.saturating_sub(earlier.aborts),
         }
     }
 }
@@ -59,6 +68,9 @@ pub(crate) struct ThreadCounters {
     nt_bytes: AtomicU64,
     payload_bytes: AtomicU64,
     emulated_delay_ns: AtomicU64,
+    transactions: AtomicU64,
+    write_transactions: AtomicU64,
+    aborts: AtomicU64,
 }
 
 /// Adds to a counter that only the calling thread writes: a load and a store, no RMW.
@@ -89,6 +101,16 @@ impl ThreadCounters {
         bump(&self.emulated_delay_ns, ns);
     }
 
+    #[inline]
+    pub(crate) fn add_transaction(&self, wrote: bool) {
+        bump(&self.transactions, 1);
+        bump(&self.write_transactions, wrote as u64);
+    }
+    #[inline]
+    pub(crate) fn add_abort(&self) {
+        bump(&self.aborts, 1);
+    }
+
     fn snapshot(&self) -> MediaCounters {
         MediaCounters {
             fences: self.fences.load(Ordering::Relaxed),
@@ -96,6 +118,9 @@ impl ThreadCounters {
             nt_bytes: self.nt_bytes.load(Ordering::Relaxed),
             payload_bytes: self.payload_bytes.load(Ordering::Relaxed),
             emulated_delay_ns: self.emulated_delay_ns.load(Ordering::Relaxed),
+            transactions: self.transactions.load(Ordering::Relaxed),
+            write_transactions: self.write_transactions.load(Ordering::Relaxed),
+            aborts: self.aborts.load(Ordering::Relaxed),
         }
     }
 }
@@ -132,6 +157,9 @@ impl CounterRegistry {
                 nt_bytes: acc.nt_bytes + c.nt_bytes,
                 payload_bytes: acc.payload_bytes + c.payload_bytes,
                 emulated_delay_ns: acc.emulated_delay_ns + c.emulated_delay_ns,
+                transactions: acc.transactions + c.transactions,
+                write_transactions: acc.write_transactions + c.write_transactions,
+                aborts: acc.aborts + c.aborts,
             })
     }
 }

@@ -332,6 +332,16 @@ impl Media {
         self.with_slot(|slot| slot.counters.add_payload(bytes));
     }
 
+    /// Reports a committed transaction (`wrote`: it was a write transaction).
+    pub fn count_transaction(&self, wrote: bool) {
+        self.with_slot(|slot| slot.counters.add_transaction(wrote));
+    }
+
+    /// Reports an aborted transaction attempt.
+    pub fn count_abort(&self) {
+        self.with_slot(|slot| slot.counters.add_abort());
+    }
+
     #[inline]
     fn check(&self, offset: usize, len: usize) {
         assert!(

@@ -1,0 +1,85 @@
+//! Pool configuration.
+
+use crate::engine::EngineKind;
+use crate::media::{Durability, Emulation, FlushInstruction, MediaConfig};
+
+/// How to create (or open) a pool. Built with chained setters from `Config::default()`.
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    /// Pool file size in bytes (default 64 MiB).
+    pub size: u64,
+    /// The engine (default: the log-structured engine).
+    pub engine: EngineKind,
+    /// Log chunk size, a power of two from 4 KiB to 64 MiB (default 32 KiB).
+    pub chunk_size: u64,
+    /// Size of the root object area (default 4 KiB).
+    pub root_size: u64,
+    /// How the media persists (default: `pmem`, best flush instruction, no emulation).
+    pub media: MediaConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            size: 64 << 20,
+            engine: EngineKind::Log,
+            chunk_size: 32 << 10,
+            root_size: 4096,
+            media: MediaConfig::default(),
+        }
+    }
+}
+
+impl Config {
+    /// Sets the pool size in bytes.
+    pub fn size(mut self, bytes: u64) -> Self {
+        self.size = bytes;
+        self
+    }
+
+    /// Sets the engine.
+    pub fn engine(mut self, engine: EngineKind) -> Self {
+        self.engine = engine;
+        self
+    }
+
+    /// Sets the log chunk size.
+    pub fn chunk_size(mut self, bytes: u64) -> Self {
+        self.chunk_size = bytes;
+        self
+    }
+
+    /// Sets the root area size.
+    pub fn root_size(mut self, bytes: u64) -> Self {
+        self.root_size = bytes;
+        self
+    }
+
+    /// Sets the durability mode.
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.media.durability = durability;
+        self
+    }
+
+    /// Forces a flush instruction.
+    pub fn flush(mut self, flush: FlushInstruction) -> Self {
+        self.media.flush = Some(flush);
+        self
+    }
+
+    /// Turns on NVM emulation.
+    pub fn emulation(mut self, emulation: Emulation) -> Self {
+        self.media.emulation = Some(emulation);
+        self
+    }
+
+    pub(crate) fn pool_options(&self) -> crate::pool::PoolOptions {
+        crate::pool::PoolOptions {
+            size: self.size,
+            engine: self.engine,
+            root_size: self.root_size,
+            chunk_size: self.chunk_size,
+            media: self.media,
+        }
+    }
+}

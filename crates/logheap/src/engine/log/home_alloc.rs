@@ -1,0 +1,317 @@
+//! The home-space allocator (000_70bf7223c84ebbe9.txt §4.1).
+//!
+//! Home space is virtual (47-bit offsets), so fragmentation there costs nothing physical.
+//! Small objects (up to 4 KiB) come from size classes carved out of 64 KiB-aligned
+//! superblocks in the lower half of the heap (Hoard-like); larger ones are page-rounded
+//! extents in the upper half, taken best-fit from freed space or from a bump pointer
+//! (dlmalloc-like). Nothing here is persisted: the state is rebuilt
+//! on recovery from the allocation and free records in the logs.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::layout::HOME_LIMIT;
+
+/// Home offset where the heap starts (below it: null page and the root object).
+pub(crate) const HEAP_START: u64 = 1 << 20;
+/// Home offset where large objects start (superblocks live below it).
+const LARGE_START: u64 = 1 << 46;
+const SUPERBLOCK: u64 = 64 << 10;
+const PAGE: u64 = 4096;
+const CLASSES: [u64; 16] = [16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096];
+
+fn class_of(size: u64) -> Option<usize> {
+    CLASSES.iter().position(|&c| c >= size)
+}
+
+/// Why an allocation or free failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AllocError {
+    /// The 47-bit home space is exhausted.
+    HomeSpaceFull,
+    /// Zero-sized or larger than the home space.
+    BadSize(u64),
+    /// Freeing an address that is not the start of a live allocation.
+    NotAllocated(u64),
+    /// Allocation records that cannot all be true (found on recovery).
+    Inconsistent(String),
+}
+
+/// The allocator state.
+#[derive(Debug, Default)]
+pub(crate) struct HomeAllocator {
+    /// Live allocations: start -> requested size.
+    live: HashMap<u64, u64>,
+    /// Superblock start -> size class index.
+    superblocks: HashMap<u64, usize>,
+    /// Free slots per size class.
+    class_free: Vec<Vec<u64>>,
+    /// Superblocks with no class (all slots were free on recovery).
+    free_superblocks: Vec<u64>,
+    /// Next never-used superblock.
+    superblock_bump: u64,
+    /// Free page-rounded large extents: start -> length, and (length, start) for best fit.
+    free_by_start: BTreeMap<u64, u64>,
+    free_by_size: BTreeSet<(u64, u64)>,
+    /// Next never-used large extent.
+    bump: u64,
+}
+
+impl HomeAllocator {
+    /// An empty heap.
+    pub(crate) fn new() -> HomeAllocator {
+        HomeAllocator {
+            class_free: vec![Vec::new(); CLASSES.len()],
+            superblock_bump: HEAP_START,
+            bump: LARGE_START,
+            ..HomeAllocator::default()
+        }
+    }
+
+    /// Number of live allocations.
+    pub(crate) fn live_count(&self) -> usize {
+        self.live.len()
+    }
+
+    /// Sum of the sizes of live allocations.
+    pub(crate) fn live_bytes(&self) -> u64 {
+        self.live.values().sum()
+    }
+
+    /// The size of the live allocation starting at `home`.
+    pub(crate) fn size_of(&self, home: u64) -> Option<u64> {
+        self.live.get(&home).copied()
+    }
+
+    /// Every live allocation `(home, size)`, sorted.
+    pub(crate) fn allocations(&self) -> Vec<(u64, u64)> {
+        let mut v: Vec<(u64, u64)> = self.live.iter().map(|(&h, &s)| (h, s)).collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Allocates `size` bytes.
+    pub(crate) fn alloc(&mut self, size: u64) -> Result<u64, AllocError> {
+        if size == 0 || size >= HOME_LIMIT - HEAP_START {
+            return Err(AllocError::BadSize(size));
+        }
+        let home = match class_of(size) {
+            Some(class) => self.alloc_small(class)?,
+            None => self.alloc_extent(size.next_multiple_of(PAGE))?,
+        };
+        self.live.insert(home, size);
+        Ok(home)
+    }
+
+    fn alloc_small(&mut self, class: usize) -> Result<u64, AllocError> {
+        if let Some(home) = self.class_free[class].pop() {
+            return Ok(home);
+        }
+        let sb = match self.free_superblocks.pop() {
+            Some(sb) => sb,
+            None if self.superblock_bump + SUPERBLOCK <= LARGE_START => {
+                self.superblock_bump += SUPERBLOCK;
+                self.superblock_bump - SUPERBLOCK
+            }
+            None => return Err(AllocError::HomeSpaceFull),
+        };
+        self.superblocks.insert(sb, class);
+        let size = CLASSES[class];
+        let slots = SUPERBLOCK / size;
+        // Hand out low addresses first: push in reverse.
+        self.class_free[class].extend((1..slots).rev().map(|i| sb + i * size));
+        Ok(sb)
+    }
+
+    fn alloc_extent(&mut self, len: u64) -> Result<u64, AllocError> {
+        if let Some(&(flen, start)) = self.free_by_size.range((len, 0)..).next() {
+            self.take_free(start, flen);
+            if flen > len {
+                self.put_free(start + len, flen - len);
+            }
+            return Ok(start);
+        }
+        let start = self.bump;
+        if start + len > HOME_LIMIT {
+            return Err(AllocError::HomeSpaceFull);
+        }
+        self.bump = start + len;
+        Ok(start)
+    }
+
+    fn take_free(&mut self, start: u64, len: u64) {
+        self.free_by_start.remove(&start);
+        self.free_by_size.remove(&(len, start));
+    }
+
+    fn put_free(&mut self, start: u64, len: u64) {
+        self.free_by_start.insert(start, len);
+        self.free_by_size.insert((len, start));
+    }
+
+    /// Frees the allocation at `home`, returning its size.
+    pub(crate) fn free(&mut self, home: u64) -> Result<u64, AllocError> {
+        let size = self.live.remove(&home).ok_or(AllocError::NotAllocated(home))?;
+        match class_of(size) {
+            Some(class) => self.class_free[class].push(home),
+            None => self.free_extent(home, size.next_multiple_of(PAGE)),
+        }
+        Ok(size)
+    }
+
+    fn free_extent(&mut self, mut start: u64, mut len: u64) {
+        if let Some((&s, &l)) = self.free_by_start.range(..start).next_back()
+            && s + l == start
+        {
+            self.take_free(s, l);
+            start = s;
+            len += l;
+        }
+        if let Some(&l) = self.free_by_start.get(&(start + len)) {
+            self.take_free(start + len, l);
+            len += l;
+        }
+        if start + len == self.bump {
+            self.bump = start;
+        } else {
+            self.put_free(start, len);
+        }
+    }
+
+    /// Rebuilds the allocator from the live allocations found in the logs.
+    pub(crate) fn rebuild(live: impl IntoIterator<Item = (u64, u64)>) -> Result<HomeAllocator, AllocError> {
+        let mut a = HomeAllocator::new();
+        let mut used_slots: HashMap<u64, BTreeSet<u64>> = HashMap::new();
+        let mut extents: Vec<(u64, u64)> = Vec::new();
+        let outside = |home: u64, size: u64| AllocError::Inconsistent(format!("allocation {home:#x}+{size} is outside its region"));
+        for (home, size) in live {
+            if size == 0 || home < HEAP_START || home.checked_add(size).is_none_or(|e| e > HOME_LIMIT) {
+                return Err(AllocError::Inconsistent(format!("allocation {home:#x}+{size} is outside the heap")));
+            }
+            if a.live.insert(home, size).is_some() {
+                return Err(AllocError::Inconsistent(format!("two allocations at {home:#x}")));
+            }
+            match class_of(size) {
+                Some(class) => {
+                    if home + size > LARGE_START {
+                        return Err(outside(home, size));
+                    }
+                    let sb = home - (home - HEAP_START) % SUPERBLOCK;
+                    if (home - sb) % CLASSES[class] != 0 {
+                        return Err(AllocError::Inconsistent(format!("{home:#x} is not a slot of size {}", CLASSES[class])));
+                    }
+                    match a.superblocks.insert(sb, class) {
+                        Some(other) if other != class => {
+                            return Err(AllocError::Inconsistent(format!(
+                                "superblock {sb:#x} holds objects of sizes {} and {}",
+                                CLASSES[other], CLASSES[class]
+                            )));
+                        }
+                        _ => {}
+                    }
+                    used_slots.entry(sb).or_default().insert(home);
+                }
+                None => {
+                    if home < LARGE_START {
+                        return Err(outside(home, size));
+                    }
+                    if (home - LARGE_START) % PAGE != 0 {
+                        return Err(AllocError::Inconsistent(format!("large allocation {home:#x} is not page aligned")));
+                    }
+                    extents.push((home, size.next_multiple_of(PAGE)));
+                }
+            }
+        }
+        extents.sort_unstable();
+        let mut cursor = LARGE_START;
+        for &(start, len) in &extents {
+            if start < cursor {
+                return Err(AllocError::Inconsistent(format!("allocations overlap at {start:#x}")));
+            }
+            if start > cursor {
+                a.put_free(cursor, start - cursor);
+            }
+            cursor = start + len;
+        }
+        a.bump = cursor;
+        let mut sbs: Vec<(u64, usize)> = a.superblocks.iter().map(|(&s, &c)| (s, c)).collect();
+        sbs.sort_unstable();
+        let mut sb_cursor = HEAP_START;
+        for &(sb, _) in &sbs {
+            a.free_superblocks.extend((sb_cursor..sb).step_by(SUPERBLOCK as usize));
+            sb_cursor = sb + SUPERBLOCK;
+        }
+        a.superblock_bump = sb_cursor;
+        a.free_superblocks.reverse();
+        for (sb, class) in sbs {
+            let size = CLASSES[class];
+            let used = used_slots.get(&sb);
+            let free = (0..SUPERBLOCK / size)
+                .rev()
+                .map(|i| sb + i * size)
+                .filter(|slot| used.is_none_or(|u| !u.contains(slot)));
+            a.class_free[class].extend(free);
+        }
+        Ok(a)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocations_never_overlap_and_frees_are_reused() {
+        let mut a = HomeAllocator::new();
+        let mut live = Vec::new();
+        for i in 0..2000u64 {
+            let size = [8, 100, 128, 5000, 70_000, 4096][(i % 6) as usize];
+            live.push((a.alloc(size).unwrap(), size));
+        }
+        let mut sorted = live.clone();
+        sorted.sort();
+        for w in sorted.windows(2) {
+            assert!(w[0].0 + w[0].1 <= w[1].0, "{w:?} overlap");
+        }
+        let (h, s) = live[4];
+        assert_eq!(a.free(h), Ok(s));
+        assert_eq!(a.free(h), Err(AllocError::NotAllocated(h)));
+        assert_eq!(a.alloc(s).unwrap(), h, "a freed extent is reused best-fit");
+    }
+
+    #[test]
+    fn rebuild_reproduces_the_allocator_state() {
+        let mut a = HomeAllocator::new();
+        let mut live = Vec::new();
+        for i in 0..500u64 {
+            let size = 1 + (i * 37) % 9000;
+            live.push((a.alloc(size).unwrap(), size));
+        }
+        for (h, _) in live.iter().step_by(3) {
+            a.free(*h).unwrap();
+        }
+        let kept: Vec<(u64, u64)> = a.allocations();
+        let mut b = HomeAllocator::rebuild(kept.clone()).unwrap();
+        assert_eq!(b.allocations(), kept);
+        // New allocations in the rebuilt heap never overlap the survivors.
+        let mut all = kept.clone();
+        for i in 0..300u64 {
+            let size = 1 + (i * 53) % 9000;
+            all.push((b.alloc(size).unwrap(), size));
+        }
+        all.sort();
+        for w in all.windows(2) {
+            assert!(w[0].0 + w[0].1 <= w[1].0, "{w:?} overlap");
+        }
+    }
+
+    #[test]
+    fn rebuild_refuses_impossible_records() {
+        assert!(HomeAllocator::rebuild([(HEAP_START, 100), (HEAP_START, 100)]).is_err());
+        assert!(HomeAllocator::rebuild([(HEAP_START, 100), (HEAP_START + 16, 16)]).is_err());
+        assert!(HomeAllocator::rebuild([(HEAP_START + 8, 100)]).is_err());
+        assert!(HomeAllocator::rebuild([(16, 8)]).is_err());
+        assert!(HomeAllocator::rebuild([(LARGE_START, 9000), (LARGE_START + 4096, 9000)]).is_err());
+        assert!(HomeAllocator::rebuild([(HEAP_START, 9000)]).is_err());
+        assert!(HomeAllocator::rebuild([(LARGE_START, 90)]).is_err());
+    }
+}

@@ -1,0 +1,325 @@
+//! Byte layout of the log (000_70bf7223c84ebbe9.txt §4.2), all little-endian.
+//!
+//! **Chunk header** (64 bytes, at the start of every chunk):
+//! magic `LHC1` (4), log kind (1), reserved (3), owner log-set id (4), reserved (4),
+//! generation (8), previous chunk of the same log or `u32::MAX` (4), sequence number in
+//! the log (4), reserved (28), CRC32C of bytes 0..60 (4).
+//!
+//! **Transaction block** (16-byte aligned): preamble of 24 bytes — version (8), peer
+//! pointer (48 bits, the pool offset of the next block of the same transaction, cyclic) and
+//! entry count (16 bits) in one word, entries length (4), CRC32C (4) — then the entries.
+//! The CRC covers the chunk index and generation, the preamble's first 20 bytes and the
+//! entries, so a stale block left in a reused chunk never validates.
+//!
+//! **Entry**: a header word — home offset (47 bits), tombstone bit, data size (16 bits) —
+//! then `size` data bytes. In the update log entries carry data. In the allocation log an
+//! entry with the tombstone bit set is an *allocation record* (8 data bytes: the object's
+//! length) and is followed by the object's initial data entries; in the deallocation log
+//! every entry is a *free record* (tombstone bit, 8 data bytes: the length freed).
+
+/// Size of a chunk header.
+pub(crate) const CHUNK_HEADER: usize = 64;
+/// Size of a block preamble.
+pub(crate) const PREAMBLE: usize = 24;
+/// Size of an entry header.
+pub(crate) const ENTRY_HEADER: usize = 8;
+/// Largest data size of one entry.
+pub(crate) const MAX_ENTRY_DATA: usize = u16::MAX as usize;
+/// Most entries in one block.
+pub(crate) const MAX_BLOCK_ENTRIES: usize = u16::MAX as usize;
+/// Blocks start at multiples of this (so appends are whole non-temporal stores).
+pub(crate) const BLOCK_ALIGN: usize = 16;
+/// Home offsets are 47-bit.
+pub(crate) const HOME_LIMIT: u64 = 1 << 47;
+
+const CHUNK_MAGIC: [u8; 4] = *b"LHC1";
+const NO_CHUNK: u32 = u32::MAX;
+
+/// Which log a chunk belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum LogKind {
+    /// Stores to existing data.
+    Update = 1,
+    /// Allocations with their initial data.
+    Alloc = 2,
+    /// Free records (tombstones).
+    Dealloc = 3,
+}
+
+impl LogKind {
+    pub(crate) const ALL: [LogKind; 3] = [LogKind::Update, LogKind::Alloc, LogKind::Dealloc];
+
+    fn from_byte(b: u8) -> Option<LogKind> {
+        LogKind::ALL.into_iter().find(|k| *k as u8 == b)
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize - 1
+    }
+}
+
+/// A decoded chunk header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ChunkHeader {
+    pub kind: LogKind,
+    pub owner: u32,
+    pub generation: u64,
+    pub prev: Option<u32>,
+    pub seq: u32,
+}
+
+impl ChunkHeader {
+    pub(crate) fn encode(&self) -> [u8; CHUNK_HEADER] {
+        let mut b = [0u8; CHUNK_HEADER];
+        b[0..4].copy_from_slice(&CHUNK_MAGIC);
+        b[4] = self.kind as u8;
+        b[8..12].copy_from_slice(&self.owner.to_le_bytes());
+        b[16..24].copy_from_slice(&self.generation.to_le_bytes());
+        b[24..28].copy_from_slice(&self.prev.unwrap_or(NO_CHUNK).to_le_bytes());
+        b[28..32].copy_from_slice(&self.seq.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..60]);
+        b[60..64].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// The header in `b`, or `None` when `b` holds no valid header (a free chunk).
+    pub(crate) fn decode(b: &[u8]) -> Option<ChunkHeader> {
+        if b.len() < CHUNK_HEADER || b[0..4] != CHUNK_MAGIC {
+            return None;
+        }
+        if crc32c::crc32c(&b[..60]) != u32_at(b, 60) {
+            return None;
+        }
+        let prev = u32_at(b, 24);
+        Some(ChunkHeader {
+            kind: LogKind::from_byte(b[4])?,
+            owner: u32_at(b, 8),
+            generation: u64_at(b, 16),
+            prev: (prev != NO_CHUNK).then_some(prev),
+            seq: u32_at(b, 28),
+        })
+    }
+}
+
+/// One entry to encode.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EntryRef<'a> {
+    pub home: u64,
+    pub tombstone: bool,
+    pub data: &'a [u8],
+}
+
+/// The encoded size of a block holding entries with `data_bytes` in all.
+pub(crate) fn block_size(entries: usize, data_bytes: usize) -> usize {
+    (PREAMBLE + entries * ENTRY_HEADER + data_bytes).next_multiple_of(BLOCK_ALIGN)
+}
+
+fn entry_word(home: u64, tombstone: bool, size: usize) -> u64 {
+    debug_assert!(home < HOME_LIMIT && size <= MAX_ENTRY_DATA);
+    home | (tombstone as u64) << 47 | (size as u64) << 48
+}
+
+/// Encodes a block into `out` (cleared first).
+pub(crate) fn encode_block(
+    out: &mut Vec<u8>,
+    chunk: u32,
+    generation: u64,
+    version: u64,
+    peer: u64,
+    entries: &[EntryRef<'_>],
+) {
+    out.clear();
+    let len: usize = entries.iter().map(|e| ENTRY_HEADER + e.data.len()).sum();
+    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(&(peer | (entries.len() as u64) << 48).to_le_bytes());
+    out.extend_from_slice(&(len as u32).to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    for e in entries {
+        out.extend_from_slice(&entry_word(e.home, e.tombstone, e.data.len()).to_le_bytes());
+        out.extend_from_slice(e.data);
+    }
+    let crc = block_crc(chunk, generation, &out[..20], &out[PREAMBLE..]);
+    out[20..24].copy_from_slice(&crc.to_le_bytes());
+    out.resize(out.len().next_multiple_of(BLOCK_ALIGN), 0);
+}
+
+fn block_crc(chunk: u32, generation: u64, preamble: &[u8], entries: &[u8]) -> u32 {
+    let mut crc = crc32c::crc32c(&chunk.to_le_bytes());
+    crc = crc32c::crc32c_append(crc, &generation.to_le_bytes());
+    crc = crc32c::crc32c_append(crc, preamble);
+    crc32c::crc32c_append(crc, entries)
+}
+
+/// A decoded entry; `data` is the offset of its data within the chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DecodedEntry {
+    pub home: u64,
+    pub tombstone: bool,
+    pub size: u32,
+    pub data: u32,
+}
+
+/// A decoded, checksum-valid block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DecodedBlock {
+    /// Offset of the block within its chunk.
+    pub offset: u32,
+    pub version: u64,
+    pub peer: u64,
+    pub entries: Vec<DecodedEntry>,
+    /// Offset of the next block within the chunk.
+    pub end: u32,
+}
+
+/// What is at some offset of a chunk's payload.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum BlockScan {
+    /// A valid block.
+    Block(DecodedBlock),
+    /// Zeros: the end of the written part.
+    End,
+    /// Something that is not a valid block (a torn write or damage).
+    Invalid,
+}
+
+/// Decodes the block at `offset` of `chunk_bytes` (a whole chunk), never panicking.
+pub(crate) fn decode_block(chunk_bytes: &[u8], chunk: u32, generation: u64, offset: usize) -> BlockScan {
+    let Some(pre) = chunk_bytes.get(offset..offset + PREAMBLE) else {
+        return BlockScan::End;
+    };
+    let version = u64_at(pre, 0);
+    if version == 0 {
+        return if pre.iter().all(|&b| b == 0) {
+            BlockScan::End
+        } else {
+            BlockScan::Invalid
+        };
+    }
+    let word = u64_at(pre, 8);
+    let peer = word & ((1 << 48) - 1);
+    let count = (word >> 48) as usize;
+    let len = u32_at(pre, 16) as usize;
+    let Some(body) = chunk_bytes.get(offset + PREAMBLE..offset + PREAMBLE + len) else {
+        return BlockScan::Invalid;
+    };
+    if block_crc(chunk, generation, &pre[..20], body) != u32_at(pre, 20) {
+        return BlockScan::Invalid;
+    }
+    let mut entries = Vec::with_capacity(count);
+    let mut at = 0;
+    while at < len {
+        let Some(h) = body.get(at..at + ENTRY_HEADER) else {
+            return BlockScan::Invalid;
+        };
+        let w = u64_at(h, 0);
+        let size = (w >> 48) as usize;
+        if at + ENTRY_HEADER + size > len {
+            return BlockScan::Invalid;
+        }
+        entries.push(DecodedEntry {
+            home: w & (HOME_LIMIT - 1),
+            tombstone: w >> 47 & 1 == 1,
+            size: size as u32,
+            data: (offset + PREAMBLE + at + ENTRY_HEADER) as u32,
+        });
+        at += ENTRY_HEADER + size;
+    }
+    if entries.len() != count {
+        return BlockScan::Invalid;
+    }
+    BlockScan::Block(DecodedBlock {
+        offset: offset as u32,
+        version,
+        peer,
+        entries,
+        end: (offset + block_size(0, len)) as u32,
+    })
+}
+
+pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut w = [0u8; 4];
+    w.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(w)
+}
+
+pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_header_round_trip_and_damage() {
+        let h = ChunkHeader {
+            kind: LogKind::Alloc,
+            owner: 3,
+            generation: 99,
+            prev: Some(7),
+            seq: 2,
+        };
+        let b = h.encode();
+        assert_eq!(ChunkHeader::decode(&b), Some(h));
+        for bit in 0..CHUNK_HEADER * 8 {
+            let mut d = b;
+            d[bit / 8] ^= 1 << (bit % 8);
+            assert_eq!(ChunkHeader::decode(&d), None, "bit {bit}");
+        }
+        assert_eq!(ChunkHeader::decode(&[0u8; 64]), None);
+    }
+
+    #[test]
+    fn block_round_trip_and_every_flipped_bit_is_caught() {
+        let data = [7u8; 130];
+        let entries = [
+            EntryRef {
+                home: 4096,
+                tombstone: false,
+                data: &data,
+            },
+            EntryRef {
+                home: (1 << 47) - 8,
+                tombstone: true,
+                data: &8u64.to_le_bytes(),
+            },
+        ];
+        let mut buf = Vec::new();
+        encode_block(&mut buf, 5, 11, 42, 0x1234_5678, &entries);
+        assert_eq!(buf.len(), block_size(2, 138));
+        assert_eq!(buf.len() % BLOCK_ALIGN, 0);
+        let mut chunk = vec![0u8; 1024];
+        chunk[64..64 + buf.len()].copy_from_slice(&buf);
+        let BlockScan::Block(b) = decode_block(&chunk, 5, 11, 64) else {
+            panic!("block did not decode")
+        };
+        assert_eq!((b.version, b.peer, b.entries.len()), (42, 0x1234_5678, 2));
+        assert_eq!(b.entries[0].data, 64 + 24 + 8);
+        assert_eq!(&chunk[b.entries[0].data as usize..][..130], &data);
+        assert!(b.entries[1].tombstone && b.entries[1].home == (1 << 47) - 8);
+        assert_eq!(b.end as usize, 64 + buf.len());
+        assert_eq!(decode_block(&chunk, 5, 11, b.end as usize), BlockScan::End);
+        // Another chunk or generation: the same bytes are not a valid block there.
+        assert_eq!(decode_block(&chunk, 6, 11, 64), BlockScan::Invalid);
+        assert_eq!(decode_block(&chunk, 5, 12, 64), BlockScan::Invalid);
+        for bit in 0..(24 + 2 * 8 + 138) * 8 {
+            let mut d = chunk.clone();
+            d[64 + bit / 8] ^= 1 << (bit % 8);
+            assert!(
+                !matches!(decode_block(&d, 5, 11, 64), BlockScan::Block(_)),
+                "bit {bit} not caught"
+            );
+        }
+    }
+
+    #[test]
+    fn truncated_or_garbage_blocks_never_panic() {
+        let mut chunk = vec![0xffu8; 256];
+        assert_eq!(decode_block(&chunk, 0, 0, 200), BlockScan::Invalid);
+        assert_eq!(decode_block(&chunk, 0, 0, 250), BlockScan::End);
+        chunk[0..8].copy_from_slice(&0u64.to_le_bytes());
+        assert_eq!(decode_block(&chunk, 0, 0, 0), BlockScan::Invalid);
+    }
+}

@@ -1,0 +1,605 @@
+//! The log-structured engine (000_70bf7223c84ebbe9.txt): the log is the home of the data.
+//!
+//! Every allocation and store of a committing transaction is appended to the committer's
+//! logs (update, allocation, deallocation) as transaction blocks, made durable with one
+//! fence, and then published in the DRAM home-to-log mapping before the transaction's
+//! locks are released. Reads translate home addresses through the mapping and copy from
+//! the log. On open, [`recovery`] rebuilds the mapping and the allocator from the log.
+//!
+//! Parts: [`layout`] (bytes on media), [`chunks`] (chunk pool, log tails), [`log_writer`]
+//! (commit-time append), [`mapping`] (home-to-log skip list), [`home_alloc`] (home-space
+//! allocator), [`recovery`].
+
+mod chunks;
+mod home_alloc;
+mod layout;
+mod log_writer;
+mod mapping;
+mod recovery;
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+pub use recovery::RecoveryReport;
+
+use self::chunks::{ChunkGeometry, ChunkPool, LogSet};
+use self::home_alloc::{AllocError, HEAP_START, HomeAllocator};
+use self::layout::{EntryRef, HOME_LIMIT, MAX_ENTRY_DATA};
+use self::log_writer::append;
+use self::mapping::Mapping;
+use crate::error::{Error, Result};
+use crate::media::Media;
+use crate::pool::PoolFile;
+use crate::stm::{LockTable, StripeLocks, VersionClock, WriteSet, stripes};
+use crate::stm::{is_locked, version_of};
+
+/// Home offset of the root object.
+pub(crate) const ROOT_HOME: u64 = 4096;
+/// Chunk generations reserved (durably) at each open; see [`LogEngine::open`].
+const GENERATION_RESERVATION: u64 = 1 << 40;
+/// log2 of the number of versioned locks.
+const LOCK_BITS: u32 = 20;
+
+/// Per-attempt state of one transaction.
+#[derive(Debug)]
+pub(crate) struct TxState {
+    id: u64,
+    rv: u64,
+    read_only: bool,
+    reads: Vec<u32>,
+    writes: WriteSet,
+    /// Objects allocated by this attempt: (home, size).
+    allocs: Vec<(u64, u64)>,
+    /// Objects allocated and freed by this attempt (released at the end).
+    alloc_then_freed: Vec<(u64, u64)>,
+    /// Objects this attempt frees: (home, size).
+    frees: Vec<(u64, u64)>,
+    /// Bytes allocated zero-filled (payload not in the write set).
+    zeroed_bytes: u64,
+    /// A read or free found a conflict: the attempt must be retried.
+    conflicted: bool,
+    stripe_words: Vec<(usize, u64)>,
+}
+
+impl TxState {
+    /// Whether this is a read-only transaction.
+    pub(crate) fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Whether the attempt hit a conflict.
+    pub(crate) fn conflicted(&self) -> bool {
+        self.conflicted
+    }
+
+    fn wrote(&self) -> bool {
+        !(self.writes.is_empty() && self.allocs.is_empty() && self.frees.is_empty())
+    }
+}
+
+/// Figures of the log engine for [`Stats`](crate::Stats).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct LogEngineStats {
+    /// Chunks in the pool.
+    pub chunks_total: u64,
+    /// Chunks in no log.
+    pub chunks_free: u64,
+    /// Mapping nodes.
+    pub mapping_nodes: u64,
+    /// DRAM held by the mapping.
+    pub mapping_dram_bytes: u64,
+    /// Bytes of log data still mapped (live).
+    pub live_log_bytes: u64,
+    /// Live allocations.
+    pub allocations: u64,
+    /// Bytes in live allocations.
+    pub allocated_bytes: u64,
+    /// What recovery found when the pool was opened.
+    pub recovery: RecoveryReport,
+}
+
+/// The log-structured engine of one open pool.
+#[derive(Debug)]
+pub(crate) struct LogEngine {
+    media: Arc<Media>,
+    path: std::path::PathBuf,
+    geometry: ChunkGeometry,
+    root: Range<u64>,
+    clock: VersionClock,
+    locks: LockTable,
+    mapping: Mapping,
+    allocator: Mutex<HomeAllocator>,
+    chunks: ChunkPool,
+    log_sets: Mutex<Vec<LogSet>>,
+    next_log_set: AtomicU32,
+    next_tx_id: AtomicU64,
+    report: RecoveryReport,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl LogEngine {
+    /// Opens the engine on a pool file: recovers the mapping, allocator and chunk state
+    /// from the log, and reserves chunk generations.
+    ///
+    /// Chunk generations seed block checksums, so a stale block left in a reused chunk
+    /// never validates. They must never repeat, even across crashes that erase the
+    /// chunk headers recording them: each open durably records a high-water mark in the
+    /// superblock (two copies, the larger wins) and hands out generations below it.
+    pub(crate) fn open(file: &PoolFile) -> Result<LogEngine> {
+        let media = file.media().clone();
+        let layout = file.layout();
+        let root_size = layout.root.end - layout.root.start;
+        if ROOT_HOME + root_size > HEAP_START {
+            return Err(Error::InvalidConfig(format!(
+                "the log engine's root area is at most {} bytes",
+                HEAP_START - ROOT_HOME
+            )));
+        }
+        let geometry = ChunkGeometry::new(layout.data.start, layout.data.end, file.header().chunk_size);
+        let recovered = recovery::recover(&media, &geometry).map_err(|d| Error::Corrupt {
+            path: file.path().into(),
+            offset: d.offset,
+            reason: d.reason,
+        })?;
+        let sb = layout.superblock.start as usize;
+        let high_water = media.read_u64(sb).max(media.read_u64(sb + 8));
+        let base = high_water.max(recovered.max_generation);
+        let reserved = base.saturating_add(GENERATION_RESERVATION);
+        media.write_u64(sb, reserved);
+        media.write_u64(sb + 8, reserved);
+        media.persist(sb, 16);
+
+        let chunks = ChunkPool::new(geometry, recovered.free_chunks, base);
+        for (c, &live) in recovered.live.iter().enumerate() {
+            chunks.add_live(c as u32, live);
+        }
+        let mapping = Mapping::default();
+        *mapping.write() = recovered.mapping;
+        Ok(LogEngine {
+            path: file.path().into(),
+            geometry,
+            root: ROOT_HOME..ROOT_HOME + root_size,
+            clock: VersionClock::starting_after(recovered.report.max_version),
+            locks: LockTable::new(LOCK_BITS),
+            mapping,
+            allocator: Mutex::new(recovered.allocator),
+            chunks,
+            log_sets: Mutex::new(Vec::new()),
+            next_log_set: AtomicU32::new(recovered.max_owner + 1),
+            next_tx_id: AtomicU64::new(1),
+            report: recovered.report,
+            media,
+        })
+    }
+
+    /// The home range of the root object.
+    pub(crate) fn root(&self) -> Range<u64> {
+        self.root.clone()
+    }
+
+    /// The media.
+    pub(crate) fn media(&self) -> &Arc<Media> {
+        &self.media
+    }
+
+    /// Starts a transaction attempt.
+    pub(crate) fn begin(&self, read_only: bool) -> TxState {
+        TxState {
+            id: self.next_tx_id.fetch_add(1, Ordering::Relaxed),
+            rv: self.clock.now(),
+            read_only,
+            reads: Vec::new(),
+            writes: WriteSet::default(),
+            allocs: Vec::new(),
+            alloc_then_freed: Vec::new(),
+            frees: Vec::new(),
+            zeroed_bytes: 0,
+            conflicted: false,
+            stripe_words: Vec::new(),
+        }
+    }
+
+    /// Ends an attempt that will not commit: releases its allocations.
+    pub(crate) fn abort(&self, tx: &mut TxState) {
+        let mut a = lock(&self.allocator);
+        for (home, _) in tx.allocs.drain(..).chain(tx.alloc_then_freed.drain(..)) {
+            let _ = a.free(home);
+        }
+        drop(a);
+        self.media.count_abort();
+    }
+
+    /// Prepares `tx` for another attempt after [`abort`](Self::abort).
+    pub(crate) fn restart(&self, tx: &mut TxState) {
+        tx.rv = self.clock.now();
+        tx.reads.clear();
+        tx.writes.clear();
+        tx.frees.clear();
+        tx.zeroed_bytes = 0;
+        tx.conflicted = false;
+    }
+
+    fn conflict(tx: &mut TxState) -> Error {
+        tx.conflicted = true;
+        Error::Conflict
+    }
+
+    fn check_range(home: u64, len: u64) -> Result<()> {
+        if home < ROOT_HOME || len == 0 || home.checked_add(len).is_none_or(|e| e > HOME_LIMIT) {
+            return Err(Error::InvalidRange { home, len });
+        }
+        Ok(())
+    }
+
+    /// Whether every stripe `tx` read still has a version within its snapshot.
+    fn reads_valid(&self, tx: &TxState, own: Option<&StripeLocks>) -> bool {
+        tx.reads.iter().all(|&i| {
+            let w = self.locks.load(i as usize);
+            if is_locked(w) {
+                own.and_then(|l| l.previous_version(i as usize))
+                    .is_some_and(|v| v <= tx.rv)
+            } else {
+                version_of(w) <= tx.rv
+            }
+        })
+    }
+
+    /// Moves `tx`'s snapshot to now if nothing it read has changed.
+    fn extend(&self, tx: &mut TxState) -> bool {
+        let now = self.clock.now();
+        if self.reads_valid(tx, None) {
+            tx.rv = now;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Reads `[home, home + buf.len())` as of `tx`'s snapshot, with `tx`'s own writes.
+    pub(crate) fn read(&self, tx: &mut TxState, home: u64, buf: &mut [u8]) -> Result<()> {
+        Self::check_range(home, buf.len() as u64)?;
+        if tx.conflicted {
+            return Err(Error::Conflict);
+        }
+        let mut words = std::mem::take(&mut tx.stripe_words);
+        'attempt: loop {
+            words.clear();
+            for s in stripes(home, buf.len() as u64) {
+                let i = self.locks.index(s);
+                let w = self.locks.load(i);
+                if is_locked(w) {
+                    tx.stripe_words = words;
+                    return Err(Self::conflict(tx));
+                }
+                if version_of(w) > tx.rv {
+                    if self.extend(tx) {
+                        continue 'attempt;
+                    }
+                    tx.stripe_words = words;
+                    return Err(Self::conflict(tx));
+                }
+                words.push((i, w));
+            }
+            self.read_committed(home, buf);
+            if words.iter().any(|&(i, w)| self.locks.load(i) != w) {
+                tx.stripe_words = words;
+                return Err(Self::conflict(tx));
+            }
+            break;
+        }
+        tx.reads.extend(words.iter().map(|&(i, _)| i as u32));
+        tx.stripe_words = words;
+        tx.writes.overlay(home, buf);
+        Ok(())
+    }
+
+    /// Copies the committed bytes of `[home, home + buf.len())`; unmapped bytes are zero.
+    fn read_committed(&self, home: u64, buf: &mut [u8]) {
+        buf.fill(0);
+        let map = self.mapping.read();
+        map.lookup(home, buf.len() as u64, |p| {
+            let at = (p.home - home) as usize;
+            self.media.read(p.log as usize, &mut buf[at..at + p.len as usize]);
+        });
+    }
+
+    /// Buffers a write.
+    pub(crate) fn write(&self, tx: &mut TxState, home: u64, bytes: &[u8]) -> Result<()> {
+        if tx.read_only {
+            return Err(Error::ReadOnly);
+        }
+        Self::check_range(home, bytes.len() as u64)?;
+        tx.writes.push(home, bytes);
+        Ok(())
+    }
+
+    /// Allocates `size` bytes, initialised with `init` (zeros if `None`).
+    pub(crate) fn alloc(&self, tx: &mut TxState, size: u64, init: Option<&[u8]>) -> Result<u64> {
+        if tx.read_only {
+            return Err(Error::ReadOnly);
+        }
+        let home = lock(&self.allocator).alloc(size).map_err(|e| match e {
+            AllocError::HomeSpaceFull => Error::HomeSpaceFull,
+            _ => Error::InvalidSize(size),
+        })?;
+        tx.allocs.push((home, size));
+        match init {
+            Some(bytes) => tx.writes.push(home, bytes),
+            None => tx.zeroed_bytes += size,
+        }
+        Ok(home)
+    }
+
+    /// Frees the allocation at `home` when the transaction commits.
+    pub(crate) fn free(&self, tx: &mut TxState, home: u64) -> Result<()> {
+        if tx.read_only {
+            return Err(Error::ReadOnly);
+        }
+        if let Some(k) = tx.allocs.iter().position(|&(h, _)| h == home) {
+            let a = tx.allocs.swap_remove(k);
+            tx.alloc_then_freed.push(a);
+            return Ok(());
+        }
+        if tx.frees.iter().any(|&(h, _)| h == home) {
+            return Err(Error::InvalidFree { home });
+        }
+        // Read the object's first byte, so that two transactions freeing it conflict.
+        let mut probe = [0u8];
+        self.read(tx, home, &mut probe)?;
+        match lock(&self.allocator).size_of(home) {
+            Some(size) => {
+                tx.frees.push((home, size));
+                Ok(())
+            }
+            None if !self.reads_valid(tx, None) => Err(Self::conflict(tx)),
+            None => Err(Error::InvalidFree { home }),
+        }
+    }
+
+    fn checkout_log_set(&self) -> LogSet {
+        lock(&self.log_sets)
+            .pop()
+            .unwrap_or_else(|| LogSet::new(self.next_log_set.fetch_add(1, Ordering::Relaxed)))
+    }
+
+    /// Commits `tx`: validate, log with one fence, publish, release.
+    pub(crate) fn commit(&self, tx: &mut TxState) -> Result<()> {
+        if tx.conflicted {
+            return Err(Error::Conflict);
+        }
+        if !tx.wrote() {
+            // Every read was validated against one snapshot: nothing to do.
+            self.release_freed_allocs(tx);
+            self.media.count_transaction(false);
+            return Ok(());
+        }
+        let mut indices: Vec<usize> = tx
+            .writes
+            .ranges()
+            .chain(tx.allocs.iter().copied())
+            .chain(tx.frees.iter().copied())
+            .flat_map(|(h, l)| stripes(h, l))
+            .map(|s| self.locks.index(s))
+            .collect();
+        indices.sort_unstable();
+        indices.dedup();
+        let held = StripeLocks::acquire(&self.locks, &indices, tx.id).map_err(|_| Self::conflict(tx))?;
+        let version = self.clock.tick();
+        if version != tx.rv + 1 && !self.reads_valid(tx, Some(&held)) {
+            held.restore(&self.locks);
+            return Err(Self::conflict(tx));
+        }
+        tx.allocs.sort_unstable();
+        let data = CommitData::build(tx);
+        let entries = data.entries();
+        if entries.iter().all(|e| e.is_empty()) {
+            // Everything written was freed again by the transaction: nothing to log.
+            drop(entries);
+            drop(data);
+            held.restore(&self.locks);
+            self.release_freed_allocs(tx);
+            self.media.count_transaction(false);
+            return Ok(());
+        }
+        let mut set = self.checkout_log_set();
+        let mut scratch = Vec::new();
+        let placed = append(
+            &self.media,
+            &self.geometry,
+            &self.chunks,
+            &mut set,
+            [&entries[0], &entries[1], &entries[2]],
+            version,
+            &mut scratch,
+        );
+        lock(&self.log_sets).push(set);
+        drop(entries);
+        drop(data);
+        let Ok(placed) = placed else {
+            held.restore(&self.locks);
+            return Err(Error::PoolFull);
+        };
+        {
+            let mut map = self.mapping.write();
+            let chunks = &self.chunks;
+            let geometry = &self.geometry;
+            let mut displaced = |log: u64, bytes: u64| chunks.add_live(geometry.chunk_of(log), -(bytes as i64));
+            for &(home, size) in &tx.frees {
+                map.remove(home, size, &mut displaced);
+            }
+            for p in &placed {
+                map.insert(p.home, p.len, p.log, version, &mut displaced);
+                chunks.add_live(geometry.chunk_of(p.log), p.len as i64);
+            }
+        }
+        held.release(&self.locks, version);
+        {
+            let mut a = lock(&self.allocator);
+            for &(home, _) in &tx.frees {
+                let _ = a.free(home);
+            }
+        }
+        tx.allocs.clear();
+        self.release_freed_allocs(tx);
+        self.media
+            .add_payload(tx.writes.payload_bytes() + tx.zeroed_bytes);
+        self.media.count_transaction(true);
+        Ok(())
+    }
+
+    fn release_freed_allocs(&self, tx: &mut TxState) {
+        if !tx.alloc_then_freed.is_empty() {
+            let mut a = lock(&self.allocator);
+            for (home, _) in tx.alloc_then_freed.drain(..) {
+                let _ = a.free(home);
+            }
+        }
+    }
+
+    /// Every live allocation `(home, size)`, sorted.
+    pub(crate) fn allocations(&self) -> Vec<(u64, u64)> {
+        lock(&self.allocator).allocations()
+    }
+
+    /// Engine figures.
+    pub(crate) fn stats(&self) -> LogEngineStats {
+        let map = self.mapping.read();
+        let a = lock(&self.allocator);
+        LogEngineStats {
+            chunks_total: self.geometry.count as u64,
+            chunks_free: self.chunks.free_count() as u64,
+            mapping_nodes: map.len() as u64,
+            mapping_dram_bytes: map.dram_bytes() as u64,
+            live_log_bytes: self.chunks.total_live_bytes().max(0) as u64,
+            allocations: a.live_count() as u64,
+            allocated_bytes: a.live_bytes(),
+            recovery: self.report.clone(),
+        }
+    }
+
+    /// The pool's path (for error messages).
+    pub(crate) fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+/// What one commit logs: update pieces borrowed from the write set, and the allocation
+/// images and record bytes it owns.
+struct CommitData<'a> {
+    update_parts: Vec<(u64, &'a [u8])>,
+    allocs: &'a [(u64, u64)],
+    frees: &'a [(u64, u64)],
+    images: Vec<Vec<u8>>,
+    records: Vec<[u8; 8]>,
+}
+
+/// Splits `data` for `home` into entries of at most [`MAX_ENTRY_DATA`] bytes.
+fn push_data<'a>(out: &mut Vec<EntryRef<'a>>, home: u64, data: &'a [u8]) {
+    for (k, part) in data.chunks(MAX_ENTRY_DATA).enumerate() {
+        out.push(EntryRef {
+            home: home + (k * MAX_ENTRY_DATA) as u64,
+            tombstone: false,
+            data: part,
+        });
+    }
+}
+
+impl<'a> CommitData<'a> {
+    /// Sorts out the transaction's writes, allocations and frees: writes into objects
+    /// allocated by the transaction become part of their allocation image; writes into
+    /// objects it frees are dropped; no byte is logged twice.
+    fn build(tx: &'a TxState) -> CommitData<'a> {
+        let pieces = tx.writes.resolve();
+        // Allocation images: initial bytes (zeros) overlaid with the writes into them.
+        let mut images: Vec<Vec<u8>> = tx.allocs.iter().map(|&(_, size)| vec![0u8; size as usize]).collect();
+        let mut excluded: Vec<(u64, u64)> = tx.frees.iter().chain(tx.alloc_then_freed.iter()).copied().collect();
+        excluded.sort_unstable();
+        let mut update_parts: Vec<(u64, &'a [u8])> = Vec::new();
+        for p in &pieces {
+            let mut rest: Vec<(u64, &'a [u8])> = vec![(p.home, p.bytes)];
+            for (k, &(ah, asize)) in tx.allocs.iter().enumerate() {
+                rest = cut(rest, ah, asize, |home, bytes| {
+                    let at = (home - ah) as usize;
+                    images[k][at..at + bytes.len()].copy_from_slice(bytes);
+                });
+            }
+            for &(fh, fsize) in &excluded {
+                rest = cut(rest, fh, fsize, |_, _| {});
+            }
+            update_parts.extend(rest);
+        }
+        let records = tx
+            .allocs
+            .iter()
+            .chain(tx.frees.iter())
+            .map(|&(_, size)| size.to_le_bytes())
+            .collect();
+        CommitData {
+            update_parts,
+            allocs: &tx.allocs,
+            frees: &tx.frees,
+            images,
+            records,
+        }
+    }
+
+    /// The entries of the update, allocation and deallocation logs.
+    fn entries(&self) -> [Vec<EntryRef<'_>>; 3] {
+        let mut update = Vec::new();
+        for &(home, bytes) in &self.update_parts {
+            push_data(&mut update, home, bytes);
+        }
+        let mut alloc = Vec::new();
+        for (k, &(home, _)) in self.allocs.iter().enumerate() {
+            alloc.push(EntryRef {
+                home,
+                tombstone: true,
+                data: &self.records[k],
+            });
+            push_data(&mut alloc, home, &self.images[k]);
+        }
+        let n = self.allocs.len();
+        let dealloc = self
+            .frees
+            .iter()
+            .enumerate()
+            .map(|(k, &(home, _))| EntryRef {
+                home,
+                tombstone: true,
+                data: &self.records[n + k],
+            })
+            .collect();
+        [update, alloc, dealloc]
+    }
+}
+
+/// Removes `[start, start + len)` from each part, calling `inside` with the removed bytes.
+fn cut<'a>(
+    parts: Vec<(u64, &'a [u8])>,
+    start: u64,
+    len: u64,
+    mut inside: impl FnMut(u64, &'a [u8]),
+) -> Vec<(u64, &'a [u8])> {
+    let end = start + len;
+    let mut out = Vec::with_capacity(parts.len());
+    for (home, bytes) in parts {
+        let pend = home + bytes.len() as u64;
+        let (s, e) = (home.max(start), pend.min(end));
+        if s >= e {
+            out.push((home, bytes));
+            continue;
+        }
+        inside(s, &bytes[(s - home) as usize..(e - home) as usize]);
+        if home < s {
+            out.push((home, &bytes[..(s - home) as usize]));
+        }
+        if e < pend {
+            out.push((e, &bytes[(e - home) as usize..]));
+        }
+    }
+    out
+}

@@ -1,0 +1,247 @@
+//! Rebuilding the DRAM state from the log (000_70bf7223c84ebbe9.txt §4.5).
+//!
+//! Every chunk is scanned; a chunk with a valid header is read block by block until the
+//! written part ends or a block fails its checks (a torn write). A transaction is
+//! committed when every one of its blocks is valid and each block's peer is a valid block
+//! of the same transaction (so none is missing). Committed transactions are replayed in
+//! version order: free records unmap and release, allocation records allocate, data
+//! entries map. Newer versions override older ones, byte range by byte range.
+//!
+//! A damaged block followed, later in the same log, by committed transactions is not a
+//! torn tail but damage: recovery refuses the pool rather than silently drop committed
+//! data.
+
+use std::collections::{HashMap, HashSet};
+
+use super::chunks::{ChunkGeometry, payload_start};
+use super::home_alloc::HomeAllocator;
+use super::layout::{BlockScan, CHUNK_HEADER, ChunkHeader, DecodedBlock, LogKind, decode_block, u64_at};
+use super::mapping::SkipList;
+use crate::media::Media;
+
+/// What recovery found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RecoveryReport {
+    /// Chunks with a valid header.
+    pub chunks_in_use: u64,
+    /// Valid blocks read.
+    pub blocks: u64,
+    /// Committed transactions replayed.
+    pub transactions: u64,
+    /// Transactions dropped because a block was torn or missing (at most one per log set
+    /// in flight at the crash).
+    pub dropped_transactions: u64,
+    /// Chunks reclaimed because they held nothing committed.
+    pub chunks_reclaimed: u64,
+    /// Largest version seen.
+    pub max_version: u64,
+}
+
+/// Recovery refused the pool: the log is damaged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Damage {
+    pub offset: u64,
+    pub reason: String,
+}
+
+pub(crate) struct Recovered {
+    pub mapping: SkipList,
+    pub allocator: HomeAllocator,
+    pub free_chunks: Vec<u32>,
+    /// Live bytes per chunk.
+    pub live: Vec<i64>,
+    pub max_generation: u64,
+    pub max_owner: u32,
+    pub report: RecoveryReport,
+}
+
+struct ScannedChunk {
+    index: u32,
+    header: ChunkHeader,
+    blocks: Vec<DecodedBlock>,
+    /// Offset of an invalid block that ended the scan, if any.
+    torn_at: Option<u32>,
+}
+
+fn scan(media: &Media, geometry: &ChunkGeometry) -> (Vec<ScannedChunk>, Vec<u32>) {
+    let mut chunks = Vec::new();
+    let mut free = Vec::new();
+    let mut buf = vec![0u8; geometry.size as usize];
+    let mut head = [0u8; CHUNK_HEADER];
+    for c in 0..geometry.count {
+        let at = geometry.offset(c) as usize;
+        media.read(at, &mut head);
+        let Some(header) = ChunkHeader::decode(&head) else {
+            free.push(c);
+            continue;
+        };
+        media.read(at, &mut buf);
+        let mut blocks = Vec::new();
+        let mut offset = payload_start() as usize;
+        let mut torn_at = None;
+        loop {
+            match decode_block(&buf, c, header.generation, offset) {
+                BlockScan::Block(b) => {
+                    offset = b.end as usize;
+                    blocks.push(b);
+                }
+                BlockScan::End => break,
+                BlockScan::Invalid => {
+                    torn_at = Some(offset as u32);
+                    break;
+                }
+            }
+        }
+        chunks.push(ScannedChunk {
+            index: c,
+            header,
+            blocks,
+            torn_at,
+        });
+    }
+    (chunks, free)
+}
+
+/// Rebuilds mapping, allocator and chunk state from `media`'s log.
+pub(crate) fn recover(media: &Media, geometry: &ChunkGeometry) -> Result<Recovered, Damage> {
+    let (chunks, mut free_chunks) = scan(media, geometry);
+    let mut report = RecoveryReport {
+        chunks_in_use: chunks.len() as u64,
+        ..RecoveryReport::default()
+    };
+
+    // Which version each valid block address holds.
+    let mut version_at: HashMap<u64, u64> = HashMap::new();
+    for ch in &chunks {
+        for b in &ch.blocks {
+            version_at.insert(geometry.offset(ch.index) + b.offset as u64, b.version);
+            report.blocks += 1;
+            report.max_version = report.max_version.max(b.version);
+        }
+    }
+    let mut uncommitted: HashSet<u64> = HashSet::new();
+    let mut all_versions: HashSet<u64> = HashSet::new();
+    for ch in &chunks {
+        for b in &ch.blocks {
+            all_versions.insert(b.version);
+            if version_at.get(&b.peer) != Some(&b.version) {
+                uncommitted.insert(b.version);
+            }
+        }
+    }
+    report.dropped_transactions = uncommitted.len() as u64;
+
+    // A torn block with committed data after it in the same log is damage, not a tail.
+    let mut last_committed_seq: HashMap<(u32, LogKind), u32> = HashMap::new();
+    for ch in &chunks {
+        if ch.blocks.iter().any(|b| !uncommitted.contains(&b.version)) {
+            let e = last_committed_seq.entry((ch.header.owner, ch.header.kind)).or_insert(0);
+            *e = (*e).max(ch.header.seq);
+        }
+    }
+    for ch in &chunks {
+        if let Some(at) = ch.torn_at {
+            let later = last_committed_seq
+                .get(&(ch.header.owner, ch.header.kind))
+                .is_some_and(|&s| s > ch.header.seq);
+            if later {
+                return Err(Damage {
+                    offset: geometry.offset(ch.index) + at as u64,
+                    reason: "a damaged transaction block is followed by committed transactions in the same log"
+                        .into(),
+                });
+            }
+        }
+    }
+
+    // Replay committed transactions in version order.
+    let mut by_version: Vec<(u64, LogKind, u32, usize)> = Vec::new();
+    for (ci, ch) in chunks.iter().enumerate() {
+        for (bi, b) in ch.blocks.iter().enumerate() {
+            if !uncommitted.contains(&b.version) {
+                by_version.push((b.version, ch.header.kind, ci as u32, bi));
+            }
+        }
+    }
+    // Within a version: frees, then allocations, then updates.
+    by_version.sort_unstable_by_key(|&(v, kind, ci, bi)| (v, std::cmp::Reverse(kind as u8), ci, bi));
+    report.transactions = all_versions.len() as u64 - report.dropped_transactions;
+
+    let mut mapping = SkipList::default();
+    let mut live = vec![0i64; geometry.count as usize];
+    let mut allocations: HashMap<u64, u64> = HashMap::new();
+    let mut chunk_buf = vec![0u8; 8];
+    for &(version, kind, ci, bi) in &by_version {
+        let ch = &chunks[ci as usize];
+        let base = geometry.offset(ch.index);
+        for e in &ch.blocks[bi].entries {
+            let data = base + e.data as u64;
+            let mut displaced = |log: u64, bytes: u64| {
+                if let Some(l) = live.get_mut(geometry.chunk_of(log) as usize) {
+                    *l -= bytes as i64;
+                }
+            };
+            let record_len = |buf: &mut Vec<u8>| -> Result<u64, Damage> {
+                if e.size != 8 {
+                    return Err(Damage {
+                        offset: data,
+                        reason: format!("a {kind:?} record holds {} bytes, not 8", e.size),
+                    });
+                }
+                media.read(data as usize, &mut buf[..8]);
+                Ok(u64_at(buf, 0))
+            };
+            match (kind, e.tombstone) {
+                (LogKind::Dealloc, _) => {
+                    let len = record_len(&mut chunk_buf)?;
+                    allocations.remove(&e.home);
+                    mapping.remove(e.home, len.min(super::layout::HOME_LIMIT - e.home), &mut displaced);
+                }
+                (LogKind::Alloc, true) => {
+                    let len = record_len(&mut chunk_buf)?;
+                    allocations.insert(e.home, len);
+                }
+                (_, false) => {
+                    mapping.insert(e.home, e.size as u64, data, version, &mut displaced);
+                    live[ch.index as usize] += e.size as i64;
+                }
+                (LogKind::Update, true) => {
+                    return Err(Damage {
+                        offset: data,
+                        reason: "a tombstone entry in an update log".into(),
+                    });
+                }
+            }
+        }
+    }
+    let allocator = HomeAllocator::rebuild(allocations).map_err(|e| Damage {
+        offset: geometry.start,
+        reason: format!("allocation records are inconsistent: {e:?}"),
+    })?;
+
+    let max_generation = chunks.iter().map(|c| c.header.generation).max().unwrap_or(0);
+    let max_owner = chunks.iter().map(|c| c.header.owner).max().unwrap_or(0);
+    // Chunks with nothing committed are reclaimed: their header is erased durably so
+    // their stale blocks can never be read again.
+    for ch in &chunks {
+        if ch.blocks.iter().all(|b| uncommitted.contains(&b.version)) {
+            let at = geometry.offset(ch.index) as usize;
+            media.write(at, &[0u8; CHUNK_HEADER]);
+            media.flush(at, CHUNK_HEADER);
+            free_chunks.push(ch.index);
+            report.chunks_reclaimed += 1;
+        }
+    }
+    if report.chunks_reclaimed > 0 {
+        media.fence();
+    }
+    Ok(Recovered {
+        mapping,
+        allocator,
+        free_chunks,
+        live,
+        max_generation,
+        max_owner,
+        report,
+    })
+}

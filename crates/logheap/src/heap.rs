@@ -1,0 +1,208 @@
+//! The public pool: create or open, root object, transactions, statistics, close.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use bytemuck::Pod;
+
+use crate::config::Config;
+use crate::engine::log::LogEngine;
+use crate::engine::{EngineKind, LogEngineStats};
+use crate::error::{Error, Result};
+use crate::media::{Media, MediaConfig, MediaCounters, SimConfig};
+use crate::pool::{Header, PoolFile};
+use crate::ptr::PPtr;
+use crate::tx::Tx;
+
+/// An open pool: a memory-mapped file holding persistent objects changed by
+/// transactions. `Pool` is `Send + Sync`; any number of threads may run transactions.
+///
+/// ```
+/// use logheap::{Config, Pool, PPtr};
+/// let dir = tempfile::tempdir()?;
+/// let pool = Pool::create(dir.path().join("counter.pool"), &Config::default().size(8 << 20))?;
+/// let root: PPtr<u64> = pool.root()?;
+/// pool.transaction(|tx| {
+///     let n = tx.read(root)?;
+///     tx.write(root, &(n + 1))
+/// })?;
+/// assert_eq!(pool.read(|tx| tx.read(root))?, 1);
+/// pool.close()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct Pool {
+    engine: LogEngine,
+    file: PoolFile,
+}
+
+/// Counters and figures of a pool, from [`Pool::stats`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Stats {
+    /// The engine.
+    pub engine: EngineKind,
+    /// Persistence traffic and transaction counts, summed over threads.
+    pub media: MediaCounters,
+    /// Fences per committed write transaction.
+    pub fences_per_write_tx: f64,
+    /// Media bytes per payload byte (`None` before any payload).
+    pub write_amplification: Option<f64>,
+    /// The log engine's figures.
+    pub log: LogEngineStats,
+}
+
+impl Pool {
+    /// Creates a pool file at `path` (which must not exist).
+    pub fn create(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
+        check_engine(config.engine)?;
+        Pool::start(PoolFile::create(path, &config.pool_options())?)
+    }
+
+    /// Opens the pool at `path` with the default media settings, recovering it if its
+    /// last close was not clean.
+    pub fn open(path: impl AsRef<Path>) -> Result<Pool> {
+        Pool::open_with(path, &MediaConfig::default())
+    }
+
+    /// Opens the pool at `path` with the given media settings.
+    pub fn open_with(path: impl AsRef<Path>, media: &MediaConfig) -> Result<Pool> {
+        Pool::start(PoolFile::open(path, media)?)
+    }
+
+    /// Creates a pool in memory on the crash-simulation media (see [`crate::media::sim`]).
+    pub fn create_sim(config: &Config, sim: SimConfig) -> Result<Pool> {
+        check_engine(config.engine)?;
+        Pool::start(PoolFile::create_sim(&config.pool_options(), sim)?)
+    }
+
+    /// Opens a pool image (for example a crash image) on fresh simulation media,
+    /// running recovery as [`open`](Pool::open) would.
+    pub fn open_image(image: Vec<u8>, media: &MediaConfig, sim: SimConfig) -> Result<Pool> {
+        Pool::start(PoolFile::open_image(image, media, sim)?)
+    }
+
+    fn start(file: PoolFile) -> Result<Pool> {
+        check_engine(file.header().engine)?;
+        let engine = LogEngine::open(&file)?;
+        Ok(Pool { engine, file })
+    }
+
+    /// The root object: a fixed `T` at a fixed place, all zeros until first written.
+    pub fn root<T: Pod>(&self) -> Result<PPtr<T>> {
+        let root = self.engine.root();
+        let needed = std::mem::size_of::<T>() as u64;
+        if needed > root.end - root.start {
+            return Err(Error::RootTooLarge {
+                needed,
+                available: root.end - root.start,
+            });
+        }
+        Ok(PPtr::from_offset(root.start))
+    }
+
+    /// Runs `f` as one atomic, isolated, durable transaction and returns its result.
+    ///
+    /// `f` may run more than once (after a conflict with a concurrent transaction). An
+    /// error it returns aborts the transaction (nothing of it takes effect) and comes
+    /// back unchanged. `Ok` means the transaction is durable.
+    pub fn transaction<R, E: From<Error>>(&self, f: impl FnMut(&mut Tx<'_>) -> Result<R, E>) -> Result<R, E> {
+        self.run(false, f)
+    }
+
+    /// Runs `f` as a read-only transaction: a consistent snapshot, no locks taken.
+    pub fn read<R, E: From<Error>>(&self, f: impl FnMut(&mut Tx<'_>) -> Result<R, E>) -> Result<R, E> {
+        self.run(true, f)
+    }
+
+    fn run<R, E: From<Error>>(
+        &self,
+        read_only: bool,
+        mut f: impl FnMut(&mut Tx<'_>) -> Result<R, E>,
+    ) -> Result<R, E> {
+        let mut tx = Tx::new(&self.engine, read_only);
+        let mut attempt = 0u32;
+        loop {
+            let outcome = match f(&mut tx) {
+                Ok(value) => match self.engine.commit(&mut tx.state) {
+                    Ok(()) => return Ok(value),
+                    Err(Error::Conflict) => None,
+                    Err(e) => Some(E::from(e)),
+                },
+                Err(_) if tx.state.conflicted() => None,
+                Err(e) => Some(e),
+            };
+            self.engine.abort(&mut tx.state);
+            if let Some(e) = outcome {
+                return Err(e);
+            }
+            attempt += 1;
+            backoff(attempt);
+            self.engine.restart(&mut tx.state);
+        }
+    }
+
+    /// Counters and figures.
+    pub fn stats(&self) -> Stats {
+        let media = self.engine.media().counters();
+        Stats {
+            engine: self.file.header().engine,
+            fences_per_write_tx: if media.write_transactions == 0 {
+                0.0
+            } else {
+                media.fences as f64 / media.write_transactions as f64
+            },
+            write_amplification: media.write_amplification(),
+            media,
+            log: self.engine.stats(),
+        }
+    }
+
+    /// Every live allocation `(home offset, size)`, sorted (for checking tools).
+    pub fn allocations(&self) -> Vec<(u64, u64)> {
+        self.engine.allocations()
+    }
+
+    /// The pool's media (for counters and the crash simulator).
+    pub fn media(&self) -> &Arc<Media> {
+        self.engine.media()
+    }
+
+    /// The pool header.
+    pub fn header(&self) -> &Header {
+        self.file.header()
+    }
+
+    /// The pool file's path.
+    pub fn path(&self) -> &Path {
+        self.engine.path()
+    }
+
+    /// Whether the pool was closed cleanly before this open.
+    pub fn was_clean(&self) -> bool {
+        self.file.was_clean()
+    }
+
+    /// Closes the pool cleanly. (Dropping it without closing is like a crash: the next
+    /// open runs recovery.)
+    pub fn close(self) -> Result<()> {
+        self.file.close()
+    }
+}
+
+fn check_engine(kind: EngineKind) -> Result<()> {
+    match kind {
+        EngineKind::Log => Ok(()),
+        other => Err(Error::EngineUnavailable(other)),
+    }
+}
+
+/// Waits before retry `attempt`: spins that double each time, then yields.
+fn backoff(attempt: u32) {
+    if attempt < 10 {
+        for _ in 0..(1u32 << attempt) {
+            std::hint::spin_loop();
+        }
+    } else {
+        std::thread::yield_now();
+    }
+}

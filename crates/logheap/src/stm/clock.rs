@@ -1,0 +1,28 @@
+//! The global version clock.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crossbeam_utils::CachePadded;
+
+/// Monotonic commit timestamps; each write commit takes a unique one.
+#[derive(Debug, Default)]
+pub(crate) struct VersionClock(CachePadded<AtomicU64>);
+
+impl VersionClock {
+    /// A clock whose next commit version is `last + 1`.
+    pub(crate) fn starting_after(last: u64) -> VersionClock {
+        VersionClock(CachePadded::new(AtomicU64::new(last)))
+    }
+
+    /// The latest committed version: a snapshot start.
+    #[inline]
+    pub(crate) fn now(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Takes the next commit version.
+    #[inline]
+    pub(crate) fn tick(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::AcqRel) + 1
+    }
+}

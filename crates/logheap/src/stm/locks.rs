@@ -1,0 +1,145 @@
+//! Versioned locks over address stripes.
+//!
+//! A lock word is `version << 1` when free and `owner << 1 | 1` when held, `owner` being
+//! the committing transaction's id. Stripes hash onto a fixed table, so unrelated
+//! addresses may share a lock (a false conflict, never a missed one).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::Conflict;
+
+/// The lock table.
+#[derive(Debug)]
+pub(crate) struct LockTable {
+    words: Box<[AtomicU64]>,
+    bits: u32,
+}
+
+impl LockTable {
+    /// A table of `2^bits` locks.
+    pub(crate) fn new(bits: u32) -> LockTable {
+        LockTable {
+            words: (0..1usize << bits).map(|_| AtomicU64::new(0)).collect(),
+            bits,
+        }
+    }
+
+    /// The lock index of a stripe.
+    #[inline]
+    pub(crate) fn index(&self, stripe: u64) -> usize {
+        (stripe.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - self.bits)) as usize
+    }
+
+    /// The current word of lock `i`.
+    #[inline]
+    pub(crate) fn load(&self, i: usize) -> u64 {
+        self.words[i].load(Ordering::Acquire)
+    }
+
+    #[inline]
+    fn try_lock(&self, i: usize, owner: u64) -> Result<u64, u64> {
+        let w = self.words[i].load(Ordering::Acquire);
+        if is_locked(w) {
+            return Err(w);
+        }
+        self.words[i]
+            .compare_exchange(w, owner << 1 | 1, Ordering::AcqRel, Ordering::Acquire)
+            .map(|_| w)
+    }
+
+    #[inline]
+    fn store(&self, i: usize, word: u64) {
+        self.words[i].store(word, Ordering::Release);
+    }
+}
+
+/// Whether a lock word is held.
+#[inline]
+pub(crate) fn is_locked(word: u64) -> bool {
+    word & 1 == 1
+}
+
+/// The version of a free lock word.
+#[inline]
+pub(crate) fn version_of(word: u64) -> u64 {
+    word >> 1
+}
+
+/// The locks one committing transaction holds, with the words they had before.
+#[derive(Debug, Default)]
+pub(crate) struct StripeLocks {
+    held: Vec<(usize, u64)>,
+}
+
+impl StripeLocks {
+    /// Takes every lock in `indices` (sorted and deduplicated by the caller) for `owner`,
+    /// spinning briefly on a held one; on failure releases what it took.
+    pub(crate) fn acquire(table: &LockTable, indices: &[usize], owner: u64) -> Result<StripeLocks, Conflict> {
+        let mut locks = StripeLocks {
+            held: Vec::with_capacity(indices.len()),
+        };
+        for &i in indices {
+            let mut spins = 0;
+            loop {
+                match table.try_lock(i, owner) {
+                    Ok(previous) => {
+                        locks.held.push((i, previous));
+                        break;
+                    }
+                    Err(_) if spins < 64 => {
+                        spins += 1;
+                        std::hint::spin_loop();
+                    }
+                    Err(_) => {
+                        locks.restore(table);
+                        return Err(Conflict);
+                    }
+                }
+            }
+        }
+        Ok(locks)
+    }
+
+    /// The version lock `i` had before this transaction took it, if it holds it.
+    pub(crate) fn previous_version(&self, i: usize) -> Option<u64> {
+        self.held
+            .binary_search_by_key(&i, |&(j, _)| j)
+            .ok()
+            .map(|k| version_of(self.held[k].1))
+    }
+
+    /// Releases every lock with the new commit version.
+    pub(crate) fn release(self, table: &LockTable, version: u64) {
+        for (i, _) in self.held {
+            table.store(i, version << 1);
+        }
+    }
+
+    /// Releases every lock with the word it had before (the commit did not happen).
+    pub(crate) fn restore(self, table: &LockTable) {
+        for (i, previous) in self.held {
+            table.store(i, previous);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acquire_release_and_conflict() {
+        let t = LockTable::new(10);
+        let a = StripeLocks::acquire(&t, &[1, 5, 9], 7).unwrap();
+        assert!(is_locked(t.load(5)));
+        assert_eq!(a.previous_version(5), Some(0));
+        assert_eq!(a.previous_version(6), None);
+        assert_eq!(StripeLocks::acquire(&t, &[0, 5], 8).err(), Some(Conflict));
+        assert!(!is_locked(t.load(0)), "a failed acquire releases what it took");
+        a.release(&t, 42);
+        assert_eq!(version_of(t.load(9)), 42);
+        let b = StripeLocks::acquire(&t, &[9], 8).unwrap();
+        b.restore(&t);
+        assert_eq!(version_of(t.load(9)), 42);
+    }
+}

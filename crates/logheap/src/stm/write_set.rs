@@ -1,0 +1,153 @@
+//! A transaction's buffered writes.
+//!
+//! Writes are kept in program order; reads overlay them so a transaction sees its own
+//! writes. At commit, [`WriteSet::resolve`] turns them into non-overlapping pieces in which
+//! later bytes win, so no byte reaches the log twice.
+
+use std::collections::BTreeMap;
+
+/// One buffered write.
+#[derive(Debug, Clone, Copy)]
+struct Write {
+    home: u64,
+    len: u64,
+    /// Offset of the bytes in `WriteSet::bytes`.
+    at: usize,
+}
+
+/// Buffered writes of one transaction.
+#[derive(Debug, Default)]
+pub(crate) struct WriteSet {
+    writes: Vec<Write>,
+    bytes: Vec<u8>,
+}
+
+/// A resolved, non-overlapping piece of the write set: `bytes` go to `home`; `write` is
+/// the index of the write it came from (pieces of one write may be merged without
+/// group update; merging pieces of different writes is group update).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Piece<'a> {
+    pub home: u64,
+    pub bytes: &'a [u8],
+    pub write: usize,
+}
+
+impl WriteSet {
+    /// Whether nothing was written.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+
+    /// Bytes written, counting rewrites (the application's payload).
+    pub(crate) fn payload_bytes(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    /// Buffers a write.
+    pub(crate) fn push(&mut self, home: u64, bytes: &[u8]) {
+        self.writes.push(Write {
+            home,
+            len: bytes.len() as u64,
+            at: self.bytes.len(),
+        });
+        self.bytes.extend_from_slice(bytes);
+    }
+
+    /// Forgets everything (for a retry).
+    pub(crate) fn clear(&mut self) {
+        self.writes.clear();
+        self.bytes.clear();
+    }
+
+    /// Copies this transaction's writes over `buf`, which holds `[home, home + len)`.
+    pub(crate) fn overlay(&self, home: u64, buf: &mut [u8]) {
+        let end = home + buf.len() as u64;
+        for w in &self.writes {
+            let (s, e) = (w.home.max(home), (w.home + w.len).min(end));
+            if s < e {
+                let src = w.at + (s - w.home) as usize;
+                buf[(s - home) as usize..(e - home) as usize].copy_from_slice(&self.bytes[src..src + (e - s) as usize]);
+            }
+        }
+    }
+
+    /// Every written range, in program order (for locking).
+    pub(crate) fn ranges(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.writes.iter().map(|w| (w.home, w.len))
+    }
+
+    /// The final bytes of the transaction as non-overlapping pieces sorted by address;
+    /// later writes win.
+    pub(crate) fn resolve(&self) -> Vec<Piece<'_>> {
+        // start -> (end, write index, offset of `start` in bytes)
+        let mut map: BTreeMap<u64, (u64, usize, usize)> = BTreeMap::new();
+        for (index, w) in self.writes.iter().enumerate() {
+            if w.len == 0 {
+                continue;
+            }
+            let (start, end) = (w.home, w.home + w.len);
+            // Trim or split the piece that starts before `start` and reaches into it.
+            if let Some((&s, &(e, i, at))) = map.range(..start).next_back()
+                && e > start
+            {
+                map.insert(s, (start, i, at));
+                if e > end {
+                    map.insert(end, (e, i, at + (end - s) as usize));
+                }
+            }
+            // Remove or trim pieces starting inside [start, end).
+            let inside: Vec<u64> = map.range(start..end).map(|(&s, _)| s).collect();
+            for s in inside {
+                if let Some((e, i, at)) = map.remove(&s)
+                    && e > end
+                {
+                    map.insert(end, (e, i, at + (end - s) as usize));
+                }
+            }
+            map.insert(start, (end, index, w.at));
+        }
+        map.into_iter()
+            .map(|(s, (e, write, at))| Piece {
+                home: s,
+                bytes: &self.bytes[at..at + (e - s) as usize],
+                write,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(pieces: &[Piece<'_>], len: usize) -> Vec<u8> {
+        let mut v = vec![0u8; len];
+        for p in pieces {
+            v[p.home as usize..p.home as usize + p.bytes.len()].copy_from_slice(p.bytes);
+        }
+        v
+    }
+
+    #[test]
+    fn resolve_matches_overlay_and_never_overlaps() {
+        let mut ws = WriteSet::default();
+        ws.push(10, &[1; 20]); // 10..30
+        ws.push(15, &[2; 5]); // splits it
+        ws.push(25, &[3; 10]); // trims the tail, extends
+        ws.push(0, &[4; 12]); // trims the head
+        ws.push(40, &[5; 4]);
+        let pieces = ws.resolve();
+        for pair in pieces.windows(2) {
+            assert!(pair[0].home + pair[0].bytes.len() as u64 <= pair[1].home);
+        }
+        let mut expected = vec![0u8; 50];
+        ws.overlay(0, &mut expected);
+        assert_eq!(image(&pieces, 50), expected);
+        assert_eq!(&expected[..12], &[4; 12]);
+        assert_eq!(&expected[12..15], &[1; 3]);
+        assert_eq!(&expected[15..20], &[2; 5]);
+        assert_eq!(&expected[20..25], &[1; 5]);
+        assert_eq!(&expected[25..35], &[3; 10]);
+        assert_eq!(ws.payload_bytes(), 51);
+    }
+}
