@@ -1,6 +1,7 @@
-//! The `logheap` command: calibrate the machine, inspect pools.
+//! The `logheap` command: calibrate the machine, inspect pools, crash-test engines.
 
 mod calibrate;
+mod crashtest;
 mod inspect;
 
 use std::process::ExitCode;
@@ -21,6 +22,9 @@ enum Command {
     Calibrate(calibrate::Args),
     /// Print a pool file's header and state without opening it.
     Inspect(inspect::Args),
+    /// Check crash consistency: every crash image of a workload must recover to the
+    /// state before or after the transaction in flight.
+    Crashtest(crashtest::Args),
 }
 
 fn main() -> ExitCode {
@@ -28,6 +32,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Calibrate(args) => calibrate::run(&args),
         Command::Inspect(args) => inspect::run(&args),
+        Command::Crashtest(args) => crashtest::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

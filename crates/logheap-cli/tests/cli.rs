@@ -85,3 +85,57 @@ fn inspect_prints_a_pool_header() {
     assert_eq!(v["header"]["pool_size"], 1 << 20);
     assert_eq!(v["state"]["clean"], true);
 }
+
+fn crashtest(extra: &[&str]) -> (bool, serde_json::Value) {
+    let out = logheap()
+        .args([
+            "crashtest",
+            "--engine",
+            "log",
+            "--txs",
+            "200",
+            "--seed",
+            "7",
+            "--json",
+        ])
+        .args(extra)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().last().unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(line)
+        .unwrap_or_else(|e| panic!("{e}: {stdout} {}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.success(), v)
+}
+
+#[test]
+fn crashtest_checks_over_a_thousand_images_without_violation() {
+    let (ok, v) = crashtest(&[]);
+    assert!(ok, "{v}");
+    assert!(v["images"].as_u64().unwrap() >= 1000, "{v}");
+    assert_eq!(v["violations"], 0, "{v}");
+    // One fence per transaction plus the two of pool creation.
+    assert_eq!(v["fences"], 202, "{v}");
+}
+
+#[test]
+fn crashtest_catches_a_commit_without_its_fence() {
+    let (ok, v) = crashtest(&["--fault", "skip-commit-fence"]);
+    assert!(!ok, "a broken engine must fail the crash test: {v}");
+    assert!(v["violations"].as_u64().unwrap() > 0, "{v}");
+}
+
+#[test]
+fn crashtest_prints_the_summary_line_last() {
+    let out = logheap()
+        .args(["crashtest", "--txs", "20"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap();
+    assert!(
+        last.starts_with("images=") && last.ends_with("violations=0"),
+        "{last}"
+    );
+}

@@ -16,6 +16,19 @@ pub struct Config {
     pub root_size: u64,
     /// How the media persists (default: `pmem`, best flush instruction, no emulation).
     pub media: MediaConfig,
+    /// A deliberate defect, for showing that crash tests catch one. Never set it in
+    /// production code.
+    #[doc(hidden)]
+    pub fault: Option<Fault>,
+}
+
+/// Deliberate defects a pool can be created with, so tests can show that the crash
+/// simulator catches a broken engine.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Commit without the fence that makes the transaction's log blocks durable.
+    SkipCommitFence,
 }
 
 impl Default for Config {
@@ -26,6 +39,7 @@ impl Default for Config {
             chunk_size: 32 << 10,
             root_size: 4096,
             media: MediaConfig::default(),
+            fault: None,
         }
     }
 }

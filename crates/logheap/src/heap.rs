@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytemuck::Pod;
 
-use crate::config::Config;
+use crate::config::{Config, Fault};
 use crate::engine::log::LogEngine;
 use crate::engine::{EngineKind, LogEngineStats};
 use crate::error::{Error, Result};
@@ -55,7 +55,10 @@ impl Pool {
     /// Creates a pool file at `path` (which must not exist).
     pub fn create(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
         check_engine(config.engine)?;
-        Pool::start(PoolFile::create(path, &config.pool_options())?)
+        Pool::start(
+            PoolFile::create(path, &config.pool_options())?,
+            config.fault,
+        )
     }
 
     /// Opens the pool at `path` with the default media settings, recovering it if its
@@ -66,24 +69,27 @@ impl Pool {
 
     /// Opens the pool at `path` with the given media settings.
     pub fn open_with(path: impl AsRef<Path>, media: &MediaConfig) -> Result<Pool> {
-        Pool::start(PoolFile::open(path, media)?)
+        Pool::start(PoolFile::open(path, media)?, None)
     }
 
     /// Creates a pool in memory on the crash-simulation media (see [`crate::media::sim`]).
     pub fn create_sim(config: &Config, sim: SimConfig) -> Result<Pool> {
         check_engine(config.engine)?;
-        Pool::start(PoolFile::create_sim(&config.pool_options(), sim)?)
+        Pool::start(
+            PoolFile::create_sim(&config.pool_options(), sim)?,
+            config.fault,
+        )
     }
 
     /// Opens a pool image (for example a crash image) on fresh simulation media,
     /// running recovery as [`open`](Pool::open) would.
     pub fn open_image(image: Vec<u8>, media: &MediaConfig, sim: SimConfig) -> Result<Pool> {
-        Pool::start(PoolFile::open_image(image, media, sim)?)
+        Pool::start(PoolFile::open_image(image, media, sim)?, None)
     }
 
-    fn start(file: PoolFile) -> Result<Pool> {
+    fn start(file: PoolFile, fault: Option<Fault>) -> Result<Pool> {
         check_engine(file.header().engine)?;
-        let engine = LogEngine::open(&file)?;
+        let engine = LogEngine::open(&file, fault)?;
         Ok(Pool { engine, file })
     }
 
@@ -105,12 +111,18 @@ impl Pool {
     /// `f` may run more than once (after a conflict with a concurrent transaction). An
     /// error it returns aborts the transaction (nothing of it takes effect) and comes
     /// back unchanged. `Ok` means the transaction is durable.
-    pub fn transaction<R, E: From<Error>>(&self, f: impl FnMut(&mut Tx<'_>) -> Result<R, E>) -> Result<R, E> {
+    pub fn transaction<R, E: From<Error>>(
+        &self,
+        f: impl FnMut(&mut Tx<'_>) -> Result<R, E>,
+    ) -> Result<R, E> {
         self.run(false, f)
     }
 
     /// Runs `f` as a read-only transaction: a consistent snapshot, no locks taken.
-    pub fn read<R, E: From<Error>>(&self, f: impl FnMut(&mut Tx<'_>) -> Result<R, E>) -> Result<R, E> {
+    pub fn read<R, E: From<Error>>(
+        &self,
+        f: impl FnMut(&mut Tx<'_>) -> Result<R, E>,
+    ) -> Result<R, E> {
         self.run(true, f)
     }
 

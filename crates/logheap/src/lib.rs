@@ -50,7 +50,7 @@ mod stm;
 mod tx;
 
 pub use bytemuck::{Pod, Zeroable};
-pub use config::Config;
+pub use config::{Config, Fault};
 pub use engine::EngineKind;
 pub use error::{Error, Result};
 pub use heap::{Pool, Stats};

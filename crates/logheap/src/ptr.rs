@@ -58,7 +58,9 @@ impl<T> PPtr<T> {
 macro_rules! pfield {
     ($ptr:expr, $Type:ty, $field:ident) => {{
         let base: $crate::PPtr<$Type> = $ptr;
-        base.project(::core::mem::offset_of!($Type, $field), |t: &$Type| &t.$field)
+        base.project(::core::mem::offset_of!($Type, $field), |t: &$Type| {
+            &t.$field
+        })
     }};
 }
 

@@ -57,7 +57,9 @@ impl<'p> Tx<'p> {
     /// Allocates a new object holding `value`.
     pub fn alloc<T: Pod>(&mut self, value: T) -> Result<PPtr<T>> {
         let bytes = bytemuck::bytes_of(&value);
-        let home = self.engine.alloc(&mut self.state, bytes.len() as u64, Some(bytes))?;
+        let home = self
+            .engine
+            .alloc(&mut self.state, bytes.len() as u64, Some(bytes))?;
         Ok(PPtr::from_offset(home))
     }
 

@@ -31,10 +31,17 @@ fn shared_counter_loses_no_increment() {
             });
         }
     });
-    assert_eq!(pool.read(|tx| tx.read(counter)).unwrap(), threads * per_thread);
+    assert_eq!(
+        pool.read(|tx| tx.read(counter)).unwrap(),
+        threads * per_thread
+    );
     let c = pool.media().counters().since(&before);
     assert_eq!(c.write_transactions, threads * per_thread);
-    assert_eq!(c.fences, threads * per_thread, "one fence per committed write transaction");
+    assert_eq!(
+        c.fences,
+        threads * per_thread,
+        "one fence per committed write transaction"
+    );
 }
 
 const ACCOUNTS: usize = 32;
@@ -44,7 +51,8 @@ const INITIAL: u64 = 1000;
 fn transfers_keep_the_total_and_readers_never_see_a_torn_state() {
     let (_dir, pool) = pool();
     let accounts: PPtr<[u64; ACCOUNTS]> = pool.root().unwrap();
-    pool.transaction(|tx| tx.write(accounts, &[INITIAL; ACCOUNTS])).unwrap();
+    pool.transaction(|tx| tx.write(accounts, &[INITIAL; ACCOUNTS]))
+        .unwrap();
     let account = |i: usize| PPtr::<u64>::from_offset(accounts.offset() + 8 * i as u64);
     let done = AtomicBool::new(false);
     let writers_finished = AtomicUsize::new(0);
@@ -55,7 +63,9 @@ fn transfers_keep_the_total_and_readers_never_see_a_torn_state() {
             s.spawn(move || {
                 let mut x = t * 7919 + 1;
                 for _ in 0..2000 {
-                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
                     let from = (x >> 33) as usize % ACCOUNTS;
                     let to = (x >> 17) as usize % ACCOUNTS;
                     let amount = (x >> 50) % 50;
@@ -78,9 +88,17 @@ fn transfers_keep_the_total_and_readers_never_see_a_torn_state() {
             while !done.load(Ordering::Relaxed) || checked < 10 {
                 // Read accounts one at a time: the snapshot must hold across reads.
                 let total = pool
-                    .read(|tx| (0..ACCOUNTS).map(|i| tx.read(account(i))).sum::<Result<u64, Error>>())
+                    .read(|tx| {
+                        (0..ACCOUNTS)
+                            .map(|i| tx.read(account(i)))
+                            .sum::<Result<u64, Error>>()
+                    })
                     .unwrap();
-                assert_eq!(total, INITIAL * ACCOUNTS as u64, "a reader saw a torn state");
+                assert_eq!(
+                    total,
+                    INITIAL * ACCOUNTS as u64,
+                    "a reader saw a torn state"
+                );
                 checked += 1;
             }
             checked
@@ -142,5 +160,9 @@ fn concurrent_inserts_into_one_list_lose_none() {
     sorted.sort();
     sorted.dedup();
     assert_eq!(sorted.len(), keys.len(), "every node once");
-    assert_eq!(pool.allocations().len(), keys.len(), "no leaked allocation from retries");
+    assert_eq!(
+        pool.allocations().len(),
+        keys.len(),
+        "no leaked allocation from retries"
+    );
 }

@@ -54,7 +54,9 @@ impl MediaCounters {
                 .emulated_delay_ns
                 .saturating_sub(earlier.emulated_delay_ns),
             transactions: self.transactions.saturating_sub(earlier.transactions),
-            write_transactions: self.write_transactions.saturating_sub(earlier.write_transactions),
+            write_transactions: self
+                .write_transactions
+                .saturating_sub(earlier.write_transactions),
             aborts: self.aborts.saturating_sub(earlier.aborts),
         }
     }

@@ -400,22 +400,31 @@ fn candidate_selections(
     }
     let cap = config.max_images_per_fence.max(2);
     let mut out = vec![none.clone(), full.clone()];
+    let mut variations = Vec::new();
     if config.line_variations {
-        'lines: for (i, &n) in full.iter().enumerate() {
+        for (i, &n) in full.iter().enumerate() {
             for k in 0..=n {
                 for base in [&none, &full] {
-                    if out.len() >= cap {
-                        break 'lines;
-                    }
                     if base[i] != k {
                         let mut sel = base.clone();
                         sel[i] = k;
-                        out.push(sel);
+                        variations.push(sel);
                     }
                 }
             }
         }
     }
+    // Leave room for the random combinations; when the variations do not all fit, take a
+    // seeded random subset of them, so every line has its chance.
+    let room = cap.saturating_sub(out.len() + config.random_images.min(cap / 2));
+    if variations.len() > room {
+        for k in 0..room {
+            let j = rng.random_range(k..variations.len());
+            variations.swap(k, j);
+        }
+        variations.truncate(room);
+    }
+    out.extend(variations);
     for _ in 0..config.random_images {
         if out.len() >= cap {
             break;

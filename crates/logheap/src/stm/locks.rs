@@ -74,7 +74,11 @@ pub(crate) struct StripeLocks {
 impl StripeLocks {
     /// Takes every lock in `indices` (sorted and deduplicated by the caller) for `owner`,
     /// spinning briefly on a held one; on failure releases what it took.
-    pub(crate) fn acquire(table: &LockTable, indices: &[usize], owner: u64) -> Result<StripeLocks, Conflict> {
+    pub(crate) fn acquire(
+        table: &LockTable,
+        indices: &[usize],
+        owner: u64,
+    ) -> Result<StripeLocks, Conflict> {
         let mut locks = StripeLocks {
             held: Vec::with_capacity(indices.len()),
         };
@@ -135,7 +139,10 @@ mod tests {
         assert_eq!(a.previous_version(5), Some(0));
         assert_eq!(a.previous_version(6), None);
         assert_eq!(StripeLocks::acquire(&t, &[0, 5], 8).err(), Some(Conflict));
-        assert!(!is_locked(t.load(0)), "a failed acquire releases what it took");
+        assert!(
+            !is_locked(t.load(0)),
+            "a failed acquire releases what it took"
+        );
         a.release(&t, 42);
         assert_eq!(version_of(t.load(9)), 42);
         let b = StripeLocks::acquire(&t, &[9], 8).unwrap();

@@ -66,7 +66,8 @@ impl WriteSet {
             let (s, e) = (w.home.max(home), (w.home + w.len).min(end));
             if s < e {
                 let src = w.at + (s - w.home) as usize;
-                buf[(s - home) as usize..(e - home) as usize].copy_from_slice(&self.bytes[src..src + (e - s) as usize]);
+                buf[(s - home) as usize..(e - home) as usize]
+                    .copy_from_slice(&self.bytes[src..src + (e - s) as usize]);
             }
         }
     }

@@ -124,7 +124,12 @@ impl LogSet {
     }
 
     /// The header of the chunk that follows `tail` in log `kind`.
-    pub(crate) fn next_header(&self, kind: LogKind, tail: Option<TailChunk>, generation: u64) -> ChunkHeader {
+    pub(crate) fn next_header(
+        &self,
+        kind: LogKind,
+        tail: Option<TailChunk>,
+        generation: u64,
+    ) -> ChunkHeader {
         ChunkHeader {
             kind,
             owner: self.id,

@@ -17,7 +17,9 @@ pub(crate) const HEAP_START: u64 = 1 << 20;
 const LARGE_START: u64 = 1 << 46;
 const SUPERBLOCK: u64 = 64 << 10;
 const PAGE: u64 = 4096;
-const CLASSES: [u64; 16] = [16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096];
+const CLASSES: [u64; 16] = [
+    16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096,
+];
 
 fn class_of(size: u64) -> Option<usize> {
     CLASSES.iter().position(|&c| c >= size)
@@ -150,7 +152,10 @@ impl HomeAllocator {
 
     /// Frees the allocation at `home`, returning its size.
     pub(crate) fn free(&mut self, home: u64) -> Result<u64, AllocError> {
-        let size = self.live.remove(&home).ok_or(AllocError::NotAllocated(home))?;
+        let size = self
+            .live
+            .remove(&home)
+            .ok_or(AllocError::NotAllocated(home))?;
         match class_of(size) {
             Some(class) => self.class_free[class].push(home),
             None => self.free_extent(home, size.next_multiple_of(PAGE)),
@@ -178,17 +183,28 @@ impl HomeAllocator {
     }
 
     /// Rebuilds the allocator from the live allocations found in the logs.
-    pub(crate) fn rebuild(live: impl IntoIterator<Item = (u64, u64)>) -> Result<HomeAllocator, AllocError> {
+    pub(crate) fn rebuild(
+        live: impl IntoIterator<Item = (u64, u64)>,
+    ) -> Result<HomeAllocator, AllocError> {
         let mut a = HomeAllocator::new();
         let mut used_slots: HashMap<u64, BTreeSet<u64>> = HashMap::new();
         let mut extents: Vec<(u64, u64)> = Vec::new();
-        let outside = |home: u64, size: u64| AllocError::Inconsistent(format!("allocation {home:#x}+{size} is outside its region"));
+        let outside = |home: u64, size: u64| {
+            AllocError::Inconsistent(format!("allocation {home:#x}+{size} is outside its region"))
+        };
         for (home, size) in live {
-            if size == 0 || home < HEAP_START || home.checked_add(size).is_none_or(|e| e > HOME_LIMIT) {
-                return Err(AllocError::Inconsistent(format!("allocation {home:#x}+{size} is outside the heap")));
+            if size == 0
+                || home < HEAP_START
+                || home.checked_add(size).is_none_or(|e| e > HOME_LIMIT)
+            {
+                return Err(AllocError::Inconsistent(format!(
+                    "allocation {home:#x}+{size} is outside the heap"
+                )));
             }
             if a.live.insert(home, size).is_some() {
-                return Err(AllocError::Inconsistent(format!("two allocations at {home:#x}")));
+                return Err(AllocError::Inconsistent(format!(
+                    "two allocations at {home:#x}"
+                )));
             }
             match class_of(size) {
                 Some(class) => {
@@ -197,7 +213,10 @@ impl HomeAllocator {
                     }
                     let sb = home - (home - HEAP_START) % SUPERBLOCK;
                     if (home - sb) % CLASSES[class] != 0 {
-                        return Err(AllocError::Inconsistent(format!("{home:#x} is not a slot of size {}", CLASSES[class])));
+                        return Err(AllocError::Inconsistent(format!(
+                            "{home:#x} is not a slot of size {}",
+                            CLASSES[class]
+                        )));
                     }
                     match a.superblocks.insert(sb, class) {
                         Some(other) if other != class => {
@@ -215,7 +234,9 @@ impl HomeAllocator {
                         return Err(outside(home, size));
                     }
                     if (home - LARGE_START) % PAGE != 0 {
-                        return Err(AllocError::Inconsistent(format!("large allocation {home:#x} is not page aligned")));
+                        return Err(AllocError::Inconsistent(format!(
+                            "large allocation {home:#x} is not page aligned"
+                        )));
                     }
                     extents.push((home, size.next_multiple_of(PAGE)));
                 }
@@ -225,7 +246,9 @@ impl HomeAllocator {
         let mut cursor = LARGE_START;
         for &(start, len) in &extents {
             if start < cursor {
-                return Err(AllocError::Inconsistent(format!("allocations overlap at {start:#x}")));
+                return Err(AllocError::Inconsistent(format!(
+                    "allocations overlap at {start:#x}"
+                )));
             }
             if start > cursor {
                 a.put_free(cursor, start - cursor);
@@ -237,7 +260,8 @@ impl HomeAllocator {
         sbs.sort_unstable();
         let mut sb_cursor = HEAP_START;
         for &(sb, _) in &sbs {
-            a.free_superblocks.extend((sb_cursor..sb).step_by(SUPERBLOCK as usize));
+            a.free_superblocks
+                .extend((sb_cursor..sb).step_by(SUPERBLOCK as usize));
             sb_cursor = sb + SUPERBLOCK;
         }
         a.superblock_bump = sb_cursor;

@@ -183,7 +183,12 @@ pub(crate) enum BlockScan {
 }
 
 /// Decodes the block at `offset` of `chunk_bytes` (a whole chunk), never panicking.
-pub(crate) fn decode_block(chunk_bytes: &[u8], chunk: u32, generation: u64, offset: usize) -> BlockScan {
+pub(crate) fn decode_block(
+    chunk_bytes: &[u8],
+    chunk: u32,
+    generation: u64,
+    offset: usize,
+) -> BlockScan {
     let Some(pre) = chunk_bytes.get(offset..offset + PREAMBLE) else {
         return BlockScan::End;
     };

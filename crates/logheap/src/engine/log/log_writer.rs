@@ -6,7 +6,8 @@
 
 use super::chunks::{ChunkGeometry, ChunkPool, LogSet, TailChunk, payload_start};
 use super::layout::{
-    ChunkHeader, ENTRY_HEADER, EntryRef, LogKind, MAX_BLOCK_ENTRIES, PREAMBLE, block_size, encode_block,
+    ChunkHeader, ENTRY_HEADER, EntryRef, LogKind, MAX_BLOCK_ENTRIES, PREAMBLE, block_size,
+    encode_block,
 };
 use crate::media::Media;
 
@@ -37,7 +38,10 @@ struct PlannedBlock<'a> {
 
 impl PlannedBlock<'_> {
     fn size(&self) -> usize {
-        block_size(self.entries.len(), self.entries.iter().map(|e| e.data.len()).sum())
+        block_size(
+            self.entries.len(),
+            self.entries.iter().map(|e| e.data.len()).sum(),
+        )
     }
 }
 
@@ -55,7 +59,9 @@ fn plan_log<'a>(
     let chunk_size = geometry.size as usize;
     let mut block: Option<PlannedBlock<'a>> = None;
     let mut new_header: Option<ChunkHeader> = None;
-    let close = |block: &mut Option<PlannedBlock<'a>>, tail: &mut Option<TailChunk>, out: &mut Vec<PlannedBlock<'a>>| {
+    let close = |block: &mut Option<PlannedBlock<'a>>,
+                 tail: &mut Option<TailChunk>,
+                 out: &mut Vec<PlannedBlock<'a>>| {
         if let Some(b) = block.take() {
             if let Some(t) = tail.as_mut() {
                 t.offset += b.size() as u32;
@@ -131,7 +137,8 @@ fn plan_log<'a>(
 }
 
 /// Writes one transaction's entries (per log: update, allocation, deallocation) at
-/// `version` and makes them durable with one fence. Returns where each data entry's bytes
+/// `version` and makes them durable with one fence (`fence` is false only for fault
+/// injection). Returns where each data entry's bytes
 /// went. On [`OutOfChunks`] nothing was written and the log set is unchanged.
 pub(crate) fn append(
     media: &Media,
@@ -140,6 +147,7 @@ pub(crate) fn append(
     set: &mut LogSet,
     logs: [&[EntryRef<'_>]; 3],
     version: u64,
+    fence: bool,
     scratch: &mut Vec<u8>,
 ) -> Result<Vec<Placed>, OutOfChunks> {
     let mut tails = set.tails.map(|t| t.current);
@@ -151,7 +159,16 @@ pub(crate) fn append(
             continue;
         }
         let tail = &mut tails[kind.index()];
-        if let Err(e) = plan_log(kind, set, tail, entries, geometry, pool, &mut taken, &mut blocks) {
+        if let Err(e) = plan_log(
+            kind,
+            set,
+            tail,
+            entries,
+            geometry,
+            pool,
+            &mut taken,
+            &mut blocks,
+        ) {
             pool.give_back(taken);
             return Err(e);
         }
@@ -181,7 +198,9 @@ pub(crate) fn append(
             data_at += e.data.len() as u64;
         }
     }
-    media.fence();
+    if fence {
+        media.fence();
+    }
     for kind in LogKind::ALL {
         set.tails[kind.index()].current = tails[kind.index()];
     }

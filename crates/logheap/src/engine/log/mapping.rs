@@ -145,7 +145,11 @@ impl SkipList {
     }
 
     fn link(&mut self, x: u32, preds: &[u32; MAX_LEVEL]) {
-        for (level, &p) in preds.iter().enumerate().take(self.nodes[x as usize].level as usize) {
+        for (level, &p) in preds
+            .iter()
+            .enumerate()
+            .take(self.nodes[x as usize].level as usize)
+        {
             self.nodes[x as usize].next[level] = self.nodes[p as usize].next[level];
             self.nodes[p as usize].next[level] = x;
         }
@@ -153,7 +157,12 @@ impl SkipList {
 
     /// Unmaps `[home, home + len)`, reporting each displaced `(log offset, bytes)`.
     /// Returns the predecessors of `home`, still valid afterwards.
-    fn clear(&mut self, home: u64, len: u64, displaced: &mut impl FnMut(u64, u64)) -> [u32; MAX_LEVEL] {
+    fn clear(
+        &mut self,
+        home: u64,
+        len: u64,
+        displaced: &mut impl FnMut(u64, u64),
+    ) -> [u32; MAX_LEVEL] {
         let end = home + len;
         let preds = self.predecessors(home);
         let p = preds[0];
@@ -204,7 +213,14 @@ impl SkipList {
     }
 
     /// Maps `[home, home + len)` to `log` at `version`, reporting displaced bytes.
-    pub(crate) fn insert(&mut self, home: u64, len: u64, log: u64, version: u64, displaced: &mut impl FnMut(u64, u64)) {
+    pub(crate) fn insert(
+        &mut self,
+        home: u64,
+        len: u64,
+        log: u64,
+        version: u64,
+        displaced: &mut impl FnMut(u64, u64),
+    ) {
         if len == 0 {
             return;
         }

@@ -28,6 +28,7 @@ use self::home_alloc::{AllocError, HEAP_START, HomeAllocator};
 use self::layout::{EntryRef, HOME_LIMIT, MAX_ENTRY_DATA};
 use self::log_writer::append;
 use self::mapping::Mapping;
+use crate::config::Fault;
 use crate::error::{Error, Result};
 use crate::media::Media;
 use crate::pool::PoolFile;
@@ -115,6 +116,7 @@ pub(crate) struct LogEngine {
     next_log_set: AtomicU32,
     next_tx_id: AtomicU64,
     report: RecoveryReport,
+    fault: Option<Fault>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -129,7 +131,7 @@ impl LogEngine {
     /// never validates. They must never repeat, even across crashes that erase the
     /// chunk headers recording them: each open durably records a high-water mark in the
     /// superblock (two copies, the larger wins) and hands out generations below it.
-    pub(crate) fn open(file: &PoolFile) -> Result<LogEngine> {
+    pub(crate) fn open(file: &PoolFile, fault: Option<Fault>) -> Result<LogEngine> {
         let media = file.media().clone();
         let layout = file.layout();
         let root_size = layout.root.end - layout.root.start;
@@ -139,7 +141,8 @@ impl LogEngine {
                 HEAP_START - ROOT_HOME
             )));
         }
-        let geometry = ChunkGeometry::new(layout.data.start, layout.data.end, file.header().chunk_size);
+        let geometry =
+            ChunkGeometry::new(layout.data.start, layout.data.end, file.header().chunk_size);
         let recovered = recovery::recover(&media, &geometry).map_err(|d| Error::Corrupt {
             path: file.path().into(),
             offset: d.offset,
@@ -172,6 +175,7 @@ impl LogEngine {
             next_log_set: AtomicU32::new(recovered.max_owner + 1),
             next_tx_id: AtomicU64::new(1),
             report: recovered.report,
+            fault,
             media,
         })
     }
@@ -303,7 +307,8 @@ impl LogEngine {
         let map = self.mapping.read();
         map.lookup(home, buf.len() as u64, |p| {
             let at = (p.home - home) as usize;
-            self.media.read(p.log as usize, &mut buf[at..at + p.len as usize]);
+            self.media
+                .read(p.log as usize, &mut buf[at..at + p.len as usize]);
         });
     }
 
@@ -387,7 +392,8 @@ impl LogEngine {
             .collect();
         indices.sort_unstable();
         indices.dedup();
-        let held = StripeLocks::acquire(&self.locks, &indices, tx.id).map_err(|_| Self::conflict(tx))?;
+        let held =
+            StripeLocks::acquire(&self.locks, &indices, tx.id).map_err(|_| Self::conflict(tx))?;
         let version = self.clock.tick();
         if version != tx.rv + 1 && !self.reads_valid(tx, Some(&held)) {
             held.restore(&self.locks);
@@ -414,6 +420,7 @@ impl LogEngine {
             &mut set,
             [&entries[0], &entries[1], &entries[2]],
             version,
+            self.fault != Some(Fault::SkipCommitFence),
             &mut scratch,
         );
         lock(&self.log_sets).push(set);
@@ -427,7 +434,8 @@ impl LogEngine {
             let mut map = self.mapping.write();
             let chunks = &self.chunks;
             let geometry = &self.geometry;
-            let mut displaced = |log: u64, bytes: u64| chunks.add_live(geometry.chunk_of(log), -(bytes as i64));
+            let mut displaced =
+                |log: u64, bytes: u64| chunks.add_live(geometry.chunk_of(log), -(bytes as i64));
             for &(home, size) in &tx.frees {
                 map.remove(home, size, &mut displaced);
             }
@@ -515,8 +523,17 @@ impl<'a> CommitData<'a> {
     fn build(tx: &'a TxState) -> CommitData<'a> {
         let pieces = tx.writes.resolve();
         // Allocation images: initial bytes (zeros) overlaid with the writes into them.
-        let mut images: Vec<Vec<u8>> = tx.allocs.iter().map(|&(_, size)| vec![0u8; size as usize]).collect();
-        let mut excluded: Vec<(u64, u64)> = tx.frees.iter().chain(tx.alloc_then_freed.iter()).copied().collect();
+        let mut images: Vec<Vec<u8>> = tx
+            .allocs
+            .iter()
+            .map(|&(_, size)| vec![0u8; size as usize])
+            .collect();
+        let mut excluded: Vec<(u64, u64)> = tx
+            .frees
+            .iter()
+            .chain(tx.alloc_then_freed.iter())
+            .copied()
+            .collect();
         excluded.sort_unstable();
         let mut update_parts: Vec<(u64, &'a [u8])> = Vec::new();
         for p in &pieces {

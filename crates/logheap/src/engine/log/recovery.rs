@@ -15,7 +15,9 @@ use std::collections::{HashMap, HashSet};
 
 use super::chunks::{ChunkGeometry, payload_start};
 use super::home_alloc::HomeAllocator;
-use super::layout::{BlockScan, CHUNK_HEADER, ChunkHeader, DecodedBlock, LogKind, decode_block, u64_at};
+use super::layout::{
+    BlockScan, CHUNK_HEADER, ChunkHeader, DecodedBlock, LogKind, decode_block, u64_at,
+};
 use super::mapping::SkipList;
 use crate::media::Media;
 
@@ -135,7 +137,9 @@ pub(crate) fn recover(media: &Media, geometry: &ChunkGeometry) -> Result<Recover
     let mut last_committed_seq: HashMap<(u32, LogKind), u32> = HashMap::new();
     for ch in &chunks {
         if ch.blocks.iter().any(|b| !uncommitted.contains(&b.version)) {
-            let e = last_committed_seq.entry((ch.header.owner, ch.header.kind)).or_insert(0);
+            let e = last_committed_seq
+                .entry((ch.header.owner, ch.header.kind))
+                .or_insert(0);
             *e = (*e).max(ch.header.seq);
         }
     }
@@ -164,7 +168,8 @@ pub(crate) fn recover(media: &Media, geometry: &ChunkGeometry) -> Result<Recover
         }
     }
     // Within a version: frees, then allocations, then updates.
-    by_version.sort_unstable_by_key(|&(v, kind, ci, bi)| (v, std::cmp::Reverse(kind as u8), ci, bi));
+    by_version
+        .sort_unstable_by_key(|&(v, kind, ci, bi)| (v, std::cmp::Reverse(kind as u8), ci, bi));
     report.transactions = all_versions.len() as u64 - report.dropped_transactions;
 
     let mut mapping = SkipList::default();
@@ -195,7 +200,11 @@ pub(crate) fn recover(media: &Media, geometry: &ChunkGeometry) -> Result<Recover
                 (LogKind::Dealloc, _) => {
                     let len = record_len(&mut chunk_buf)?;
                     allocations.remove(&e.home);
-                    mapping.remove(e.home, len.min(super::layout::HOME_LIMIT - e.home), &mut displaced);
+                    mapping.remove(
+                        e.home,
+                        len.min(super::layout::HOME_LIMIT - e.home),
+                        &mut displaced,
+                    );
                 }
                 (LogKind::Alloc, true) => {
                     let len = record_len(&mut chunk_buf)?;
@@ -219,7 +228,11 @@ pub(crate) fn recover(media: &Media, geometry: &ChunkGeometry) -> Result<Recover
         reason: format!("allocation records are inconsistent: {e:?}"),
     })?;
 
-    let max_generation = chunks.iter().map(|c| c.header.generation).max().unwrap_or(0);
+    let max_generation = chunks
+        .iter()
+        .map(|c| c.header.generation)
+        .max()
+        .unwrap_or(0);
     let max_owner = chunks.iter().map(|c| c.header.owner).max().unwrap_or(0);
     // Chunks with nothing committed are reclaimed: their header is erased durably so
     // their stale blocks can never be read again.
