@@ -244,7 +244,7 @@ fn crashtest(args: &Args) -> Result<Outcome, Box<dyn std::error::Error>> {
 /// Chooses one transaction's operations from the current state.
 fn plan(rng: &mut ChaCha8Rng, model: &Model, ptrs: &[Option<(u64, u64)>]) -> Vec<Op> {
     let mut ops = Vec::new();
-    let mut touched = vec![false; SLOTS];
+    let mut touched = [false; SLOTS];
     let many = rng.random_ratio(1, 10);
     let n = if many { 40 } else { rng.random_range(1..=4) };
     for _ in 0..n {

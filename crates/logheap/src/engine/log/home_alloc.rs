@@ -212,7 +212,7 @@ impl HomeAllocator {
                         return Err(outside(home, size));
                     }
                     let sb = home - (home - HEAP_START) % SUPERBLOCK;
-                    if (home - sb) % CLASSES[class] != 0 {
+                    if !(home - sb).is_multiple_of(CLASSES[class]) {
                         return Err(AllocError::Inconsistent(format!(
                             "{home:#x} is not a slot of size {}",
                             CLASSES[class]
@@ -233,7 +233,7 @@ impl HomeAllocator {
                     if home < LARGE_START {
                         return Err(outside(home, size));
                     }
-                    if (home - LARGE_START) % PAGE != 0 {
+                    if !(home - LARGE_START).is_multiple_of(PAGE) {
                         return Err(AllocError::Inconsistent(format!(
                             "large allocation {home:#x} is not page aligned"
                         )));

@@ -45,164 +45,163 @@ impl PlannedBlock<'_> {
     }
 }
 
-/// Plans one log's blocks, advancing `tail`; takes new chunks from `pool` into `taken`.
-fn plan_log<'a>(
-    kind: LogKind,
-    set: &LogSet,
-    tail: &mut Option<TailChunk>,
-    entries: &[EntryRef<'a>],
-    geometry: &ChunkGeometry,
-    pool: &ChunkPool,
-    taken: &mut Vec<u32>,
-    out: &mut Vec<PlannedBlock<'a>>,
-) -> Result<(), OutOfChunks> {
-    let chunk_size = geometry.size as usize;
-    let mut block: Option<PlannedBlock<'a>> = None;
-    let mut new_header: Option<ChunkHeader> = None;
-    let close = |block: &mut Option<PlannedBlock<'a>>,
-                 tail: &mut Option<TailChunk>,
-                 out: &mut Vec<PlannedBlock<'a>>| {
-        if let Some(b) = block.take() {
-            if let Some(t) = tail.as_mut() {
-                t.offset += b.size() as u32;
-            }
-            out.push(b);
-        }
-    };
-    for entry in entries {
-        let mut e = *entry;
-        loop {
-            if block.is_none() {
-                let need = block_size(1, e.data.len().min(MIN_SPLIT));
-                let fits = tail.is_some_and(|t| t.offset as usize + need <= chunk_size);
-                if !fits {
-                    let (chunk, generation) = pool.take().ok_or(OutOfChunks)?;
-                    taken.push(chunk);
-                    let header = set.next_header(kind, *tail, generation);
-                    *tail = Some(TailChunk {
-                        chunk,
-                        generation,
-                        seq: header.seq,
-                        offset: payload_start(),
-                    });
-                    new_header = Some(header);
-                }
-                let t = tail.expect("a tail chunk was just ensured");
-                block = Some(PlannedBlock {
-                    kind,
-                    chunk: t.chunk,
-                    generation: t.generation,
-                    offset: t.offset,
-                    new_header: new_header.take(),
-                    entries: Vec::new(),
-                });
-            }
-            let b = block.as_mut().expect("a block was just opened");
-            let room = chunk_size - b.offset as usize;
-            let data: usize = b.entries.iter().map(|x| x.data.len()).sum();
-            let n = b.entries.len();
-            if n < MAX_BLOCK_ENTRIES && block_size(n + 1, data + e.data.len()) <= room {
-                b.entries.push(e);
-                break;
-            }
-            if n >= MAX_BLOCK_ENTRIES {
-                // The block is full by count; a new block may still fit in this chunk.
-                close(&mut block, tail, out);
-                continue;
-            }
-            // Out of room: split the entry if a useful part fits, then go to a new chunk
-            // (a new block here would only have less room than this one had).
-            let fixed = PREAMBLE + (n + 1) * ENTRY_HEADER + data;
-            let split = room.saturating_sub(fixed);
-            if !e.tombstone && split >= MIN_SPLIT && split < e.data.len() {
-                b.entries.push(EntryRef {
-                    home: e.home,
-                    tombstone: false,
-                    data: &e.data[..split],
-                });
-                e = EntryRef {
-                    home: e.home + split as u64,
-                    tombstone: false,
-                    data: &e.data[split..],
-                };
-            }
-            close(&mut block, tail, out);
-            if let Some(t) = tail.as_mut() {
-                t.offset = chunk_size as u32;
-            }
-        }
-    }
-    close(&mut block, tail, out);
-    Ok(())
+/// Appends transactions to log sets on one media.
+pub(crate) struct LogWriter<'e> {
+    pub media: &'e Media,
+    pub geometry: &'e ChunkGeometry,
+    pub pool: &'e ChunkPool,
 }
 
-/// Writes one transaction's entries (per log: update, allocation, deallocation) at
-/// `version` and makes them durable with one fence (`fence` is false only for fault
-/// injection). Returns where each data entry's bytes
-/// went. On [`OutOfChunks`] nothing was written and the log set is unchanged.
-pub(crate) fn append(
-    media: &Media,
-    geometry: &ChunkGeometry,
-    pool: &ChunkPool,
-    set: &mut LogSet,
-    logs: [&[EntryRef<'_>]; 3],
-    version: u64,
-    fence: bool,
-    scratch: &mut Vec<u8>,
-) -> Result<Vec<Placed>, OutOfChunks> {
-    let mut tails = set.tails.map(|t| t.current);
-    let mut taken = Vec::new();
-    let mut blocks = Vec::new();
-    for kind in LogKind::ALL {
-        let entries = logs[kind.index()];
-        if entries.is_empty() {
-            continue;
-        }
-        let tail = &mut tails[kind.index()];
-        if let Err(e) = plan_log(
-            kind,
-            set,
-            tail,
-            entries,
-            geometry,
-            pool,
-            &mut taken,
-            &mut blocks,
-        ) {
-            pool.give_back(taken);
-            return Err(e);
-        }
-    }
-    let address = |b: &PlannedBlock<'_>| geometry.offset(b.chunk) + b.offset as u64;
-    let mut placed = Vec::new();
-    for (i, b) in blocks.iter().enumerate() {
-        let chunk_at = geometry.offset(b.chunk);
-        if let Some(h) = &b.new_header {
-            media.write_nt(chunk_at as usize, &h.encode());
-        }
-        let at = address(b);
-        let peer = address(&blocks[(i + 1) % blocks.len()]);
-        encode_block(scratch, b.chunk, b.generation, version, peer, &b.entries);
-        media.write_nt(at as usize, scratch);
-        let mut data_at = at + PREAMBLE as u64;
-        for e in &b.entries {
-            data_at += ENTRY_HEADER as u64;
-            if !e.tombstone {
-                placed.push(Placed {
-                    kind: b.kind,
-                    home: e.home,
-                    len: e.data.len() as u64,
-                    log: data_at,
-                });
+impl LogWriter<'_> {
+    /// Plans one log's blocks, advancing `tail`; takes new chunks into `taken`.
+    fn plan_log<'a>(
+        &self,
+        kind: LogKind,
+        set: &LogSet,
+        tail: &mut Option<TailChunk>,
+        entries: &[EntryRef<'a>],
+        taken: &mut Vec<u32>,
+        out: &mut Vec<PlannedBlock<'a>>,
+    ) -> Result<(), OutOfChunks> {
+        let (geometry, pool) = (self.geometry, self.pool);
+        let chunk_size = geometry.size as usize;
+        let mut block: Option<PlannedBlock<'a>> = None;
+        let mut new_header: Option<ChunkHeader> = None;
+        let close = |block: &mut Option<PlannedBlock<'a>>,
+                     tail: &mut Option<TailChunk>,
+                     out: &mut Vec<PlannedBlock<'a>>| {
+            if let Some(b) = block.take() {
+                if let Some(t) = tail.as_mut() {
+                    t.offset += b.size() as u32;
+                }
+                out.push(b);
             }
-            data_at += e.data.len() as u64;
+        };
+        for entry in entries {
+            let mut e = *entry;
+            loop {
+                if block.is_none() {
+                    let need = block_size(1, e.data.len().min(MIN_SPLIT));
+                    let fits = tail.is_some_and(|t| t.offset as usize + need <= chunk_size);
+                    if !fits {
+                        let (chunk, generation) = pool.take().ok_or(OutOfChunks)?;
+                        taken.push(chunk);
+                        let header = set.next_header(kind, *tail, generation);
+                        *tail = Some(TailChunk {
+                            chunk,
+                            generation,
+                            seq: header.seq,
+                            offset: payload_start(),
+                        });
+                        new_header = Some(header);
+                    }
+                    let t = tail.expect("a tail chunk was just ensured");
+                    block = Some(PlannedBlock {
+                        kind,
+                        chunk: t.chunk,
+                        generation: t.generation,
+                        offset: t.offset,
+                        new_header: new_header.take(),
+                        entries: Vec::new(),
+                    });
+                }
+                let b = block.as_mut().expect("a block was just opened");
+                let room = chunk_size - b.offset as usize;
+                let data: usize = b.entries.iter().map(|x| x.data.len()).sum();
+                let n = b.entries.len();
+                if n < MAX_BLOCK_ENTRIES && block_size(n + 1, data + e.data.len()) <= room {
+                    b.entries.push(e);
+                    break;
+                }
+                if n >= MAX_BLOCK_ENTRIES {
+                    // The block is full by count; a new block may still fit in this chunk.
+                    close(&mut block, tail, out);
+                    continue;
+                }
+                // Out of room: split the entry if a useful part fits, then go to a new chunk
+                // (a new block here would only have less room than this one had).
+                let fixed = PREAMBLE + (n + 1) * ENTRY_HEADER + data;
+                let split = room.saturating_sub(fixed);
+                if !e.tombstone && split >= MIN_SPLIT && split < e.data.len() {
+                    b.entries.push(EntryRef {
+                        home: e.home,
+                        tombstone: false,
+                        data: &e.data[..split],
+                    });
+                    e = EntryRef {
+                        home: e.home + split as u64,
+                        tombstone: false,
+                        data: &e.data[split..],
+                    };
+                }
+                close(&mut block, tail, out);
+                if let Some(t) = tail.as_mut() {
+                    t.offset = chunk_size as u32;
+                }
+            }
         }
+        close(&mut block, tail, out);
+        Ok(())
     }
-    if fence {
-        media.fence();
+
+    /// Writes one transaction's entries (per log: update, allocation, deallocation) at
+    /// `version` and makes them durable with one fence (`fence` is false only for fault
+    /// injection). Returns where each data entry's bytes
+    /// went. On [`OutOfChunks`] nothing was written and the log set is unchanged.
+    pub(crate) fn append(
+        &self,
+        set: &mut LogSet,
+        logs: [&[EntryRef<'_>]; 3],
+        version: u64,
+        fence: bool,
+        scratch: &mut Vec<u8>,
+    ) -> Result<Vec<Placed>, OutOfChunks> {
+        let (media, geometry, pool) = (self.media, self.geometry, self.pool);
+        let mut tails = set.tails.map(|t| t.current);
+        let mut taken = Vec::new();
+        let mut blocks = Vec::new();
+        for kind in LogKind::ALL {
+            let entries = logs[kind.index()];
+            if entries.is_empty() {
+                continue;
+            }
+            let tail = &mut tails[kind.index()];
+            if let Err(e) = self.plan_log(kind, set, tail, entries, &mut taken, &mut blocks) {
+                pool.give_back(taken);
+                return Err(e);
+            }
+        }
+        let address = |b: &PlannedBlock<'_>| geometry.offset(b.chunk) + b.offset as u64;
+        let mut placed = Vec::new();
+        for (i, b) in blocks.iter().enumerate() {
+            let chunk_at = geometry.offset(b.chunk);
+            if let Some(h) = &b.new_header {
+                media.write_nt(chunk_at as usize, &h.encode());
+            }
+            let at = address(b);
+            let peer = address(&blocks[(i + 1) % blocks.len()]);
+            encode_block(scratch, b.chunk, b.generation, version, peer, &b.entries);
+            media.write_nt(at as usize, scratch);
+            let mut data_at = at + PREAMBLE as u64;
+            for e in &b.entries {
+                data_at += ENTRY_HEADER as u64;
+                if !e.tombstone {
+                    placed.push(Placed {
+                        kind: b.kind,
+                        home: e.home,
+                        len: e.data.len() as u64,
+                        log: data_at,
+                    });
+                }
+                data_at += e.data.len() as u64;
+            }
+        }
+        if fence {
+            media.fence();
+        }
+        for kind in LogKind::ALL {
+            set.tails[kind.index()].current = tails[kind.index()];
+        }
+        Ok(placed)
     }
-    for kind in LogKind::ALL {
-        set.tails[kind.index()].current = tails[kind.index()];
-    }
-    Ok(placed)
 }

@@ -26,7 +26,7 @@ pub use recovery::RecoveryReport;
 use self::chunks::{ChunkGeometry, ChunkPool, LogSet};
 use self::home_alloc::{AllocError, HEAP_START, HomeAllocator};
 use self::layout::{EntryRef, HOME_LIMIT, MAX_ENTRY_DATA};
-use self::log_writer::append;
+use self::log_writer::LogWriter;
 use self::mapping::Mapping;
 use crate::config::Fault;
 use crate::error::{Error, Result};
@@ -413,10 +413,12 @@ impl LogEngine {
         }
         let mut set = self.checkout_log_set();
         let mut scratch = Vec::new();
-        let placed = append(
-            &self.media,
-            &self.geometry,
-            &self.chunks,
+        let writer = LogWriter {
+            media: &self.media,
+            geometry: &self.geometry,
+            pool: &self.chunks,
+        };
+        let placed = writer.append(
             &mut set,
             [&entries[0], &entries[1], &entries[2]],
             version,
