@@ -11,17 +11,18 @@
 
 use std::sync::{Arc, Mutex};
 
-use logheap::media::{MediaConfig, SimConfig};
-use logheap::{Config, EngineKind, Error, Fault, PPtr, Pool};
+use logheap::media::SimConfig;
+use logheap::{Config, Error, Fault, PPtr, Pool};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 /// Options of `logheap crashtest`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Engine to test.
+    /// Engine to test: log, or one of the mapping ablation's log-base, log-2l,
+    /// log-2l-gu, log-2l-gu-c.
     #[arg(long, default_value = "log")]
-    engine: EngineKind,
+    engine: String,
     /// Transactions to run.
     #[arg(long, default_value_t = 200)]
     txs: u64,
@@ -130,7 +131,7 @@ fn crashtest(args: &Args) -> Result<Outcome, Box<dyn std::error::Error>> {
     let config = Config {
         fault,
         ..Config::default()
-            .engine(args.engine)
+            .engine_name(&args.engine)?
             .size(2 << 20)
             .chunk_size(4096)
     };
@@ -156,7 +157,7 @@ fn crashtest(args: &Args) -> Result<Outcome, Box<dyn std::error::Error>> {
         let mut image = Vec::new();
         for i in 0..point.len() {
             point.write_image(i, &mut image);
-            check_image(image.clone(), &mut e, point.fence_index());
+            check_image(image.clone(), &config, &mut e, point.fence_index());
         }
     }));
 
@@ -226,12 +227,12 @@ fn crashtest(args: &Args) -> Result<Outcome, Box<dyn std::error::Error>> {
     simulator.with_crash_point(|point| {
         let mut e = expected.lock().unwrap_or_else(|p| p.into_inner());
         for image in point.images() {
-            check_image(image, &mut e, fences + 1);
+            check_image(image, &config, &mut e, fences + 1);
         }
     });
     let e = expected.lock().unwrap_or_else(|p| p.into_inner());
     Ok(Outcome {
-        engine: args.engine.to_string(),
+        engine: config.engine_label(),
         txs: args.txs,
         seed: args.seed,
         fences,
@@ -333,9 +334,9 @@ fn apply(model: &mut Model, op: &Op) {
 }
 
 /// Opens one crash image and compares it with the expected states.
-fn check_image(image: Vec<u8>, e: &mut Expected, fence: u64) {
+fn check_image(image: Vec<u8>, config: &Config, e: &mut Expected, fence: u64) {
     e.images += 1;
-    if let Err(why) = recovered_matches(image, &e.before, &e.after) {
+    if let Err(why) = recovered_matches(image, config, &e.before, &e.after) {
         e.violations += 1;
         if e.first_violation.is_none() {
             e.first_violation = Some(format!("at fence {fence}: {why}"));
@@ -343,8 +344,13 @@ fn check_image(image: Vec<u8>, e: &mut Expected, fence: u64) {
     }
 }
 
-fn recovered_matches(image: Vec<u8>, before: &Model, after: &Model) -> Result<(), String> {
-    let pool = Pool::open_image(image, &MediaConfig::default(), SimConfig::default())
+fn recovered_matches(
+    image: Vec<u8>,
+    config: &Config,
+    before: &Model,
+    after: &Model,
+) -> Result<(), String> {
+    let pool = Pool::open_image(image, config, SimConfig::default())
         .map_err(|e| format!("the image does not open: {e}"))?;
     let root: PPtr<Table> = pool.root().map_err(|e| e.to_string())?;
     let (state, mut referenced) = pool

@@ -87,7 +87,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(pool);
     let pool = Pool::open(&path)?;
     let r = pool.read(|tx| tx.read(root))?;
-    println!("after crash and recovery: {} nodes, {} allocations", r.len, pool.allocations().len());
+    println!(
+        "after crash and recovery: {} nodes, {} allocations",
+        r.len,
+        pool.allocations().len()
+    );
     println!(
         "128-byte node updates: {} transactions, {:.2} fences each, write amplification {:.3}",
         updates.write_transactions,

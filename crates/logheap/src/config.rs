@@ -1,6 +1,6 @@
 //! Pool configuration.
 
-use crate::engine::EngineKind;
+use crate::engine::{EngineKind, MappingConfig};
 use crate::media::{Durability, Emulation, FlushInstruction, MediaConfig};
 
 /// How to create (or open) a pool. Built with chained setters from `Config::default()`.
@@ -16,6 +16,9 @@ pub struct Config {
     pub root_size: u64,
     /// How the media persists (default: `pmem`, best flush instruction, no emulation).
     pub media: MediaConfig,
+    /// The log engine's address-mapping optimisations (default: all on). Not stored in
+    /// the pool: each open chooses.
+    pub mapping: MappingConfig,
     /// A deliberate defect, for showing that crash tests catch one. Never set it in
     /// production code.
     #[doc(hidden)]
@@ -39,6 +42,7 @@ impl Default for Config {
             chunk_size: 32 << 10,
             root_size: 4096,
             media: MediaConfig::default(),
+            mapping: MappingConfig::default(),
             fault: None,
         }
     }
@@ -85,6 +89,39 @@ impl Config {
     pub fn emulation(mut self, emulation: Emulation) -> Self {
         self.media.emulation = Some(emulation);
         self
+    }
+
+    /// Sets the address-mapping configuration.
+    pub fn mapping(mut self, mapping: MappingConfig) -> Self {
+        self.mapping = mapping;
+        self
+    }
+
+    /// Sets engine and mapping from an engine name: `log` (all optimisations),
+    /// `log-base`, `log-2l`, `log-2l-gu`, `log-2l-gu-c` (the paper's ablation), `redo`,
+    /// `undo`, `oop`.
+    pub fn engine_name(mut self, name: &str) -> Result<Self, String> {
+        if let Some(rest) = name.strip_prefix("log-")
+            && let Some(m) = MappingConfig::named(rest).filter(|_| rest != "full")
+        {
+            self.engine = EngineKind::Log;
+            self.mapping = m;
+            return Ok(self);
+        }
+        self.engine = name.parse()?;
+        if self.engine == EngineKind::Log {
+            self.mapping = MappingConfig::FULL;
+        }
+        Ok(self)
+    }
+
+    /// The engine name [`engine_name`](Self::engine_name) accepts for this configuration.
+    pub fn engine_label(&self) -> String {
+        match self.engine {
+            EngineKind::Log if self.mapping == MappingConfig::FULL => "log".into(),
+            EngineKind::Log => format!("log-{}", self.mapping.label()),
+            other => other.to_string(),
+        }
     }
 
     pub(crate) fn pool_options(&self) -> crate::pool::PoolOptions {

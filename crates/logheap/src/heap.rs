@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use bytemuck::Pod;
 
-use crate::config::{Config, Fault};
+use crate::config::Config;
 use crate::engine::log::LogEngine;
 use crate::engine::{EngineKind, LogEngineStats};
 use crate::error::{Error, Result};
-use crate::media::{Media, MediaConfig, MediaCounters, SimConfig};
+use crate::media::{Media, MediaCounters, SimConfig};
 use crate::pool::{Header, PoolFile};
 use crate::ptr::PPtr;
 use crate::tx::Tx;
@@ -55,41 +55,41 @@ impl Pool {
     /// Creates a pool file at `path` (which must not exist).
     pub fn create(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
         check_engine(config.engine)?;
-        Pool::start(
-            PoolFile::create(path, &config.pool_options())?,
-            config.fault,
-        )
+        Pool::start(PoolFile::create(path, &config.pool_options())?, config)
     }
 
-    /// Opens the pool at `path` with the default media settings, recovering it if its
-    /// last close was not clean.
+    /// Opens the pool at `path` with the default settings, recovering it if its last
+    /// close was not clean.
     pub fn open(path: impl AsRef<Path>) -> Result<Pool> {
-        Pool::open_with(path, &MediaConfig::default())
+        Pool::open_with(path, &Config::default())
     }
 
-    /// Opens the pool at `path` with the given media settings.
-    pub fn open_with(path: impl AsRef<Path>, media: &MediaConfig) -> Result<Pool> {
-        Pool::start(PoolFile::open(path, media)?, None)
+    /// Opens the pool at `path` with the media and mapping settings of `config` (its
+    /// size, engine and geometry are the pool's own and are ignored).
+    pub fn open_with(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
+        Pool::start(PoolFile::open(path, &config.media)?, config)
     }
 
     /// Creates a pool in memory on the crash-simulation media (see [`crate::media::sim`]).
     pub fn create_sim(config: &Config, sim: SimConfig) -> Result<Pool> {
         check_engine(config.engine)?;
-        Pool::start(
-            PoolFile::create_sim(&config.pool_options(), sim)?,
-            config.fault,
-        )
+        Pool::start(PoolFile::create_sim(&config.pool_options(), sim)?, config)
     }
 
     /// Opens a pool image (for example a crash image) on fresh simulation media,
-    /// running recovery as [`open`](Pool::open) would.
-    pub fn open_image(image: Vec<u8>, media: &MediaConfig, sim: SimConfig) -> Result<Pool> {
-        Pool::start(PoolFile::open_image(image, media, sim)?, None)
+    /// running recovery as [`open`](Pool::open) would, with `config`'s media and mapping
+    /// settings.
+    pub fn open_image(image: Vec<u8>, config: &Config, sim: SimConfig) -> Result<Pool> {
+        let config = Config {
+            fault: None,
+            ..*config
+        };
+        Pool::start(PoolFile::open_image(image, &config.media, sim)?, &config)
     }
 
-    fn start(file: PoolFile, fault: Option<Fault>) -> Result<Pool> {
+    fn start(file: PoolFile, config: &Config) -> Result<Pool> {
         check_engine(file.header().engine)?;
-        let engine = LogEngine::open(&file, fault)?;
+        let engine = LogEngine::open(&file, config.mapping, config.fault)?;
         Ok(Pool { engine, file })
     }
 

@@ -51,7 +51,7 @@ mod tx;
 
 pub use bytemuck::{Pod, Zeroable};
 pub use config::{Config, Fault};
-pub use engine::EngineKind;
+pub use engine::{EngineKind, MappingConfig};
 pub use error::{Error, Result};
 pub use heap::{Pool, Stats};
 pub use media::{Durability, Emulation, FlushInstruction, Media, MediaConfig, MediaCounters};

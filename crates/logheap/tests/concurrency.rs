@@ -3,45 +3,51 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use logheap::{Config, Error, PPtr, Pool, pfield};
+use logheap::{Config, Error, MappingConfig, PPtr, Pool, pfield};
 
-fn pool() -> (tempfile::TempDir, Pool) {
+fn pool(mapping: MappingConfig) -> (tempfile::TempDir, Pool) {
     let dir = tempfile::tempdir().unwrap();
-    let pool = Pool::create(dir.path().join("c.pool"), &Config::default().size(32 << 20)).unwrap();
+    let pool = Pool::create(
+        dir.path().join("c.pool"),
+        &Config::default().size(32 << 20).mapping(mapping),
+    )
+    .unwrap();
     (dir, pool)
 }
 
 #[test]
 fn shared_counter_loses_no_increment() {
-    let (_dir, pool) = pool();
-    let counter: PPtr<u64> = pool.root().unwrap();
-    let threads = 4;
-    let per_thread = 1000;
-    let before = pool.media().counters();
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                for _ in 0..per_thread {
-                    pool.transaction(|tx| {
-                        let n = tx.read(counter)?;
-                        tx.write(counter, &(n + 1))
-                    })
-                    .unwrap();
-                }
-            });
-        }
-    });
-    assert_eq!(
-        pool.read(|tx| tx.read(counter)).unwrap(),
-        threads * per_thread
-    );
-    let c = pool.media().counters().since(&before);
-    assert_eq!(c.write_transactions, threads * per_thread);
-    assert_eq!(
-        c.fences,
-        threads * per_thread,
-        "one fence per committed write transaction"
-    );
+    for (_, mapping) in MappingConfig::LADDER {
+        let (_dir, pool) = pool(mapping);
+        let counter: PPtr<u64> = pool.root().unwrap();
+        let threads = 4;
+        let per_thread = 1000;
+        let before = pool.media().counters();
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    for _ in 0..per_thread {
+                        pool.transaction(|tx| {
+                            let n = tx.read(counter)?;
+                            tx.write(counter, &(n + 1))
+                        })
+                        .unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(
+            pool.read(|tx| tx.read(counter)).unwrap(),
+            threads * per_thread
+        );
+        let c = pool.media().counters().since(&before);
+        assert_eq!(c.write_transactions, threads * per_thread);
+        assert_eq!(
+            c.fences,
+            threads * per_thread,
+            "one fence per committed write transaction"
+        );
+    }
 }
 
 const ACCOUNTS: usize = 32;
@@ -49,69 +55,71 @@ const INITIAL: u64 = 1000;
 
 #[test]
 fn transfers_keep_the_total_and_readers_never_see_a_torn_state() {
-    let (_dir, pool) = pool();
-    let accounts: PPtr<[u64; ACCOUNTS]> = pool.root().unwrap();
-    pool.transaction(|tx| tx.write(accounts, &[INITIAL; ACCOUNTS]))
-        .unwrap();
-    let account = |i: usize| PPtr::<u64>::from_offset(accounts.offset() + 8 * i as u64);
-    let done = AtomicBool::new(false);
-    let writers_finished = AtomicUsize::new(0);
-    let snapshots = std::thread::scope(|s| {
-        for t in 0..3u64 {
-            let pool = &pool;
-            let writers_finished = &writers_finished;
-            s.spawn(move || {
-                let mut x = t * 7919 + 1;
-                for _ in 0..2000 {
-                    x = x
-                        .wrapping_mul(6364136223846793005)
-                        .wrapping_add(1442695040888963407);
-                    let from = (x >> 33) as usize % ACCOUNTS;
-                    let to = (x >> 17) as usize % ACCOUNTS;
-                    let amount = (x >> 50) % 50;
-                    pool.transaction(|tx| {
-                        let a = tx.read(account(from))?;
-                        if a < amount || from == to {
-                            return Ok(());
-                        }
-                        let b = tx.read(account(to))?;
-                        tx.write(account(from), &(a - amount))?;
-                        tx.write(account(to), &(b + amount))
-                    })
-                    .unwrap();
-                }
-                writers_finished.fetch_add(1, Ordering::Relaxed);
-            });
-        }
-        let reader = s.spawn(|| {
-            let mut checked = 0u64;
-            while !done.load(Ordering::Relaxed) || checked < 10 {
-                // Read accounts one at a time: the snapshot must hold across reads.
-                let total = pool
-                    .read(|tx| {
-                        (0..ACCOUNTS)
-                            .map(|i| tx.read(account(i)))
-                            .sum::<Result<u64, Error>>()
-                    })
-                    .unwrap();
-                assert_eq!(
-                    total,
-                    INITIAL * ACCOUNTS as u64,
-                    "a reader saw a torn state"
-                );
-                checked += 1;
+    for (_, mapping) in MappingConfig::LADDER {
+        let (_dir, pool) = pool(mapping);
+        let accounts: PPtr<[u64; ACCOUNTS]> = pool.root().unwrap();
+        pool.transaction(|tx| tx.write(accounts, &[INITIAL; ACCOUNTS]))
+            .unwrap();
+        let account = |i: usize| PPtr::<u64>::from_offset(accounts.offset() + 8 * i as u64);
+        let done = AtomicBool::new(false);
+        let writers_finished = AtomicUsize::new(0);
+        let snapshots = std::thread::scope(|s| {
+            for t in 0..3u64 {
+                let pool = &pool;
+                let writers_finished = &writers_finished;
+                s.spawn(move || {
+                    let mut x = t * 7919 + 1;
+                    for _ in 0..2000 {
+                        x = x
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        let from = (x >> 33) as usize % ACCOUNTS;
+                        let to = (x >> 17) as usize % ACCOUNTS;
+                        let amount = (x >> 50) % 50;
+                        pool.transaction(|tx| {
+                            let a = tx.read(account(from))?;
+                            if a < amount || from == to {
+                                return Ok(());
+                            }
+                            let b = tx.read(account(to))?;
+                            tx.write(account(from), &(a - amount))?;
+                            tx.write(account(to), &(b + amount))
+                        })
+                        .unwrap();
+                    }
+                    writers_finished.fetch_add(1, Ordering::Relaxed);
+                });
             }
-            checked
+            let reader = s.spawn(|| {
+                let mut checked = 0u64;
+                while !done.load(Ordering::Relaxed) || checked < 10 {
+                    // Read accounts one at a time: the snapshot must hold across reads.
+                    let total = pool
+                        .read(|tx| {
+                            (0..ACCOUNTS)
+                                .map(|i| tx.read(account(i)))
+                                .sum::<Result<u64, Error>>()
+                        })
+                        .unwrap();
+                    assert_eq!(
+                        total,
+                        INITIAL * ACCOUNTS as u64,
+                        "a reader saw a torn state"
+                    );
+                    checked += 1;
+                }
+                checked
+            });
+            while writers_finished.load(Ordering::Relaxed) < 3 {
+                std::thread::yield_now();
+            }
+            done.store(true, Ordering::Relaxed);
+            reader.join().unwrap()
         });
-        while writers_finished.load(Ordering::Relaxed) < 3 {
-            std::thread::yield_now();
-        }
-        done.store(true, Ordering::Relaxed);
-        reader.join().unwrap()
-    });
-    assert!(snapshots >= 10);
-    let all = pool.read(|tx| tx.read(accounts)).unwrap();
-    assert_eq!(all.iter().sum::<u64>(), INITIAL * ACCOUNTS as u64);
+        assert!(snapshots >= 10);
+        let all = pool.read(|tx| tx.read(accounts)).unwrap();
+        assert_eq!(all.iter().sum::<u64>(), INITIAL * ACCOUNTS as u64);
+    }
 }
 
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -123,46 +131,48 @@ struct Node {
 
 #[test]
 fn concurrent_inserts_into_one_list_lose_none() {
-    let (_dir, pool) = pool();
-    let head: PPtr<PPtr<Node>> = pool.root().unwrap();
-    let per_thread = 300u64;
-    std::thread::scope(|s| {
-        for t in 0..3u64 {
-            let pool = &pool;
-            s.spawn(move || {
-                for i in 0..per_thread {
-                    pool.transaction(|tx| {
-                        let old = tx.read(head)?;
-                        let n = tx.alloc(Node {
-                            key: t * 1_000_000 + i,
-                            next: old,
-                        })?;
-                        tx.write(head, &n)
-                    })
-                    .unwrap();
-                }
-            });
-        }
-    });
-    let keys = pool
-        .read(|tx| {
-            let mut keys = Vec::new();
-            let mut p = tx.read(head)?;
-            while !p.is_null() {
-                keys.push(tx.read(pfield!(p, Node, key))?);
-                p = tx.read(pfield!(p, Node, next))?;
+    for (_, mapping) in MappingConfig::LADDER {
+        let (_dir, pool) = pool(mapping);
+        let head: PPtr<PPtr<Node>> = pool.root().unwrap();
+        let per_thread = 300u64;
+        std::thread::scope(|s| {
+            for t in 0..3u64 {
+                let pool = &pool;
+                s.spawn(move || {
+                    for i in 0..per_thread {
+                        pool.transaction(|tx| {
+                            let old = tx.read(head)?;
+                            let n = tx.alloc(Node {
+                                key: t * 1_000_000 + i,
+                                next: old,
+                            })?;
+                            tx.write(head, &n)
+                        })
+                        .unwrap();
+                    }
+                });
             }
-            Ok::<_, Error>(keys)
-        })
-        .unwrap();
-    assert_eq!(keys.len() as u64, 3 * per_thread);
-    let mut sorted = keys.clone();
-    sorted.sort();
-    sorted.dedup();
-    assert_eq!(sorted.len(), keys.len(), "every node once");
-    assert_eq!(
-        pool.allocations().len(),
-        keys.len(),
-        "no leaked allocation from retries"
-    );
+        });
+        let keys = pool
+            .read(|tx| {
+                let mut keys = Vec::new();
+                let mut p = tx.read(head)?;
+                while !p.is_null() {
+                    keys.push(tx.read(pfield!(p, Node, key))?);
+                    p = tx.read(pfield!(p, Node, next))?;
+                }
+                Ok::<_, Error>(keys)
+            })
+            .unwrap();
+        assert_eq!(keys.len() as u64, 3 * per_thread);
+        let mut sorted = keys.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), keys.len(), "every node once");
+        assert_eq!(
+            pool.allocations().len(),
+            keys.len(),
+            "no leaked allocation from retries"
+        );
+    }
 }

@@ -2,8 +2,17 @@
 
 use logheap::{Config, Error, PPtr, Pool};
 
+use logheap::MappingConfig;
+
 fn config() -> Config {
     Config::default().size(8 << 20).chunk_size(4096)
+}
+
+/// Runs `test` once per mapping configuration of the paper's ablation.
+fn each_mapping(test: impl Fn(Config)) {
+    for (_, mapping) in MappingConfig::LADDER {
+        test(config().mapping(mapping));
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
@@ -23,182 +32,192 @@ struct Root {
 
 #[test]
 fn data_survives_clean_close_and_crash() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("p.pool");
-    let pool = Pool::create(&path, &config()).unwrap();
-    let root: PPtr<Root> = pool.root().unwrap();
-    assert_eq!(
-        pool.read(|tx| tx.read(root)).unwrap().counter,
-        0,
-        "the root starts zeroed"
-    );
-    let obj = pool
-        .transaction(|tx| {
-            let o = tx.alloc(Obj { a: 1, b: [2; 120] })?;
-            tx.write(
-                root,
-                &Root {
-                    obj: o,
-                    big: 0,
-                    counter: 5,
-                },
-            )?;
-            Ok::<_, Error>(o)
-        })
-        .unwrap();
-    pool.close().unwrap();
+    each_mapping(|config| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.pool");
+        let pool = Pool::create(&path, &config).unwrap();
+        let root: PPtr<Root> = pool.root().unwrap();
+        assert_eq!(
+            pool.read(|tx| tx.read(root)).unwrap().counter,
+            0,
+            "the root starts zeroed"
+        );
+        let obj = pool
+            .transaction(|tx| {
+                let o = tx.alloc(Obj { a: 1, b: [2; 120] })?;
+                tx.write(
+                    root,
+                    &Root {
+                        obj: o,
+                        big: 0,
+                        counter: 5,
+                    },
+                )?;
+                Ok::<_, Error>(o)
+            })
+            .unwrap();
+        pool.close().unwrap();
 
-    let pool = Pool::open(&path).unwrap();
-    assert!(pool.was_clean());
-    assert_eq!(
-        pool.read(|tx| tx.read(obj)).unwrap(),
-        Obj { a: 1, b: [2; 120] }
-    );
-    pool.transaction(|tx| tx.write(logheap::pfield!(obj, Obj, a), &9u64))
-        .unwrap();
-    drop(pool); // a crash: no clean close
+        let pool = Pool::open_with(&path, &config).unwrap();
+        assert!(pool.was_clean());
+        assert_eq!(
+            pool.read(|tx| tx.read(obj)).unwrap(),
+            Obj { a: 1, b: [2; 120] }
+        );
+        pool.transaction(|tx| tx.write(logheap::pfield!(obj, Obj, a), &9u64))
+            .unwrap();
+        drop(pool); // a crash: no clean close
 
-    let pool = Pool::open(&path).unwrap();
-    assert!(!pool.was_clean());
-    let r = pool.read(|tx| tx.read(root)).unwrap();
-    assert_eq!((r.obj, r.counter), (obj, 5));
-    assert_eq!(pool.read(|tx| tx.read(obj)).unwrap().a, 9);
-    assert_eq!(pool.allocations(), vec![(obj.offset(), 128)]);
-    assert!(pool.stats().log.recovery.transactions >= 2);
+        let pool = Pool::open_with(&path, &config).unwrap();
+        assert!(!pool.was_clean());
+        let r = pool.read(|tx| tx.read(root)).unwrap();
+        assert_eq!((r.obj, r.counter), (obj, 5));
+        assert_eq!(pool.read(|tx| tx.read(obj)).unwrap().a, 9);
+        assert_eq!(pool.allocations(), vec![(obj.offset(), 128)]);
+        assert!(pool.stats().log.recovery.transactions >= 2);
+    });
 }
 
 #[test]
 fn partial_overwrites_across_object_boundaries() {
-    let pool = Pool::create_sim(&config(), Default::default()).unwrap();
-    // Two consecutive 64-byte slots of one size class are adjacent in home space.
-    let (a, b) = pool
-        .transaction(|tx| Ok::<_, Error>((tx.alloc([1u8; 64])?, tx.alloc([2u8; 64])?)))
+    each_mapping(|config| {
+        let pool = Pool::create_sim(&config, Default::default()).unwrap();
+        // Two consecutive 64-byte slots of one size class are adjacent in home space.
+        let (a, b) = pool
+            .transaction(|tx| Ok::<_, Error>((tx.alloc([1u8; 64])?, tx.alloc([2u8; 64])?)))
+            .unwrap();
+        assert_eq!(b.offset(), a.offset() + 64);
+        pool.transaction(|tx| tx.write_bytes(a.offset() + 60, &[9u8; 10]))
+            .unwrap();
+        pool.transaction(|tx| tx.write_bytes(a.offset() + 2, &[7u8; 3]))
+            .unwrap();
+        let mut bytes = [0u8; 128];
+        pool.read(|tx| tx.read_bytes(a.offset(), &mut bytes))
+            .unwrap();
+        let mut expected = [1u8; 128];
+        expected[64..].fill(2);
+        expected[60..70].fill(9);
+        expected[2..5].fill(7);
+        assert_eq!(bytes, expected);
+        // A transaction sees its own writes, over committed data.
+        pool.transaction(|tx| {
+            tx.write_bytes(a.offset() + 1, &[5u8; 2])?;
+            let mut seen = [0u8; 6];
+            tx.read_bytes(a.offset(), &mut seen)?;
+            assert_eq!(seen, [1, 5, 5, 7, 7, 1]);
+            Ok::<_, Error>(())
+        })
         .unwrap();
-    assert_eq!(b.offset(), a.offset() + 64);
-    pool.transaction(|tx| tx.write_bytes(a.offset() + 60, &[9u8; 10]))
-        .unwrap();
-    pool.transaction(|tx| tx.write_bytes(a.offset() + 2, &[7u8; 3]))
-        .unwrap();
-    let mut bytes = [0u8; 128];
-    pool.read(|tx| tx.read_bytes(a.offset(), &mut bytes))
-        .unwrap();
-    let mut expected = [1u8; 128];
-    expected[64..].fill(2);
-    expected[60..70].fill(9);
-    expected[2..5].fill(7);
-    assert_eq!(bytes, expected);
-    // A transaction sees its own writes, over committed data.
-    pool.transaction(|tx| {
-        tx.write_bytes(a.offset() + 1, &[5u8; 2])?;
-        let mut seen = [0u8; 6];
-        tx.read_bytes(a.offset(), &mut seen)?;
-        assert_eq!(seen, [1, 5, 5, 7, 7, 1]);
-        Ok::<_, Error>(())
-    })
-    .unwrap();
+    });
 }
 
 #[test]
 fn large_objects_span_chunks_and_survive_reopen() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("big.pool");
-    let pool = Pool::create(&path, &config()).unwrap();
-    let data: Vec<u8> = (0..200_000u32).map(|i| (i * 31 % 251) as u8).collect();
-    let home = pool
-        .transaction(|tx| {
-            let h = tx.alloc_bytes(data.len() as u64)?;
-            tx.write_bytes(h, &data)?;
-            Ok::<_, Error>(h)
-        })
-        .unwrap();
-    pool.transaction(|tx| tx.write_bytes(home + 70_000, &[0xee; 5000]))
-        .unwrap();
-    drop(pool);
-    let pool = Pool::open(&path).unwrap();
-    let mut back = vec![0u8; data.len()];
-    pool.read(|tx| tx.read_bytes(home, &mut back)).unwrap();
-    let mut expected = data.clone();
-    expected[70_000..75_000].fill(0xee);
-    assert!(back == expected, "large object differs after reopen");
-    assert_eq!(pool.allocations(), vec![(home, 200_000)]);
+    each_mapping(|config| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.pool");
+        let pool = Pool::create(&path, &config).unwrap();
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i * 31 % 251) as u8).collect();
+        let home = pool
+            .transaction(|tx| {
+                let h = tx.alloc_bytes(data.len() as u64)?;
+                tx.write_bytes(h, &data)?;
+                Ok::<_, Error>(h)
+            })
+            .unwrap();
+        pool.transaction(|tx| tx.write_bytes(home + 70_000, &[0xee; 5000]))
+            .unwrap();
+        drop(pool);
+        let pool = Pool::open_with(&path, &config).unwrap();
+        let mut back = vec![0u8; data.len()];
+        pool.read(|tx| tx.read_bytes(home, &mut back)).unwrap();
+        let mut expected = data.clone();
+        expected[70_000..75_000].fill(0xee);
+        assert!(back == expected, "large object differs after reopen");
+        assert_eq!(pool.allocations(), vec![(home, 200_000)]);
+    });
 }
 
 #[test]
 fn one_fence_per_write_transaction_and_low_write_amplification() {
-    let pool = Pool::create_sim(&Config::default().size(16 << 20), Default::default()).unwrap();
-    let objs: Vec<PPtr<Obj>> = (0..100)
-        .map(|i| {
-            pool.transaction(|tx| tx.alloc(Obj { a: i, b: [0; 120] }))
-                .unwrap()
-        })
-        .collect();
-    let before = pool.media().counters();
-    for round in 0..10u8 {
-        for &o in &objs {
-            pool.transaction(|tx| {
-                tx.write(
-                    o,
-                    &Obj {
-                        a: round as u64,
-                        b: [round; 120],
-                    },
-                )
+    each_mapping(|config| {
+        let pool = Pool::create_sim(&config.size(16 << 20), Default::default()).unwrap();
+        let objs: Vec<PPtr<Obj>> = (0..100)
+            .map(|i| {
+                pool.transaction(|tx| tx.alloc(Obj { a: i, b: [0; 120] }))
+                    .unwrap()
             })
-            .unwrap();
+            .collect();
+        let before = pool.media().counters();
+        for round in 0..10u8 {
+            for &o in &objs {
+                pool.transaction(|tx| {
+                    tx.write(
+                        o,
+                        &Obj {
+                            a: round as u64,
+                            b: [round; 120],
+                        },
+                    )
+                })
+                .unwrap();
+            }
         }
-    }
-    let c = pool.media().counters().since(&before);
-    assert_eq!(c.write_transactions, 1000);
-    assert_eq!(
-        c.fences, 1000,
-        "exactly one fence per committed write transaction"
-    );
-    assert_eq!(c.payload_bytes, 128 * 1000);
-    let wa = c.write_amplification().unwrap();
-    assert!(wa <= 1.3, "write amplification {wa} for 128-byte updates");
-    // Read-only transactions issue no fence.
-    pool.read(|tx| tx.read(objs[0])).unwrap();
-    assert_eq!(pool.media().counters().since(&before).fences, 1000);
-    let s = pool.stats();
-    assert!(s.fences_per_write_tx > 0.99 && s.write_amplification.is_some());
+        let c = pool.media().counters().since(&before);
+        assert_eq!(c.write_transactions, 1000);
+        assert_eq!(
+            c.fences, 1000,
+            "exactly one fence per committed write transaction"
+        );
+        assert_eq!(c.payload_bytes, 128 * 1000);
+        let wa = c.write_amplification().unwrap();
+        assert!(wa <= 1.3, "write amplification {wa} for 128-byte updates");
+        // Read-only transactions issue no fence.
+        pool.read(|tx| tx.read(objs[0])).unwrap();
+        assert_eq!(pool.media().counters().since(&before).fences, 1000);
+        let s = pool.stats();
+        assert!(s.fences_per_write_tx > 0.99 && s.write_amplification.is_some());
+    });
 }
 
 #[test]
 fn a_full_pool_fails_the_transaction_and_stays_usable() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("full.pool");
-    let pool = Pool::create(&path, &Config::default().size(256 << 10).chunk_size(4096)).unwrap();
-    let root: PPtr<Root> = pool.root().unwrap();
-    let mut last = 0;
-    let err = loop {
-        match pool.transaction(|tx| {
-            tx.write(
-                root,
-                &Root {
-                    obj: PPtr::null(),
-                    big: last + 1,
-                    counter: 7,
-                },
-            )
-        }) {
-            Ok(()) => last += 1,
-            Err(e) => break e,
-        }
-        assert!(last < 100_000, "the pool never filled");
-    };
-    assert!(matches!(err, Error::PoolFull), "{err}");
-    assert!(last > 100);
-    assert_eq!(pool.read(|tx| tx.read(root)).unwrap().big, last);
-    // A failed transaction leaves no allocation behind.
-    let before = pool.allocations();
-    assert!(
-        pool.transaction(|tx| tx.alloc([0u8; 500]).map(|_| ()))
-            .is_err()
-    );
-    assert_eq!(pool.allocations(), before);
-    drop(pool);
-    let pool = Pool::open(&path).unwrap();
-    assert_eq!(pool.read(|tx| tx.read(root)).unwrap().big, last);
+    each_mapping(|config| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("full.pool");
+        let pool = Pool::create(&path, &config.size(256 << 10)).unwrap();
+        let root: PPtr<Root> = pool.root().unwrap();
+        let mut last = 0;
+        let err = loop {
+            match pool.transaction(|tx| {
+                tx.write(
+                    root,
+                    &Root {
+                        obj: PPtr::null(),
+                        big: last + 1,
+                        counter: 7,
+                    },
+                )
+            }) {
+                Ok(()) => last += 1,
+                Err(e) => break e,
+            }
+            assert!(last < 100_000, "the pool never filled");
+        };
+        assert!(matches!(err, Error::PoolFull), "{err}");
+        assert!(last > 100);
+        assert_eq!(pool.read(|tx| tx.read(root)).unwrap().big, last);
+        // A failed transaction leaves no allocation behind.
+        let before = pool.allocations();
+        assert!(
+            pool.transaction(|tx| tx.alloc([0u8; 500]).map(|_| ()))
+                .is_err()
+        );
+        assert_eq!(pool.allocations(), before);
+        drop(pool);
+        let pool = Pool::open_with(&path, &config).unwrap();
+        assert_eq!(pool.read(|tx| tx.read(root)).unwrap().big, last);
+    });
 }
 
 #[derive(Debug)]
@@ -216,113 +235,121 @@ impl From<Error> for AppError {
 
 #[test]
 fn user_errors_abort_and_come_back_unchanged() {
-    let pool = Pool::create_sim(&config(), Default::default()).unwrap();
-    let root: PPtr<Root> = pool.root().unwrap();
-    let r = pool.transaction(|tx| {
-        tx.write(
-            root,
-            &Root {
-                obj: PPtr::null(),
-                big: 1,
-                counter: 1,
-            },
-        )?;
-        tx.alloc([1u8; 100])?;
-        Err::<(), _>(AppError::Refused)
+    each_mapping(|config| {
+        let pool = Pool::create_sim(&config, Default::default()).unwrap();
+        let root: PPtr<Root> = pool.root().unwrap();
+        let r = pool.transaction(|tx| {
+            tx.write(
+                root,
+                &Root {
+                    obj: PPtr::null(),
+                    big: 1,
+                    counter: 1,
+                },
+            )?;
+            tx.alloc([1u8; 100])?;
+            Err::<(), _>(AppError::Refused)
+        });
+        assert!(matches!(r, Err(AppError::Refused)), "{r:?}");
+        assert_eq!(pool.read(|tx| tx.read(root)).unwrap().counter, 0);
+        assert!(
+            pool.allocations().is_empty(),
+            "the aborted allocation was released"
+        );
+        assert_eq!(pool.media().counters().aborts, 1);
     });
-    assert!(matches!(r, Err(AppError::Refused)), "{r:?}");
-    assert_eq!(pool.read(|tx| tx.read(root)).unwrap().counter, 0);
-    assert!(
-        pool.allocations().is_empty(),
-        "the aborted allocation was released"
-    );
-    assert_eq!(pool.media().counters().aborts, 1);
 }
 
 #[test]
 fn invalid_operations_are_refused() {
-    let pool = Pool::create_sim(&config(), Default::default()).unwrap();
-    let root: PPtr<u64> = pool.root().unwrap();
-    assert!(matches!(
-        pool.read(|tx| tx.write(root, &1)),
-        Err(Error::ReadOnly)
-    ));
-    assert!(matches!(
-        pool.read(|tx| tx.alloc(1u64)),
-        Err(Error::ReadOnly)
-    ));
-    assert!(matches!(
-        pool.transaction(|tx| tx.free(PPtr::<u64>::from_offset(1 << 21))),
-        Err(Error::InvalidFree { .. })
-    ));
-    assert!(matches!(
-        pool.transaction(|tx| tx.read(PPtr::<u64>::null())),
-        Err(Error::InvalidRange { .. })
-    ));
-    assert!(matches!(
-        pool.transaction(|tx| tx.write_bytes(1 << 47, &[1])),
-        Err(Error::InvalidRange { .. })
-    ));
-    assert!(matches!(
-        pool.transaction(|tx| tx.alloc_bytes(0)),
-        Err(Error::InvalidSize(0))
-    ));
-    assert!(matches!(
-        pool.root::<[u8; 8192]>(),
-        Err(Error::RootTooLarge { .. })
-    ));
-    let p = pool.transaction(|tx| tx.alloc(5u64)).unwrap();
-    pool.transaction(|tx| tx.free(p)).unwrap();
-    assert!(
-        matches!(
-            pool.transaction(|tx| tx.free(p)),
+    each_mapping(|config| {
+        let pool = Pool::create_sim(&config, Default::default()).unwrap();
+        let root: PPtr<u64> = pool.root().unwrap();
+        assert!(matches!(
+            pool.read(|tx| tx.write(root, &1)),
+            Err(Error::ReadOnly)
+        ));
+        assert!(matches!(
+            pool.read(|tx| tx.alloc(1u64)),
+            Err(Error::ReadOnly)
+        ));
+        assert!(matches!(
+            pool.transaction(|tx| tx.free(PPtr::<u64>::from_offset(1 << 21))),
             Err(Error::InvalidFree { .. })
-        ),
-        "double free"
-    );
-    assert!(matches!(
-        Pool::create_sim(
-            &config().engine(logheap::EngineKind::Redo),
-            Default::default()
-        ),
-        Err(Error::EngineUnavailable(_))
-    ));
+        ));
+        assert!(matches!(
+            pool.transaction(|tx| tx.read(PPtr::<u64>::null())),
+            Err(Error::InvalidRange { .. })
+        ));
+        assert!(matches!(
+            pool.transaction(|tx| tx.write_bytes(1 << 47, &[1])),
+            Err(Error::InvalidRange { .. })
+        ));
+        assert!(matches!(
+            pool.transaction(|tx| tx.alloc_bytes(0)),
+            Err(Error::InvalidSize(0))
+        ));
+        assert!(matches!(
+            pool.root::<[u8; 8192]>(),
+            Err(Error::RootTooLarge { .. })
+        ));
+        let p = pool.transaction(|tx| tx.alloc(5u64)).unwrap();
+        pool.transaction(|tx| tx.free(p)).unwrap();
+        assert!(
+            matches!(
+                pool.transaction(|tx| tx.free(p)),
+                Err(Error::InvalidFree { .. })
+            ),
+            "double free"
+        );
+        assert!(matches!(
+            Pool::create_sim(
+                &config.engine(logheap::EngineKind::Redo),
+                Default::default()
+            ),
+            Err(Error::EngineUnavailable(_))
+        ));
+    });
 }
 
 #[test]
 fn alloc_and_free_in_one_transaction_leave_nothing() {
-    let pool = Pool::create_sim(&config(), Default::default()).unwrap();
-    let before = pool.media().counters();
-    pool.transaction(|tx| {
-        let p = tx.alloc([3u8; 300])?;
-        tx.write_bytes(p.offset() + 10, &[4; 10])?;
-        tx.free(p)
-    })
-    .unwrap();
-    assert!(pool.allocations().is_empty());
-    assert_eq!(pool.stats().log.live_log_bytes, 0);
-    assert_eq!(
-        pool.media().counters().since(&before).fences,
-        0,
-        "nothing to log"
-    );
+    each_mapping(|config| {
+        let pool = Pool::create_sim(&config, Default::default()).unwrap();
+        let before = pool.media().counters();
+        pool.transaction(|tx| {
+            let p = tx.alloc([3u8; 300])?;
+            tx.write_bytes(p.offset() + 10, &[4; 10])?;
+            tx.free(p)
+        })
+        .unwrap();
+        assert!(pool.allocations().is_empty());
+        assert_eq!(pool.stats().log.live_log_bytes, 0);
+        assert_eq!(
+            pool.media().counters().since(&before).fences,
+            0,
+            "nothing to log"
+        );
+    });
 }
 
 #[test]
 fn frees_unmap_and_live_bytes_are_tracked() {
-    let pool = Pool::create_sim(&config(), Default::default()).unwrap();
-    let p = pool.transaction(|tx| tx.alloc([1u8; 1000])).unwrap();
-    assert_eq!(pool.stats().log.live_log_bytes, 1000);
-    pool.transaction(|tx| tx.write_bytes(p.offset(), &[2u8; 100]))
-        .unwrap();
-    assert_eq!(
-        pool.stats().log.live_log_bytes,
-        1000,
-        "overwritten bytes are no longer live"
-    );
-    pool.transaction(|tx| tx.free(p)).unwrap();
-    assert_eq!(pool.stats().log.live_log_bytes, 0);
-    let mut buf = [9u8; 8];
-    pool.read(|tx| tx.read_bytes(p.offset(), &mut buf)).unwrap();
-    assert_eq!(buf, [0; 8], "freed memory reads as zero");
+    each_mapping(|config| {
+        let pool = Pool::create_sim(&config, Default::default()).unwrap();
+        let p = pool.transaction(|tx| tx.alloc([1u8; 1000])).unwrap();
+        assert_eq!(pool.stats().log.live_log_bytes, 1000);
+        pool.transaction(|tx| tx.write_bytes(p.offset(), &[2u8; 100]))
+            .unwrap();
+        assert_eq!(
+            pool.stats().log.live_log_bytes,
+            1000,
+            "overwritten bytes are no longer live"
+        );
+        pool.transaction(|tx| tx.free(p)).unwrap();
+        assert_eq!(pool.stats().log.live_log_bytes, 0);
+        let mut buf = [9u8; 8];
+        pool.read(|tx| tx.read_bytes(p.offset(), &mut buf)).unwrap();
+        assert_eq!(buf, [0; 8], "freed memory reads as zero");
+    });
 }

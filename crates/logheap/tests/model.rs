@@ -1,7 +1,7 @@
 //! Property test: random sequences of allocations, writes, frees, reads, aborted
 //! transactions and crashes (reopening a crash image) agree with an in-memory model.
 
-use logheap::media::{MediaConfig, SimConfig};
+use logheap::media::SimConfig;
 use logheap::{Config, Error, Pool};
 use proptest::prelude::*;
 
@@ -73,8 +73,11 @@ fn check_all(pool: &Pool, model: &Model) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let config = Config::default().size(4 << 20).chunk_size(4096);
+fn run(ops: Vec<Op>, mapping: logheap::MappingConfig) -> Result<(), TestCaseError> {
+    let config = Config::default()
+        .size(4 << 20)
+        .chunk_size(4096)
+        .mapping(mapping);
     let mut pool = Pool::create_sim(&config, SimConfig::default()).unwrap();
     let mut model: Model = Vec::new();
     for op in ops {
@@ -154,7 +157,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let image = sim.with_crash_point(|p| p.image(image % p.len()));
                 drop(pool);
                 pool =
-                    Pool::open_image(image, &MediaConfig::default(), SimConfig::default()).unwrap();
+                    Pool::open_image(image, &config, SimConfig::default()).unwrap();
                 prop_assert!(!pool.was_clean());
                 check_all(&pool, &model)?;
             }
@@ -164,10 +167,13 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     #[test]
-    fn random_operations_with_crashes_agree_with_the_model(ops in prop::collection::vec(op(), 1..60)) {
-        run(ops)?;
+    fn random_operations_with_crashes_agree_with_the_model(
+        ops in prop::collection::vec(op(), 1..60),
+        mapping in 0usize..5,
+    ) {
+        run(ops, logheap::MappingConfig::LADDER[mapping].1)?;
     }
 }

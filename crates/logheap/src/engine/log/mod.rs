@@ -21,6 +21,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub use mapping::MappingConfig;
 pub use recovery::RecoveryReport;
 
 use self::chunks::{ChunkGeometry, ChunkPool, LogSet};
@@ -86,10 +87,20 @@ pub struct LogEngineStats {
     pub chunks_total: u64,
     /// Chunks in no log.
     pub chunks_free: u64,
+    /// The mapping configuration's name (`base` ... `full`).
+    pub mapping: String,
     /// Mapping nodes.
     pub mapping_nodes: u64,
-    /// DRAM held by the mapping.
+    /// Mapping partitions in use.
+    pub mapping_partitions: u64,
+    /// DRAM held by the mapping (directory, nodes, node caches).
     pub mapping_dram_bytes: u64,
+    /// Node-cache hits.
+    pub node_cache_hits: u64,
+    /// Node-cache misses.
+    pub node_cache_misses: u64,
+    /// Hits / (hits + misses), or `None` without lookups through a cache.
+    pub node_cache_hit_ratio: Option<f64>,
     /// Bytes of log data still mapped (live).
     pub live_log_bytes: u64,
     /// Live allocations.
@@ -131,7 +142,12 @@ impl LogEngine {
     /// never validates. They must never repeat, even across crashes that erase the
     /// chunk headers recording them: each open durably records a high-water mark in the
     /// superblock (two copies, the larger wins) and hands out generations below it.
-    pub(crate) fn open(file: &PoolFile, fault: Option<Fault>) -> Result<LogEngine> {
+    pub(crate) fn open(
+        file: &PoolFile,
+        mapping: MappingConfig,
+        fault: Option<Fault>,
+    ) -> Result<LogEngine> {
+        mapping.check().map_err(Error::InvalidConfig)?;
         let media = file.media().clone();
         let layout = file.layout();
         let root_size = layout.root.end - layout.root.start;
@@ -143,11 +159,13 @@ impl LogEngine {
         }
         let geometry =
             ChunkGeometry::new(layout.data.start, layout.data.end, file.header().chunk_size);
-        let recovered = recovery::recover(&media, &geometry).map_err(|d| Error::Corrupt {
-            path: file.path().into(),
-            offset: d.offset,
-            reason: d.reason,
-        })?;
+        let mapping = Mapping::new(mapping);
+        let recovered =
+            recovery::recover(&media, &geometry, &mapping).map_err(|d| Error::Corrupt {
+                path: file.path().into(),
+                offset: d.offset,
+                reason: d.reason,
+            })?;
         let sb = layout.superblock.start as usize;
         let high_water = media.read_u64(sb).max(media.read_u64(sb + 8));
         let base = high_water.max(recovered.max_generation);
@@ -160,8 +178,6 @@ impl LogEngine {
         for (c, &live) in recovered.live.iter().enumerate() {
             chunks.add_live(c as u32, live);
         }
-        let mapping = Mapping::default();
-        *mapping.write() = recovered.mapping;
         Ok(LogEngine {
             path: file.path().into(),
             geometry,
@@ -304,8 +320,7 @@ impl LogEngine {
     /// Copies the committed bytes of `[home, home + buf.len())`; unmapped bytes are zero.
     fn read_committed(&self, home: u64, buf: &mut [u8]) {
         buf.fill(0);
-        let map = self.mapping.read();
-        map.lookup(home, buf.len() as u64, |p| {
+        self.mapping.lookup(home, buf.len() as u64, |p| {
             let at = (p.home - home) as usize;
             self.media
                 .read(p.log as usize, &mut buf[at..at + p.len as usize]);
@@ -400,7 +415,7 @@ impl LogEngine {
             return Err(Self::conflict(tx));
         }
         tx.allocs.sort_unstable();
-        let data = CommitData::build(tx);
+        let data = CommitData::build(tx, self.mapping.config().group_update);
         let entries = data.entries();
         if entries.iter().all(|e| e.is_empty()) {
             // Everything written was freed again by the transaction: nothing to log.
@@ -433,7 +448,7 @@ impl LogEngine {
             return Err(Error::PoolFull);
         };
         {
-            let mut map = self.mapping.write();
+            let map = &self.mapping;
             let chunks = &self.chunks;
             let geometry = &self.geometry;
             let mut displaced =
@@ -477,13 +492,19 @@ impl LogEngine {
 
     /// Engine figures.
     pub(crate) fn stats(&self) -> LogEngineStats {
-        let map = self.mapping.read();
         let a = lock(&self.allocator);
+        let cache = self.mapping.cache_figures();
+        let lookups = cache.hits + cache.misses;
         LogEngineStats {
             chunks_total: self.geometry.count as u64,
             chunks_free: self.chunks.free_count() as u64,
-            mapping_nodes: map.len() as u64,
-            mapping_dram_bytes: map.dram_bytes() as u64,
+            mapping: self.mapping.config().label(),
+            mapping_nodes: self.mapping.nodes(),
+            mapping_partitions: self.mapping.partition_count(),
+            mapping_dram_bytes: self.mapping.dram_bytes(),
+            node_cache_hits: cache.hits,
+            node_cache_misses: cache.misses,
+            node_cache_hit_ratio: (lookups > 0).then(|| cache.hits as f64 / lookups as f64),
             live_log_bytes: self.chunks.total_live_bytes().max(0) as u64,
             allocations: a.live_count() as u64,
             allocated_bytes: a.live_bytes(),
@@ -501,6 +522,8 @@ impl LogEngine {
 /// images and record bytes it owns.
 struct CommitData<'a> {
     update_parts: Vec<(u64, &'a [u8])>,
+    /// With group update: contiguous update parts merged into one buffer each.
+    merged: Vec<(u64, Vec<u8>)>,
     allocs: &'a [(u64, u64)],
     frees: &'a [(u64, u64)],
     images: Vec<Vec<u8>>,
@@ -522,7 +545,7 @@ impl<'a> CommitData<'a> {
     /// Sorts out the transaction's writes, allocations and frees: writes into objects
     /// allocated by the transaction become part of their allocation image; writes into
     /// objects it frees are dropped; no byte is logged twice.
-    fn build(tx: &'a TxState) -> CommitData<'a> {
+    fn build(tx: &'a TxState, group_update: bool) -> CommitData<'a> {
         let pieces = tx.writes.resolve();
         // Allocation images: initial bytes (zeros) overlaid with the writes into them.
         let mut images: Vec<Vec<u8>> = tx
@@ -557,8 +580,14 @@ impl<'a> CommitData<'a> {
             .chain(tx.frees.iter())
             .map(|&(_, size)| size.to_le_bytes())
             .collect();
+        let merged = if group_update {
+            merge_contiguous(std::mem::take(&mut update_parts))
+        } else {
+            Vec::new()
+        };
         CommitData {
             update_parts,
+            merged,
             allocs: &tx.allocs,
             frees: &tx.frees,
             images,
@@ -571,6 +600,9 @@ impl<'a> CommitData<'a> {
         let mut update = Vec::new();
         for &(home, bytes) in &self.update_parts {
             push_data(&mut update, home, bytes);
+        }
+        for (home, bytes) in &self.merged {
+            push_data(&mut update, *home, bytes);
         }
         let mut alloc = Vec::new();
         for (k, &(home, _)) in self.allocs.iter().enumerate() {
@@ -594,6 +626,20 @@ impl<'a> CommitData<'a> {
             .collect();
         [update, alloc, dealloc]
     }
+}
+
+/// Group update (000_70bf7223c84ebbe9.txt §3.2): merges address-contiguous parts (sorted,
+/// non-overlapping) into single buffers, so each run becomes one log entry and one
+/// mapping update.
+fn merge_contiguous(parts: Vec<(u64, &[u8])>) -> Vec<(u64, Vec<u8>)> {
+    let mut out: Vec<(u64, Vec<u8>)> = Vec::new();
+    for (home, bytes) in parts {
+        match out.last_mut() {
+            Some((h, buf)) if *h + buf.len() as u64 == home => buf.extend_from_slice(bytes),
+            _ => out.push((home, bytes.to_vec())),
+        }
+    }
+    out
 }
 
 /// Removes `[start, start + len)` from each part, calling `inside` with the removed bytes.

@@ -18,7 +18,7 @@ use super::home_alloc::HomeAllocator;
 use super::layout::{
     BlockScan, CHUNK_HEADER, ChunkHeader, DecodedBlock, LogKind, decode_block, u64_at,
 };
-use super::mapping::SkipList;
+use super::mapping::Mapping;
 use crate::media::Media;
 
 /// What recovery found.
@@ -47,7 +47,6 @@ pub(crate) struct Damage {
 }
 
 pub(crate) struct Recovered {
-    pub mapping: SkipList,
     pub allocator: HomeAllocator,
     pub free_chunks: Vec<u32>,
     /// Live bytes per chunk.
@@ -104,8 +103,12 @@ fn scan(media: &Media, geometry: &ChunkGeometry) -> (Vec<ScannedChunk>, Vec<u32>
     (chunks, free)
 }
 
-/// Rebuilds mapping, allocator and chunk state from `media`'s log.
-pub(crate) fn recover(media: &Media, geometry: &ChunkGeometry) -> Result<Recovered, Damage> {
+/// Rebuilds `mapping` (empty on entry), the allocator and chunk state from `media`'s log.
+pub(crate) fn recover(
+    media: &Media,
+    geometry: &ChunkGeometry,
+    mapping: &Mapping,
+) -> Result<Recovered, Damage> {
     let (chunks, mut free_chunks) = scan(media, geometry);
     let mut report = RecoveryReport {
         chunks_in_use: chunks.len() as u64,
@@ -172,7 +175,6 @@ pub(crate) fn recover(media: &Media, geometry: &ChunkGeometry) -> Result<Recover
         .sort_unstable_by_key(|&(v, kind, ci, bi)| (v, std::cmp::Reverse(kind as u8), ci, bi));
     report.transactions = all_versions.len() as u64 - report.dropped_transactions;
 
-    let mut mapping = SkipList::default();
     let mut live = vec![0i64; geometry.count as usize];
     let mut allocations: HashMap<u64, u64> = HashMap::new();
     let mut chunk_buf = vec![0u8; 8];
@@ -249,7 +251,6 @@ pub(crate) fn recover(media: &Media, geometry: &ChunkGeometry) -> Result<Recover
         media.fence();
     }
     Ok(Recovered {
-        mapping,
         allocator,
         free_chunks,
         live,

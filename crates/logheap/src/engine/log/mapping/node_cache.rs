@@ -1,0 +1,131 @@
+//! Thread-local tree node caches (000_70bf7223c84ebbe9.txt §3.2).
+//!
+//! A set-associative cache from home addresses to mapping nodes. The set is chosen from
+//! the address's high bits (`addr >> 6`), so addresses in one 64-byte neighbourhood share
+//! a set and are checked against the nodes cached there: a plain hash of the address
+//! would send `0x1008` and `0x1000` to different buckets and miss the node covering both.
+//! A hit is validated by the node's sequence word, read before and after its fields, so
+//! a node removed or reused since it was cached is never used.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use crossbeam_utils::CachePadded;
+
+use super::skiplist::{Node, NodeView};
+
+const SET_BITS: u32 = 12;
+const WAYS: usize = 4;
+/// DRAM of one thread's cache.
+pub(crate) const CACHE_BYTES: usize = (1 << SET_BITS) * (WAYS * 16 + 1);
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    node: *const Node,
+    seq: u64,
+}
+
+const EMPTY: Entry = Entry {
+    node: std::ptr::null(),
+    seq: 1,
+};
+
+/// Hit and miss counts of one thread's cache, summed by the mapping.
+#[derive(Debug, Default)]
+pub(crate) struct CacheCounters {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+}
+
+/// One thread's cache for one mapping.
+struct NodeCache {
+    mapping: Weak<()>,
+    mapping_id: u64,
+    sets: Box<[[Entry; WAYS]]>,
+    next_way: Box<[u8]>,
+    counters: Arc<CachePadded<CacheCounters>>,
+}
+
+thread_local! {
+    static CACHES: RefCell<Vec<NodeCache>> = const { RefCell::new(Vec::new()) };
+}
+
+fn set_of(addr: u64) -> usize {
+    ((addr >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SET_BITS)) as usize
+}
+
+fn bump(c: &AtomicU64) {
+    c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
+/// Runs `f` with the calling thread's cache for the mapping `id` (made on first use;
+/// `alive` is the mapping's liveness token, `register` makes its counter block).
+fn with_cache<R>(
+    id: u64,
+    alive: &Arc<()>,
+    register: impl FnOnce() -> Arc<CachePadded<CacheCounters>>,
+    f: impl FnOnce(&mut NodeCache) -> R,
+) -> R {
+    CACHES.with(|caches| {
+        let mut caches = caches.borrow_mut();
+        let i = match caches.iter().position(|c| c.mapping_id == id) {
+            Some(i) => i,
+            None => {
+                caches.retain(|c| c.mapping.strong_count() > 0);
+                caches.push(NodeCache {
+                    mapping: Arc::downgrade(alive),
+                    mapping_id: id,
+                    sets: vec![[EMPTY; WAYS]; 1 << SET_BITS].into_boxed_slice(),
+                    next_way: vec![0u8; 1 << SET_BITS].into_boxed_slice(),
+                    counters: register(),
+                });
+                caches.len() - 1
+            }
+        };
+        f(&mut caches[i])
+    })
+}
+
+/// The cache front used by the mapping.
+pub(crate) struct CacheHandle<'m> {
+    pub id: u64,
+    pub alive: &'m Arc<()>,
+    pub register: &'m dyn Fn() -> Arc<CachePadded<CacheCounters>>,
+}
+
+impl CacheHandle<'_> {
+    /// The cached node covering `addr`, validated, or `None` (a miss).
+    pub(crate) fn get(&self, addr: u64) -> Option<NodeView> {
+        with_cache(self.id, self.alive, self.register, |c| {
+            let set = set_of(addr);
+            for e in &c.sets[set] {
+                if e.node.is_null() {
+                    continue;
+                }
+                // SAFETY: cached pointers point at type-stable nodes of this mapping,
+                // which is alive (we were called through it); fields are atomics.
+                let node = unsafe { &*e.node };
+                if let Some(v) = node.snapshot_if(e.seq)
+                    && v.home <= addr
+                    && addr < v.end()
+                {
+                    bump(&c.counters.hits);
+                    return Some(v);
+                }
+            }
+            bump(&c.counters.misses);
+            None
+        })
+    }
+
+    /// Caches `node` (incarnation `seq`) for the neighbourhood of `addr` (FIFO).
+    pub(crate) fn put(&self, addr: u64, node: &Node, seq: u64) {
+        with_cache(self.id, self.alive, self.register, |c| {
+            let set = set_of(addr);
+            let way = c.next_way[set] as usize % WAYS;
+            c.sets[set][way] = Entry { node, seq };
+            c.next_way[set] = ((way + 1) % WAYS) as u8;
+        })
+    }
+}
