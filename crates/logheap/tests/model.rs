@@ -156,8 +156,7 @@ fn run(ops: Vec<Op>, mapping: logheap::MappingConfig) -> Result<(), TestCaseErro
                 let sim = pool.media().crash_simulator().unwrap();
                 let image = sim.with_crash_point(|p| p.image(image % p.len()));
                 drop(pool);
-                pool =
-                    Pool::open_image(image, &config, SimConfig::default()).unwrap();
+                pool = Pool::open_image(image, &config, SimConfig::default()).unwrap();
                 prop_assert!(!pool.was_clean());
                 check_all(&pool, &model)?;
             }

@@ -218,7 +218,7 @@ impl Mapping {
         let end = home + len;
         let _guard = crossbeam_epoch::pin();
         let register = || self.register_cache();
-        let cache = self.config.node_cache.then(|| CacheHandle {
+        let cache = self.config.node_cache.then_some(CacheHandle {
             id: self.id,
             alive: &self.alive,
             register: &register,

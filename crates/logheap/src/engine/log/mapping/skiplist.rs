@@ -306,16 +306,16 @@ impl Writer<'_> {
             }
         }
         n.next[0].store(o.next(0), Ordering::Relaxed);
-        for l in 1..new_level {
+        for (l, &p) in preds.iter().enumerate().take(new_level).skip(1) {
             // SAFETY: as above.
-            n.next[l].store(unsafe { &*preds[l] }.next(l), Ordering::Relaxed);
+            n.next[l].store(unsafe { &*p }.next(l), Ordering::Relaxed);
         }
         // The swing: one store at the bottom level.
         // SAFETY: as above.
         unsafe { &*preds[0] }.next[0].store(new, Ordering::Release);
-        for l in 1..new_level {
+        for (l, &p) in preds.iter().enumerate().take(new_level).skip(1) {
             // SAFETY: as above.
-            unsafe { &*preds[l] }.next[l].store(new, Ordering::Release);
+            unsafe { &*p }.next[l].store(new, Ordering::Release);
         }
         self.retire(old);
     }
