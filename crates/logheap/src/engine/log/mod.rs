@@ -281,6 +281,9 @@ impl LogEngine {
 
     /// Reads `[home, home + buf.len())` as of `tx`'s snapshot, with `tx`'s own writes.
     pub(crate) fn read(&self, tx: &mut TxState, home: u64, buf: &mut [u8]) -> Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
         Self::check_range(home, buf.len() as u64)?;
         if tx.conflicted {
             return Err(Error::Conflict);
@@ -331,6 +334,9 @@ impl LogEngine {
     pub(crate) fn write(&self, tx: &mut TxState, home: u64, bytes: &[u8]) -> Result<()> {
         if tx.read_only {
             return Err(Error::ReadOnly);
+        }
+        if bytes.is_empty() {
+            return Ok(());
         }
         Self::check_range(home, bytes.len() as u64)?;
         tx.writes.push(home, bytes);
@@ -437,7 +443,7 @@ impl LogEngine {
             &mut set,
             [&entries[0], &entries[1], &entries[2]],
             version,
-            self.fault != Some(Fault::SkipCommitFence),
+            self.fault.is_none(),
             &mut scratch,
         );
         lock(&self.log_sets).push(set);
@@ -462,6 +468,10 @@ impl LogEngine {
             }
         }
         held.release(&self.locks, version);
+        if self.fault == Some(Fault::PublishBeforeFence) {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+            self.media.fence();
+        }
         {
             let mut a = lock(&self.allocator);
             for &(home, _) in &tx.frees {

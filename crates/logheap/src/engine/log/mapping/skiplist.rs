@@ -320,6 +320,55 @@ impl Writer<'_> {
         self.retire(old);
     }
 
+    /// Replaces `old` by the pair `left` (same start) and `right` (a later start), both
+    /// sub-ranges of it, with one bottom-level store: readers see either `old` or both.
+    fn replace_with_pair(
+        &mut self,
+        old: *mut Node,
+        left: *mut Node,
+        right: *mut Node,
+        preds: &[*mut Node; MAX_LEVEL],
+    ) {
+        // SAFETY: all are nodes of this list; only this writer mutates links.
+        let (o, l, r) = unsafe { (&*old, &*left, &*right) };
+        let (old_level, l_level, r_level) = (
+            o.level.load(Ordering::Relaxed),
+            l.level.load(Ordering::Relaxed),
+            r.level.load(Ordering::Relaxed),
+        );
+        for lvl in (1..old_level).rev() {
+            // SAFETY: preds are nodes of this list.
+            let p = unsafe { &*preds[lvl] };
+            if p.next(lvl) == old {
+                p.next[lvl].store(o.next(lvl), Ordering::Release);
+            }
+        }
+        r.next[0].store(o.next(0), Ordering::Relaxed);
+        l.next[0].store(right, Ordering::Relaxed);
+        for (lvl, &p) in preds.iter().enumerate().take(r_level).skip(1) {
+            // SAFETY: preds are nodes of this list.
+            r.next[lvl].store(unsafe { &*p }.next(lvl), Ordering::Relaxed);
+        }
+        for (lvl, &p) in preds.iter().enumerate().take(l_level).skip(1) {
+            let next = if lvl < r_level {
+                right
+            } else {
+                // SAFETY: preds are nodes of this list.
+                unsafe { &*p }.next(lvl)
+            };
+            l.next[lvl].store(next, Ordering::Relaxed);
+        }
+        // The swing.
+        // SAFETY: preds are nodes of this list.
+        unsafe { &*preds[0] }.next[0].store(left, Ordering::Release);
+        for (lvl, &p) in preds.iter().enumerate().take(l_level.max(r_level)).skip(1) {
+            let first = if lvl < l_level { left } else { right };
+            // SAFETY: preds are nodes of this list.
+            unsafe { &*p }.next[lvl].store(first, Ordering::Release);
+        }
+        self.retire(old);
+    }
+
     /// Unlinks `x` (whose predecessors are `preds`) from every level.
     fn unlink(&mut self, x: *mut Node, preds: &[*mut Node; MAX_LEVEL]) {
         // SAFETY: `x` and preds are nodes of this list; only this writer mutates links.
@@ -349,19 +398,19 @@ impl Writer<'_> {
                     ..v
                 });
                 let p_preds = list.predecessors(v.home);
-                self.replace(p, left, &p_preds);
                 if v.end() > end {
-                    // The range was inside this one node: keep its tail, and done.
+                    // The range is inside this one node: keep both its ends, swapped in
+                    // together so that no reader finds the tail unmapped.
                     let right = self.new_node(NodeView {
                         home: end,
                         len: v.end() - end,
                         log: v.log + (end - v.home),
                         version: v.version,
                     });
-                    let r_preds = list.predecessors(end);
-                    self.link(right, &r_preds);
+                    self.replace_with_pair(p, left, right, &p_preds);
                     return;
                 }
+                self.replace(p, left, &p_preds);
             }
         }
         loop {
