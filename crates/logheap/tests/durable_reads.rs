@@ -51,7 +51,7 @@ fn racing_readers_see_no_torn_or_stale_object() {
             for _ in 0..2 {
                 let (pool, objs, stop) = (&pool, &objs, &stop);
                 s.spawn(move || {
-                    let mut last = vec![0u64; OBJECTS];
+                    let mut last = [0u64; OBJECTS];
                     let mut i = 0usize;
                     while !stop.load(Ordering::Relaxed) {
                         let k = i % OBJECTS;

@@ -353,3 +353,57 @@ fn frees_unmap_and_live_bytes_are_tracked() {
         assert_eq!(buf, [0; 8], "freed memory reads as zero");
     });
 }
+
+#[test]
+fn stale_bytes_in_free_chunks_do_not_break_recovery() {
+    each_mapping(|config| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stale.pool");
+        let pool = Pool::create(&path, &config.size(1 << 20)).unwrap();
+        let data = pool.header().layout.data.clone();
+        pool.close().unwrap();
+        // Leftovers of a former life in every chunk: not a valid header, not zeros.
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(
+            &f,
+            &vec![0xab; (data.end - data.start) as usize],
+            data.start,
+        )
+        .unwrap();
+        drop(f);
+        let pool = Pool::open_with(&path, &config).unwrap();
+        let objs: Vec<PPtr<[u8; 500]>> = (0..60u8)
+            .map(|i| pool.transaction(|tx| tx.alloc([i; 500])).unwrap())
+            .collect();
+        drop(pool); // a crash, after the logs went through many chunks
+        let pool = Pool::open_with(&path, &config).unwrap();
+        for (i, o) in objs.iter().enumerate() {
+            assert_eq!(pool.read(|tx| tx.read(*o)).unwrap(), [i as u8; 500]);
+        }
+    });
+}
+
+#[test]
+fn freeing_twice_in_one_transaction_is_refused() {
+    each_mapping(|config| {
+        let pool = Pool::create_sim(&config, Default::default()).unwrap();
+        let r = pool.transaction(|tx| {
+            let p = tx.alloc(1u64)?;
+            tx.free(p)?;
+            tx.free(p)
+        });
+        assert!(matches!(r, Err(Error::InvalidFree { .. })), "{r:?}");
+        assert!(pool.allocations().is_empty());
+        let p = pool.transaction(|tx| tx.alloc(2u64)).unwrap();
+        let r = pool.transaction(|tx| {
+            tx.free(p)?;
+            tx.free(p)
+        });
+        assert!(matches!(r, Err(Error::InvalidFree { .. })), "{r:?}");
+        assert_eq!(pool.allocations().len(), 1);
+        assert!(matches!(
+            pool.transaction(|tx| tx.alloc_bytes(1 << 40)),
+            Err(Error::PoolFull)
+        ));
+    });
+}

@@ -47,8 +47,9 @@ pub(crate) struct HomeAllocator {
     superblocks: HashMap<u64, usize>,
     /// Free slots per size class.
     class_free: Vec<Vec<u64>>,
-    /// Superblocks with no class (all slots were free on recovery).
-    free_superblocks: Vec<u64>,
+    /// Runs of superblocks with no class (free on recovery), as `(start, end)`, lowest
+    /// last. Kept as ranges: a damaged record far up the heap costs nothing.
+    free_superblocks: Vec<(u64, u64)>,
     /// Next never-used superblock.
     superblock_bump: u64,
     /// Free page-rounded large extents: start -> length, and (length, start) for best fit.
@@ -109,7 +110,12 @@ impl HomeAllocator {
             return Ok(home);
         }
         let sb = match self.free_superblocks.pop() {
-            Some(sb) => sb,
+            Some((start, end)) => {
+                if start + SUPERBLOCK < end {
+                    self.free_superblocks.push((start + SUPERBLOCK, end));
+                }
+                start
+            }
             None if self.superblock_bump + SUPERBLOCK <= LARGE_START => {
                 self.superblock_bump += SUPERBLOCK;
                 self.superblock_bump - SUPERBLOCK
@@ -212,7 +218,9 @@ impl HomeAllocator {
                         return Err(outside(home, size));
                     }
                     let sb = home - (home - HEAP_START) % SUPERBLOCK;
-                    if !(home - sb).is_multiple_of(CLASSES[class]) {
+                    if !(home - sb).is_multiple_of(CLASSES[class])
+                        || home - sb + CLASSES[class] > SUPERBLOCK
+                    {
                         return Err(AllocError::Inconsistent(format!(
                             "{home:#x} is not a slot of size {}",
                             CLASSES[class]
@@ -260,8 +268,9 @@ impl HomeAllocator {
         sbs.sort_unstable();
         let mut sb_cursor = HEAP_START;
         for &(sb, _) in &sbs {
-            a.free_superblocks
-                .extend((sb_cursor..sb).step_by(SUPERBLOCK as usize));
+            if sb > sb_cursor {
+                a.free_superblocks.push((sb_cursor, sb));
+            }
             sb_cursor = sb + SUPERBLOCK;
         }
         a.superblock_bump = sb_cursor;

@@ -13,6 +13,8 @@ use crate::media::Media;
 
 /// Entries shorter than this are moved whole to the next chunk rather than split.
 const MIN_SPLIT: usize = 64;
+/// Bytes zeroed at a seal: a preamble, rounded up to the block alignment.
+const SEAL_BYTES: usize = PREAMBLE.next_multiple_of(super::layout::BLOCK_ALIGN);
 
 /// A data entry's final place: `len` bytes for `home` at pool offset `log`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +38,17 @@ struct PlannedBlock<'a> {
     entries: Vec<EntryRef<'a>>,
 }
 
+/// What planning a transaction produces.
+#[derive(Default)]
+struct Plan<'a> {
+    blocks: Vec<PlannedBlock<'a>>,
+    /// Chunks taken from the pool.
+    taken: Vec<u32>,
+    /// Pool offsets where a sealed chunk's written part ends: a zeroed preamble goes
+    /// there, so recovery reads the end of the chunk, not stale bytes of a former use.
+    seals: Vec<u64>,
+}
+
 impl PlannedBlock<'_> {
     fn size(&self) -> usize {
         block_size(
@@ -52,16 +65,24 @@ pub(crate) struct LogWriter<'e> {
     pub pool: &'e ChunkPool,
 }
 
+/// Ends appends to `t`'s chunk: where room for a preamble is left, a zeroed one is
+/// planned at the tail, so recovery reads the end of the chunk there.
+fn seal(geometry: &ChunkGeometry, t: &mut TailChunk, seals: &mut Vec<u64>) {
+    if geometry.size as usize - t.offset as usize >= PREAMBLE {
+        seals.push(geometry.offset(t.chunk) + t.offset as u64);
+    }
+    t.offset = geometry.size as u32;
+}
+
 impl LogWriter<'_> {
-    /// Plans one log's blocks, advancing `tail`; takes new chunks into `taken`.
+    /// Plans one log's blocks, advancing `tail`; new chunks and seals go into `plan`.
     fn plan_log<'a>(
         &self,
         kind: LogKind,
         set: &LogSet,
         tail: &mut Option<TailChunk>,
         entries: &[EntryRef<'a>],
-        taken: &mut Vec<u32>,
-        out: &mut Vec<PlannedBlock<'a>>,
+        plan: &mut Plan<'a>,
     ) -> Result<(), OutOfChunks> {
         let (geometry, pool) = (self.geometry, self.pool);
         let chunk_size = geometry.size as usize;
@@ -85,7 +106,10 @@ impl LogWriter<'_> {
                     let fits = tail.is_some_and(|t| t.offset as usize + need <= chunk_size);
                     if !fits {
                         let (chunk, generation) = pool.take().ok_or(OutOfChunks)?;
-                        taken.push(chunk);
+                        plan.taken.push(chunk);
+                        if let Some(t) = tail {
+                            seal(geometry, t, &mut plan.seals);
+                        }
                         let header = set.next_header(kind, *tail, generation);
                         *tail = Some(TailChunk {
                             chunk,
@@ -115,7 +139,7 @@ impl LogWriter<'_> {
                 }
                 if n >= MAX_BLOCK_ENTRIES {
                     // The block is full by count; a new block may still fit in this chunk.
-                    close(&mut block, tail, out);
+                    close(&mut block, tail, &mut plan.blocks);
                     continue;
                 }
                 // Out of room: split the entry if a useful part fits, then go to a new chunk
@@ -134,13 +158,13 @@ impl LogWriter<'_> {
                         data: &e.data[split..],
                     };
                 }
-                close(&mut block, tail, out);
+                close(&mut block, tail, &mut plan.blocks);
                 if let Some(t) = tail.as_mut() {
-                    t.offset = chunk_size as u32;
+                    seal(geometry, t, &mut plan.seals);
                 }
             }
         }
-        close(&mut block, tail, out);
+        close(&mut block, tail, &mut plan.blocks);
         Ok(())
     }
 
@@ -158,18 +182,21 @@ impl LogWriter<'_> {
     ) -> Result<Vec<Placed>, OutOfChunks> {
         let (media, geometry, pool) = (self.media, self.geometry, self.pool);
         let mut tails = set.tails.map(|t| t.current);
-        let mut taken = Vec::new();
-        let mut blocks = Vec::new();
+        let mut plan = Plan::default();
         for kind in LogKind::ALL {
             let entries = logs[kind.index()];
             if entries.is_empty() {
                 continue;
             }
             let tail = &mut tails[kind.index()];
-            if let Err(e) = self.plan_log(kind, set, tail, entries, &mut taken, &mut blocks) {
-                pool.give_back(taken);
+            if let Err(e) = self.plan_log(kind, set, tail, entries, &mut plan) {
+                pool.give_back(plan.taken);
                 return Err(e);
             }
+        }
+        let blocks = plan.blocks;
+        for &at in &plan.seals {
+            media.write_nt(at as usize, &[0u8; SEAL_BYTES]);
         }
         let address = |b: &PlannedBlock<'_>| geometry.offset(b.chunk) + b.offset as u64;
         let mut placed = Vec::new();

@@ -169,7 +169,16 @@ impl LogEngine {
         let sb = layout.superblock.start as usize;
         let high_water = media.read_u64(sb).max(media.read_u64(sb + 8));
         let base = high_water.max(recovered.max_generation);
-        let reserved = base.saturating_add(GENERATION_RESERVATION);
+        let reserved = base
+            .checked_add(GENERATION_RESERVATION)
+            .filter(|r| *r < u64::MAX >> 1)
+            .ok_or_else(|| Error::Corrupt {
+                path: file.path().into(),
+                offset: layout.superblock.start,
+                reason: format!(
+                    "the chunk generation mark {high_water} is beyond any reachable value"
+                ),
+            })?;
         media.write_u64(sb, reserved);
         media.write_u64(sb + 8, reserved);
         media.persist(sb, 16);
@@ -348,6 +357,10 @@ impl LogEngine {
         if tx.read_only {
             return Err(Error::ReadOnly);
         }
+        if size > self.geometry.count as u64 * self.geometry.size {
+            // It could never be logged: fail before building a huge image.
+            return Err(Error::PoolFull);
+        }
         let home = lock(&self.allocator).alloc(size).map_err(|e| match e {
             AllocError::HomeSpaceFull => Error::HomeSpaceFull,
             _ => Error::InvalidSize(size),
@@ -370,7 +383,12 @@ impl LogEngine {
             tx.alloc_then_freed.push(a);
             return Ok(());
         }
-        if tx.frees.iter().any(|&(h, _)| h == home) {
+        if tx
+            .frees
+            .iter()
+            .chain(&tx.alloc_then_freed)
+            .any(|&(h, _)| h == home)
+        {
             return Err(Error::InvalidFree { home });
         }
         // Read the object's first byte, so that two transactions freeing it conflict.
@@ -467,19 +485,27 @@ impl LogEngine {
                 chunks.add_live(geometry.chunk_of(p.log), p.len as i64);
             }
         }
+        // Freed ranges go back to the allocator while their stripes are still locked: a
+        // transaction that then probes one either conflicts or finds it not allocated.
+        {
+            let mut a = lock(&self.allocator);
+            for &(home, _) in &tx.frees {
+                let freed = a.free(home);
+                debug_assert!(
+                    freed.is_ok(),
+                    "a committed free of {home:#x} was not allocated"
+                );
+            }
+            for (home, _) in tx.alloc_then_freed.drain(..) {
+                let _ = a.free(home);
+            }
+        }
         held.release(&self.locks, version);
         if self.fault == Some(Fault::PublishBeforeFence) {
             std::thread::sleep(std::time::Duration::from_micros(200));
             self.media.fence();
         }
-        {
-            let mut a = lock(&self.allocator);
-            for &(home, _) in &tx.frees {
-                let _ = a.free(home);
-            }
-        }
         tx.allocs.clear();
-        self.release_freed_allocs(tx);
         self.media
             .add_payload(tx.writes.payload_bytes() + tx.zeroed_bytes);
         self.media.count_transaction(true);

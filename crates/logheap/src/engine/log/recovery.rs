@@ -13,10 +13,11 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::ROOT_HOME;
 use super::chunks::{ChunkGeometry, payload_start};
 use super::home_alloc::HomeAllocator;
 use super::layout::{
-    BlockScan, CHUNK_HEADER, ChunkHeader, DecodedBlock, LogKind, decode_block, u64_at,
+    BlockScan, CHUNK_HEADER, ChunkHeader, DecodedBlock, HOME_LIMIT, LogKind, decode_block, u64_at,
 };
 use super::mapping::Mapping;
 use crate::media::Media;
@@ -198,18 +199,35 @@ pub(crate) fn recover(
                 media.read(data as usize, &mut buf[..8]);
                 Ok(u64_at(buf, 0))
             };
+            let damage = |reason: String| Damage {
+                offset: data,
+                reason,
+            };
+            if e.home < ROOT_HOME || e.home + e.size as u64 > HOME_LIMIT {
+                return Err(damage(format!(
+                    "entry for home {:#x}+{} is outside the home space",
+                    e.home, e.size
+                )));
+            }
             match (kind, e.tombstone) {
                 (LogKind::Dealloc, _) => {
                     let len = record_len(&mut chunk_buf)?;
-                    allocations.remove(&e.home);
-                    mapping.remove(
-                        e.home,
-                        len.min(super::layout::HOME_LIMIT - e.home),
-                        &mut displaced,
-                    );
+                    if allocations.remove(&e.home) != Some(len) {
+                        return Err(damage(format!(
+                            "free record for {:#x}+{len}, which is not allocated",
+                            e.home
+                        )));
+                    }
+                    mapping.remove(e.home, len, &mut displaced);
                 }
                 (LogKind::Alloc, true) => {
                     let len = record_len(&mut chunk_buf)?;
+                    if len == 0 || e.home.checked_add(len).is_none_or(|end| end > HOME_LIMIT) {
+                        return Err(damage(format!(
+                            "allocation record {:#x}+{len} is outside the home space",
+                            e.home
+                        )));
+                    }
                     allocations.insert(e.home, len);
                 }
                 (_, false) => {
@@ -236,6 +254,19 @@ pub(crate) fn recover(
         .max()
         .unwrap_or(0);
     let max_owner = chunks.iter().map(|c| c.header.owner).max().unwrap_or(0);
+    let limit = |what: &str, value: u64, max: u64| {
+        if value > max {
+            Err(Damage {
+                offset: geometry.start,
+                reason: format!("{what} {value} is beyond what a log can reach ({max})"),
+            })
+        } else {
+            Ok(())
+        }
+    };
+    limit("a chunk generation", max_generation, u64::MAX >> 2)?;
+    limit("a log-set id", max_owner as u64, u32::MAX as u64 - 1)?;
+    limit("a transaction version", report.max_version, u64::MAX >> 3)?;
     // Chunks with nothing committed are reclaimed: their header is erased durably so
     // their stale blocks can never be read again.
     for ch in &chunks {
@@ -258,4 +289,104 @@ pub(crate) fn recover(
         max_owner,
         report,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::log::layout::{EntryRef, encode_block};
+    use crate::engine::log::mapping::MappingConfig;
+    use crate::media::{MediaConfig, SimConfig};
+
+    /// A pool whose only chunk holds one checksum-valid block with `entries`.
+    fn recover_block(kind: LogKind, entries: &[EntryRef<'_>]) -> Result<Recovered, Damage> {
+        let geometry = ChunkGeometry {
+            start: 0,
+            size: 4096,
+            count: 2,
+        };
+        let media = Media::sim(8192, &MediaConfig::default(), SimConfig::default()).unwrap();
+        let header = ChunkHeader {
+            kind,
+            owner: 1,
+            generation: 5,
+            prev: None,
+            seq: 0,
+        };
+        media.write(0, &header.encode());
+        let mut block = Vec::new();
+        encode_block(&mut block, 0, 5, 9, 64, entries);
+        media.write(64, &block);
+        recover(&media, &geometry, &Mapping::new(MappingConfig::FULL))
+    }
+
+    #[test]
+    fn hostile_but_checksum_valid_records_are_damage_not_panics() {
+        let data = [1u8; 100];
+        let len = |n: u64| n.to_le_bytes();
+        let huge = len(1 << 46);
+        let eight = len(8);
+        let cases: Vec<(LogKind, Vec<EntryRef<'_>>)> = vec![
+            // Data running past the end of the home space.
+            (
+                LogKind::Update,
+                vec![EntryRef {
+                    home: HOME_LIMIT - 8,
+                    tombstone: false,
+                    data: &data,
+                }],
+            ),
+            // Data in the null page.
+            (
+                LogKind::Update,
+                vec![EntryRef {
+                    home: 8,
+                    tombstone: false,
+                    data: &data,
+                }],
+            ),
+            // An allocation past the end of the home space.
+            (
+                LogKind::Alloc,
+                vec![EntryRef {
+                    home: HOME_LIMIT - 4096,
+                    tombstone: true,
+                    data: &huge,
+                }],
+            ),
+            // A free of something never allocated, with an absurd length.
+            (
+                LogKind::Dealloc,
+                vec![EntryRef {
+                    home: 1 << 20,
+                    tombstone: true,
+                    data: &huge,
+                }],
+            ),
+            // A tombstone in an update log.
+            (
+                LogKind::Update,
+                vec![EntryRef {
+                    home: 1 << 20,
+                    tombstone: true,
+                    data: &eight,
+                }],
+            ),
+        ];
+        for (kind, entries) in cases {
+            assert!(
+                recover_block(kind, &entries).is_err(),
+                "{kind:?} {entries:?} was accepted"
+            );
+        }
+        let fine = recover_block(
+            LogKind::Update,
+            &[EntryRef {
+                home: 1 << 20,
+                tombstone: false,
+                data: &data,
+            }],
+        );
+        assert_eq!(fine.unwrap().report.transactions, 1);
+    }
 }
