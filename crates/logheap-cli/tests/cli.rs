@@ -87,13 +87,18 @@ fn inspect_prints_a_pool_header() {
 }
 
 fn crashtest(extra: &[&str]) -> (bool, serde_json::Value) {
+    crashtest_engine("log", 200, extra)
+}
+
+fn crashtest_engine(engine: &str, txs: u32, extra: &[&str]) -> (bool, serde_json::Value) {
+    let txs = txs.to_string();
     let out = logheap()
         .args([
             "crashtest",
             "--engine",
-            "log",
+            engine,
             "--txs",
-            "200",
+            &txs,
             "--seed",
             "7",
             "--json",
@@ -138,4 +143,15 @@ fn crashtest_prints_the_summary_line_last() {
         last.starts_with("images=") && last.ends_with("violations=0"),
         "{last}"
     );
+}
+
+#[test]
+fn crashtest_passes_in_every_mapping_configuration() {
+    for engine in ["log-base", "log-2l", "log-2l-gu", "log-2l-gu-c"] {
+        let (ok, v) = crashtest_engine(engine, 60, &[]);
+        assert!(ok, "{engine}: {v}");
+        assert_eq!(v["engine"], engine);
+        assert_eq!(v["violations"], 0, "{v}");
+        assert!(v["images"].as_u64().unwrap() > 300, "{v}");
+    }
 }
