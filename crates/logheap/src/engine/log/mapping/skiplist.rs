@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex};
 
 /// Most levels a node can have (with p = 1/4, enough for 16 M nodes in one list).
 pub(crate) const MAX_LEVEL: usize = 12;
-const SLAB: usize = 256;
+/// Node slabs start small (a 4 KiB partition holds a few dozen nodes) and double.
+const FIRST_SLAB: usize = 8;
+const MAX_SLAB: usize = 1024;
 
 /// A mapping node. Fields are atomics so that racing reads (by node caches) are defined;
 /// `seq` is even while the node is live and odd once it is removed.
@@ -140,7 +142,8 @@ impl SkipList {
     /// DRAM held by node slabs.
     pub(crate) fn dram_bytes(&self) -> usize {
         let arena = self.arena.lock().unwrap_or_else(|p| p.into_inner());
-        arena.slabs.len() * SLAB * std::mem::size_of::<Node>() + std::mem::size_of::<Node>()
+        let nodes: usize = arena.slabs.iter().map(|s| s.len()).sum::<usize>() + 1;
+        nodes * std::mem::size_of::<Node>()
     }
 
     fn head(&self) -> *mut Node {
@@ -223,7 +226,8 @@ impl Writer<'_> {
             self.arena.free.append(&mut recycled);
         }
         if self.arena.free.is_empty() {
-            let slab: Box<[Node]> = (0..SLAB)
+            let size = (FIRST_SLAB << self.arena.slabs.len().min(16)).min(MAX_SLAB);
+            let slab: Box<[Node]> = (0..size)
                 .map(|_| {
                     let n = Node::default();
                     n.seq.store(1, Ordering::Relaxed); // not live until initialised
@@ -231,10 +235,10 @@ impl Writer<'_> {
                 })
                 .collect();
             let base = slab.as_ptr() as *mut Node;
-            // SAFETY: `base + i` for i < SLAB lies inside the slab just made.
+            // SAFETY: `base + i` for i < size lies inside the slab just made.
             self.arena
                 .free
-                .extend((0..SLAB).rev().map(|i| NodePtr(unsafe { base.add(i) })));
+                .extend((0..size).rev().map(|i| NodePtr(unsafe { base.add(i) })));
             self.arena.slabs.push(slab);
         }
         let level = self.random_level();
