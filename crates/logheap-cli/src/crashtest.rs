@@ -32,6 +32,10 @@ pub struct Args {
     /// Most crash images checked per fence (sampled when there are more).
     #[arg(long, default_value_t = 24)]
     images_per_fence: usize,
+    /// Every this many transactions, crash and go on with the recovered pool, so that
+    /// logs resumed after recovery are crash-tested too (0: never).
+    #[arg(long, default_value_t = 40)]
+    reopen_every: u64,
     /// Print one JSON object instead of the summary line.
     #[arg(long)]
     json: bool,
@@ -140,31 +144,54 @@ fn crashtest(args: &Args) -> Result<Outcome, Box<dyn std::error::Error>> {
         seed: args.seed,
         ..SimConfig::default()
     };
-    let pool = Pool::create_sim(&config, sim)?;
+    let mut pool = Pool::create_sim(&config, sim)?;
     let root: PPtr<Table> = pool.root()?;
     let expected = Arc::new(Mutex::new(Expected {
         before: vec![None; SLOTS],
         after: vec![None; SLOTS],
         ..Expected::default()
     }));
-    let simulator = pool
-        .media()
-        .crash_simulator()
-        .ok_or("not simulation media")?;
-    let hook_expected = expected.clone();
-    simulator.set_fence_hook(Box::new(move |point| {
-        let mut e = hook_expected.lock().unwrap_or_else(|p| p.into_inner());
-        let mut image = Vec::new();
-        for i in 0..point.len() {
-            point.write_image(i, &mut image);
-            check_image(image.clone(), &config, &mut e, point.fence_index());
-        }
-    }));
+    let install_hook = |pool: &Pool| -> Result<(), Box<dyn std::error::Error>> {
+        let simulator = pool
+            .media()
+            .crash_simulator()
+            .ok_or("not simulation media")?;
+        let hook_expected = expected.clone();
+        simulator.set_fence_hook(Box::new(move |point| {
+            let mut e = hook_expected.lock().unwrap_or_else(|p| p.into_inner());
+            let mut image = Vec::new();
+            for i in 0..point.len() {
+                point.write_image(i, &mut image);
+                check_image(image.clone(), &config, &mut e, point.fence_index());
+            }
+        }));
+        Ok(())
+    };
+    install_hook(&pool)?;
+    let mut fences = 0;
 
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let mut model: Model = vec![None; SLOTS];
     let mut ptrs: Vec<Option<(u64, u64)>> = vec![None; SLOTS];
-    for _ in 0..args.txs {
+    for i in 0..args.txs {
+        if args.reopen_every > 0 && i > 0 && i % args.reopen_every == 0 && fault.is_none() {
+            // Crash now (everything committed is persisted) and go on with the pool
+            // recovered from the persisted image, whose logs resume where they ended.
+            let simulator = pool
+                .media()
+                .crash_simulator()
+                .ok_or("not simulation media")?;
+            fences += simulator.fences();
+            simulator.take_fence_hook();
+            let image = simulator.persisted_image();
+            {
+                let mut e = expected.lock().unwrap_or_else(|p| p.into_inner());
+                (e.before, e.after) = (model.clone(), model.clone());
+                check_image(image.clone(), &config, &mut e, fences);
+            }
+            pool = Pool::open_image(image, &config, sim)?;
+            install_hook(&pool)?;
+        }
         let ops = plan(&mut rng, &model, &ptrs);
         let mut after = model.clone();
         for op in &ops {
@@ -222,7 +249,11 @@ fn crashtest(args: &Args) -> Result<Outcome, Box<dyn std::error::Error>> {
         e.before = model.clone();
         e.after = model.clone();
     }
-    let fences = simulator.fences();
+    let simulator = pool
+        .media()
+        .crash_simulator()
+        .ok_or("not simulation media")?;
+    let fences = fences + simulator.fences();
     simulator.take_fence_hook();
     simulator.with_crash_point(|point| {
         let mut e = expected.lock().unwrap_or_else(|p| p.into_inner());

@@ -115,7 +115,7 @@ fn crashtest_engine(engine: &str, txs: u32, extra: &[&str]) -> (bool, serde_json
 
 #[test]
 fn crashtest_checks_over_a_thousand_images_without_violation() {
-    let (ok, v) = crashtest(&[]);
+    let (ok, v) = crashtest(&["--reopen-every", "0"]);
     assert!(ok, "{v}");
     assert!(v["images"].as_u64().unwrap() >= 1000, "{v}");
     assert_eq!(v["violations"], 0, "{v}");

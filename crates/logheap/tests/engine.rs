@@ -407,3 +407,30 @@ fn freeing_twice_in_one_transaction_is_refused() {
         ));
     });
 }
+
+#[test]
+fn reopening_resumes_the_logs_instead_of_abandoning_chunks() {
+    each_mapping(|config| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("reopen.pool");
+        let pool = Pool::create(&path, &config.size(1 << 20)).unwrap();
+        let counter: PPtr<u64> = pool.root().unwrap();
+        let free_at_start = pool.stats().log.chunks_free;
+        pool.close().unwrap();
+        // One small transaction per open, alternating clean closes and crashes.
+        for i in 0..100u64 {
+            let pool = Pool::open_with(&path, &config).unwrap();
+            pool.transaction(|tx| tx.write(counter, &(i + 1))).unwrap();
+            if i % 2 == 0 {
+                pool.close().unwrap();
+            }
+        }
+        let pool = Pool::open_with(&path, &config).unwrap();
+        assert_eq!(pool.read(|tx| tx.read(counter)).unwrap(), 100);
+        let used = free_at_start - pool.stats().log.chunks_free;
+        assert!(
+            used <= 3,
+            "{used} chunks used by 100 tiny transactions across 100 opens"
+        );
+    });
+}

@@ -184,6 +184,18 @@ impl LogEngine {
         media.persist(sb, 16);
 
         let chunks = ChunkPool::new(geometry, recovered.free_chunks, base);
+        // The logs of the previous run go on where they ended.
+        let mut log_sets: Vec<LogSet> = Vec::new();
+        for t in &recovered.tails {
+            let set = match log_sets.iter_mut().find(|s| s.id == t.owner) {
+                Some(set) => set,
+                None => {
+                    log_sets.push(LogSet::new(t.owner));
+                    log_sets.last_mut().expect("just pushed")
+                }
+            };
+            set.tails[t.kind.index()].current = Some(t.tail);
+        }
         for (c, &live) in recovered.live.iter().enumerate() {
             chunks.add_live(c as u32, live);
         }
@@ -196,7 +208,7 @@ impl LogEngine {
             mapping,
             allocator: Mutex::new(recovered.allocator),
             chunks,
-            log_sets: Mutex::new(Vec::new()),
+            log_sets: Mutex::new(log_sets),
             next_log_set: AtomicU32::new(recovered.max_owner + 1),
             next_tx_id: AtomicU64::new(1),
             report: recovered.report,

@@ -14,7 +14,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::ROOT_HOME;
-use super::chunks::{ChunkGeometry, payload_start};
+use super::chunks::{ChunkGeometry, TailChunk, payload_start};
 use super::home_alloc::HomeAllocator;
 use super::layout::{
     BlockScan, CHUNK_HEADER, ChunkHeader, DecodedBlock, HOME_LIMIT, LogKind, decode_block, u64_at,
@@ -54,7 +54,17 @@ pub(crate) struct Recovered {
     pub live: Vec<i64>,
     pub max_generation: u64,
     pub max_owner: u32,
+    /// Where each log of the previous run can go on appending.
+    pub tails: Vec<ResumedTail>,
     pub report: RecoveryReport,
+}
+
+/// The append position of one log of a previous run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ResumedTail {
+    pub owner: u32,
+    pub kind: LogKind,
+    pub tail: TailChunk,
 }
 
 struct ScannedChunk {
@@ -269,6 +279,8 @@ pub(crate) fn recover(
     limit("a transaction version", report.max_version, u64::MAX >> 3)?;
     // Chunks with nothing committed are reclaimed: their header is erased durably so
     // their stale blocks can never be read again.
+    let mut wrote = false;
+    let mut last: HashMap<(u32, LogKind), &ScannedChunk> = HashMap::new();
     for ch in &chunks {
         if ch.blocks.iter().all(|b| uncommitted.contains(&b.version)) {
             let at = geometry.offset(ch.index) as usize;
@@ -276,9 +288,45 @@ pub(crate) fn recover(
             media.flush(at, CHUNK_HEADER);
             free_chunks.push(ch.index);
             report.chunks_reclaimed += 1;
+            wrote = true;
+        } else {
+            let e = last.entry((ch.header.owner, ch.header.kind)).or_insert(ch);
+            if ch.header.seq > e.header.seq {
+                *e = ch;
+            }
         }
     }
-    if report.chunks_reclaimed > 0 {
+    // Each log goes on appending in its last chunk, after its last valid block. What
+    // follows may be the remains of the commit the crash interrupted: blocks of this
+    // chunk's generation that a later append could bring back into view. They are
+    // erased (durably) first.
+    let mut tails = Vec::new();
+    let mut rest = vec![0u8; geometry.size as usize];
+    for (&(owner, kind), ch) in &last {
+        let offset = ch.blocks.last().map_or(payload_start(), |b| b.end);
+        let chunk_at = geometry.offset(ch.index) as usize;
+        let rest = &mut rest[..geometry.size as usize - offset as usize];
+        media.read(chunk_at + offset as usize, rest);
+        for (i, line) in rest.chunks(64).enumerate() {
+            if line.iter().any(|&b| b != 0) {
+                let at = chunk_at + offset as usize + i * 64;
+                media.write(at, &[0u8; 64][..line.len()]);
+                media.flush(at, line.len());
+                wrote = true;
+            }
+        }
+        tails.push(ResumedTail {
+            owner,
+            kind,
+            tail: TailChunk {
+                chunk: ch.index,
+                generation: ch.header.generation,
+                seq: ch.header.seq,
+                offset,
+            },
+        });
+    }
+    if wrote {
         media.fence();
     }
     Ok(Recovered {
@@ -287,6 +335,7 @@ pub(crate) fn recover(
         live,
         max_generation,
         max_owner,
+        tails,
         report,
     })
 }
