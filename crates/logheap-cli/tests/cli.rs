@@ -6,25 +6,28 @@ fn logheap() -> Command {
     Command::new(env!("CARGO_BIN_EXE_logheap"))
 }
 
-#[test]
-fn calibrate_json_has_every_key_with_plausible_values() {
-    let out = logheap()
-        .args([
-            "calibrate",
-            "--json",
-            "--iterations",
-            "2000",
-            "--latency-ns",
-            "300",
-        ])
-        .output()
-        .unwrap();
+/// Runs `logheap ARGS`, which must succeed, and parses its standard output as JSON.
+fn json_of(args: &[&std::ffi::OsStr]) -> serde_json::Value {
+    let out = logheap().args(args).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn calibrate_json_has_every_key_with_plausible_values() {
+    let args = [
+        "calibrate",
+        "--json",
+        "--iterations",
+        "2000",
+        "--latency-ns",
+        "300",
+    ];
+    let v = json_of(&args.map(std::ffi::OsStr::new));
     let instr = v["flush_instruction"].as_str().unwrap();
     assert!(
         ["clwb", "clflushopt", "clflush"].contains(&instr),
@@ -69,18 +72,7 @@ fn inspect_prints_a_pool_header() {
         .unwrap()
         .close()
         .unwrap();
-    let out = logheap()
-        .arg("inspect")
-        .arg("--json")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_of(&["inspect".as_ref(), "--json".as_ref(), path.as_os_str()]);
     assert_eq!(v["header"]["engine"], "log");
     assert_eq!(v["header"]["pool_size"], 1 << 20);
     assert_eq!(v["state"]["clean"], true);

@@ -187,13 +187,7 @@ impl CrashSimulator {
         let st = &mut *guard;
         st.fences += 1;
         if let Some(mut hook) = st.hook.take() {
-            let point = CrashPoint::new(
-                st.fences,
-                &st.persisted,
-                &st.pending,
-                &st.config,
-                &mut st.rng,
-            );
+            let point = st.crash_point();
             let offered = point.len() as u64;
             hook(&point);
             drop(point);
@@ -233,14 +227,7 @@ impl CrashSimulator {
     /// the last fence). `f` must not use this media.
     pub fn with_crash_point<R>(&self, f: impl FnOnce(&CrashPoint<'_>) -> R) -> R {
         let mut guard = self.lock();
-        let st = &mut *guard;
-        let point = CrashPoint::new(
-            st.fences,
-            &st.persisted,
-            &st.pending,
-            &st.config,
-            &mut st.rng,
-        );
+        let point = guard.crash_point();
         f(&point)
     }
 
@@ -262,6 +249,19 @@ impl CrashSimulator {
     /// Lines with stores that are not yet persistent.
     pub fn pending_lines(&self) -> usize {
         self.lock().pending.len()
+    }
+}
+
+impl SimState {
+    /// The crash point of now.
+    fn crash_point(&mut self) -> CrashPoint<'_> {
+        CrashPoint::new(
+            self.fences,
+            &self.persisted,
+            &self.pending,
+            &self.config,
+            &mut self.rng,
+        )
     }
 }
 
