@@ -1,0 +1,163 @@
+//! A persistent hash map with separate chaining.
+
+use logheap::{Error, PPtr, Tx, pfield};
+
+/// The persistent header of a [`HashMap`].
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+pub struct HashHeader {
+    buckets: u64,
+    len: u64,
+    /// Home offset of the bucket array (`buckets` pointers to chain heads).
+    table: u64,
+}
+
+/// A chain node: key, next node, value length; the value bytes follow.
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+struct Entry {
+    key: u64,
+    next: u64,
+    len: u64,
+}
+
+const ENTRY: u64 = std::mem::size_of::<Entry>() as u64;
+
+/// A persistent map from `u64` keys to byte-string values (separate chaining, a fixed
+/// number of buckets chosen at creation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HashMap {
+    header: PPtr<HashHeader>,
+}
+
+fn bucket_of(key: u64, buckets: u64) -> u64 {
+    // A 64-bit mix (splitmix64's finaliser), so sequential keys spread.
+    let mut x = key.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (x ^ (x >> 31)) % buckets
+}
+
+impl HashMap {
+    /// Creates an empty map with `buckets` chains.
+    pub fn create(tx: &mut Tx<'_>, buckets: u64) -> Result<HashMap, Error> {
+        let buckets = buckets.max(1);
+        let table = tx.alloc_bytes(buckets * 8)?;
+        let header = tx.alloc(HashHeader {
+            buckets,
+            len: 0,
+            table,
+        })?;
+        Ok(HashMap { header })
+    }
+
+    /// The map stored at `header` (from [`pointer`](Self::pointer) of an earlier run).
+    pub fn from_pointer(header: u64) -> HashMap {
+        HashMap {
+            header: PPtr::from_offset(header),
+        }
+    }
+
+    /// The persistent pointer to store to find the map again.
+    pub fn pointer(&self) -> u64 {
+        self.header.offset()
+    }
+
+    /// Number of entries.
+    pub fn len(&self, tx: &mut Tx<'_>) -> Result<u64, Error> {
+        tx.read(pfield!(self.header, HashHeader, len))
+    }
+
+    /// Whether the map is empty.
+    pub fn is_empty(&self, tx: &mut Tx<'_>) -> Result<bool, Error> {
+        Ok(self.len(tx)? == 0)
+    }
+
+    fn slot(&self, tx: &mut Tx<'_>, key: u64) -> Result<PPtr<u64>, Error> {
+        let h = tx.read(self.header)?;
+        Ok(PPtr::from_offset(h.table + 8 * bucket_of(key, h.buckets)))
+    }
+
+    /// Finds `key`: the pointer to the link that points at its entry, and the entry.
+    fn find(&self, tx: &mut Tx<'_>, key: u64) -> Result<(PPtr<u64>, Option<(u64, Entry)>), Error> {
+        let mut link = self.slot(tx, key)?;
+        loop {
+            let at = tx.read(link)?;
+            if at == 0 {
+                return Ok((link, None));
+            }
+            let e: Entry = tx.read(PPtr::from_offset(at))?;
+            if e.key == key {
+                return Ok((link, Some((at, e))));
+            }
+            link = pfield!(PPtr::<Entry>::from_offset(at), Entry, next);
+        }
+    }
+
+    /// The value of `key`, if present.
+    pub fn get(&self, tx: &mut Tx<'_>, key: u64) -> Result<Option<Vec<u8>>, Error> {
+        match self.find(tx, key)?.1 {
+            None => Ok(None),
+            Some((at, e)) => {
+                let mut v = vec![0u8; e.len as usize];
+                tx.read_bytes(at + ENTRY, &mut v)?;
+                Ok(Some(v))
+            }
+        }
+    }
+
+    /// Whether `key` is present.
+    pub fn contains(&self, tx: &mut Tx<'_>, key: u64) -> Result<bool, Error> {
+        Ok(self.find(tx, key)?.1.is_some())
+    }
+
+    /// Sets `key` to `value`; returns whether it replaced a value. A value of the same
+    /// length is overwritten in place; otherwise the entry is reallocated.
+    pub fn insert(&self, tx: &mut Tx<'_>, key: u64, value: &[u8]) -> Result<bool, Error> {
+        let (link, found) = self.find(tx, key)?;
+        if let Some((at, e)) = found {
+            if e.len == value.len() as u64 {
+                tx.write_bytes(at + ENTRY, value)?;
+            } else {
+                let fresh = self.new_entry(tx, key, e.next, value)?;
+                tx.write(link, &fresh)?;
+                tx.free(PPtr::<Entry>::from_offset(at))?;
+            }
+            return Ok(true);
+        }
+        let slot = self.slot(tx, key)?;
+        let head = tx.read(slot)?;
+        let fresh = self.new_entry(tx, key, head, value)?;
+        tx.write(slot, &fresh)?;
+        let len = pfield!(self.header, HashHeader, len);
+        let n = tx.read(len)?;
+        tx.write(len, &(n + 1))?;
+        Ok(false)
+    }
+
+    fn new_entry(&self, tx: &mut Tx<'_>, key: u64, next: u64, value: &[u8]) -> Result<u64, Error> {
+        let at = tx.alloc_bytes(ENTRY + value.len() as u64)?;
+        let e = Entry {
+            key,
+            next,
+            len: value.len() as u64,
+        };
+        tx.write_bytes(at, bytemuck::bytes_of(&e))?;
+        tx.write_bytes(at + ENTRY, value)?;
+        Ok(at)
+    }
+
+    /// Removes `key`; returns whether it was present.
+    pub fn remove(&self, tx: &mut Tx<'_>, key: u64) -> Result<bool, Error> {
+        let (link, found) = self.find(tx, key)?;
+        let Some((at, e)) = found else {
+            return Ok(false);
+        };
+        tx.write(link, &e.next)?;
+        tx.free(PPtr::<Entry>::from_offset(at))?;
+        let len = pfield!(self.header, HashHeader, len);
+        let n = tx.read(len)?;
+        tx.write(len, &(n - 1))?;
+        Ok(true)
+    }
+}
