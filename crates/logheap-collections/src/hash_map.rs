@@ -23,6 +23,14 @@ struct Entry {
 
 const ENTRY: u64 = std::mem::size_of::<Entry>() as u64;
 
+/// Where a key is, or would go, in its chain.
+struct Found {
+    /// The link (bucket slot or a node's `next`) pointing at the entry.
+    link: PPtr<u64>,
+    /// The entry's home offset and contents, when the key is present.
+    entry: Option<(u64, Entry)>,
+}
+
 /// A persistent map from `u64` keys to byte-string values (separate chaining, a fixed
 /// number of buckets chosen at creation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,17 +86,20 @@ impl HashMap {
         Ok(PPtr::from_offset(h.table + 8 * bucket_of(key, h.buckets)))
     }
 
-    /// Finds `key`: the pointer to the link that points at its entry, and the entry.
-    fn find(&self, tx: &mut Tx<'_>, key: u64) -> Result<(PPtr<u64>, Option<(u64, Entry)>), Error> {
+    /// Finds `key`: the link that points (or would point) at its entry, and the entry.
+    fn find(&self, tx: &mut Tx<'_>, key: u64) -> Result<Found, Error> {
         let mut link = self.slot(tx, key)?;
         loop {
             let at = tx.read(link)?;
             if at == 0 {
-                return Ok((link, None));
+                return Ok(Found { link, entry: None });
             }
             let e: Entry = tx.read(PPtr::from_offset(at))?;
             if e.key == key {
-                return Ok((link, Some((at, e))));
+                return Ok(Found {
+                    link,
+                    entry: Some((at, e)),
+                });
             }
             link = pfield!(PPtr::<Entry>::from_offset(at), Entry, next);
         }
@@ -96,7 +107,7 @@ impl HashMap {
 
     /// The value of `key`, if present.
     pub fn get(&self, tx: &mut Tx<'_>, key: u64) -> Result<Option<Vec<u8>>, Error> {
-        match self.find(tx, key)?.1 {
+        match self.find(tx, key)?.entry {
             None => Ok(None),
             Some((at, e)) => {
                 let mut v = vec![0u8; e.len as usize];
@@ -108,14 +119,14 @@ impl HashMap {
 
     /// Whether `key` is present.
     pub fn contains(&self, tx: &mut Tx<'_>, key: u64) -> Result<bool, Error> {
-        Ok(self.find(tx, key)?.1.is_some())
+        Ok(self.find(tx, key)?.entry.is_some())
     }
 
     /// Sets `key` to `value`; returns whether it replaced a value. A value of the same
     /// length is overwritten in place; otherwise the entry is reallocated.
     pub fn insert(&self, tx: &mut Tx<'_>, key: u64, value: &[u8]) -> Result<bool, Error> {
-        let (link, found) = self.find(tx, key)?;
-        if let Some((at, e)) = found {
+        let Found { link, entry } = self.find(tx, key)?;
+        if let Some((at, e)) = entry {
             if e.len == value.len() as u64 {
                 tx.write_bytes(at + ENTRY, value)?;
             } else {
@@ -149,8 +160,8 @@ impl HashMap {
 
     /// Removes `key`; returns whether it was present.
     pub fn remove(&self, tx: &mut Tx<'_>, key: u64) -> Result<bool, Error> {
-        let (link, found) = self.find(tx, key)?;
-        let Some((at, e)) = found else {
+        let Found { link, entry } = self.find(tx, key)?;
+        let Some((at, e)) = entry else {
             return Ok(false);
         };
         tx.write(link, &e.next)?;

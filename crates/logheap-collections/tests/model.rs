@@ -76,7 +76,7 @@ proptest! {
     #[test]
     fn rb_tree_agrees_with_std_and_stays_balanced(ops in prop::collection::vec(map_op(), 1..150)) {
         let mut pool = new_pool();
-        let tree = pool.transaction(|tx| RbTree::create(tx)).unwrap();
+        let tree = pool.transaction(RbTree::create).unwrap();
         let mut model = BTreeMap::new();
         for op in ops {
             match op {
