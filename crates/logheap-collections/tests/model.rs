@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap as StdMap, VecDeque};
 
 use logheap::media::SimConfig;
 use logheap::{Config, Error, Pool};
-use logheap_collections::{Array, HashMap, Queue, RbTree, Vector};
+use logheap_collections::{Array, BpTree, HashMap, Queue, RbTree, Vector};
 use proptest::prelude::*;
 
 fn new_pool() -> Pool {
@@ -45,6 +45,16 @@ fn map_op() -> impl Strategy<Value = MapOp> {
     ]
 }
 
+/// B+ tree operations over enough keys to build a few levels of fanout-16 nodes.
+fn bp_op() -> impl Strategy<Value = MapOp> {
+    prop_oneof![
+        6 => (0u64..600, 0usize..40).prop_map(|(k, l)| MapOp::Insert(k, l)),
+        4 => (0u64..600).prop_map(MapOp::Remove),
+        1 => (0u64..600).prop_map(MapOp::Get),
+        1 => Just(MapOp::Crash),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
@@ -77,6 +87,30 @@ proptest! {
     fn rb_tree_agrees_with_std_and_stays_balanced(ops in prop::collection::vec(map_op(), 1..150)) {
         let mut pool = new_pool();
         let tree = pool.transaction(RbTree::create).unwrap();
+        let mut model = BTreeMap::new();
+        for op in ops {
+            match op {
+                MapOp::Insert(k, l) => {
+                    let replaced = pool.transaction(|tx| tree.insert(tx, k, &value(k, l))).unwrap();
+                    prop_assert_eq!(replaced, model.insert(k, value(k, l)).is_some());
+                }
+                MapOp::Remove(k) => {
+                    prop_assert_eq!(pool.transaction(|tx| tree.remove(tx, k)).unwrap(), model.remove(&k).is_some());
+                }
+                MapOp::Get(k) => prop_assert_eq!(pool.read(|tx| tree.get(tx, k)).unwrap(), model.get(&k).cloned()),
+                MapOp::Crash => pool = crash(pool),
+            }
+            let problem = pool.read(|tx| tree.verify(tx)).unwrap();
+            prop_assert!(problem.is_none(), "{:?}", problem);
+        }
+        let keys: Vec<u64> = model.keys().copied().collect();
+        prop_assert_eq!(pool.read(|tx| tree.keys(tx)).unwrap(), keys);
+    }
+
+    #[test]
+    fn bp_tree_agrees_with_std_and_keeps_its_shape(ops in prop::collection::vec(bp_op(), 1..400)) {
+        let mut pool = new_pool();
+        let tree = pool.transaction(BpTree::create).unwrap();
         let mut model = BTreeMap::new();
         for op in ops {
             match op {
@@ -162,4 +196,47 @@ fn array_swaps_like_a_vec() {
         "out of bounds is an error"
     );
     assert_eq!(pool.read(|tx| array.shape(tx)).unwrap(), (100, 8));
+}
+
+#[test]
+fn bp_tree_grows_deep_and_shrinks_back_to_a_leaf() {
+    let pool = new_pool();
+    let tree = pool.transaction(BpTree::create).unwrap();
+    let n = 5000u64;
+    let scrambled = |i: u64| (i * 2654435761) % n;
+    for chunk in (0..n).collect::<Vec<_>>().chunks(100) {
+        pool.transaction(|tx| {
+            for &i in chunk {
+                tree.insert(tx, scrambled(i), &i.to_le_bytes())?;
+            }
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    }
+    assert_eq!(pool.read(|tx| tree.verify(tx)).unwrap(), None);
+    assert_eq!(
+        pool.read(|tx| tree.keys(tx)).unwrap(),
+        (0..n).collect::<Vec<_>>()
+    );
+    for (round, chunk) in (0..n).rev().collect::<Vec<_>>().chunks(250).enumerate() {
+        pool.transaction(|tx| {
+            for &i in chunk {
+                assert!(tree.remove(tx, scrambled(i))?);
+            }
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+        assert_eq!(
+            pool.read(|tx| tree.verify(tx)).unwrap(),
+            None,
+            "after round {round}"
+        );
+    }
+    assert_eq!(pool.read(|tx| tree.len(tx)).unwrap(), 0);
+    // Every node but the (leaf) root and every value was freed.
+    let allocations = pool.allocations().len();
+    assert_eq!(
+        allocations, 2,
+        "header and root leaf remain, found {allocations}"
+    );
 }
