@@ -1,5 +1,6 @@
 //! The `logheap` command: calibrate the machine, inspect pools, crash-test engines.
 
+mod bench;
 mod calibrate;
 mod crashtest;
 mod inspect;
@@ -18,6 +19,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the paper's workloads on every mapping configuration and report.
+    Bench(bench::Args),
     /// Measure fence, flush and non-temporal copy costs, and the NVM emulation's accuracy.
     Calibrate(calibrate::Args),
     /// Print a pool file's header and state without opening it.
@@ -30,6 +33,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Bench(args) => bench::run_bench(&args),
         Command::Calibrate(args) => calibrate::run(&args),
         Command::Inspect(args) => inspect::run(&args),
         Command::Crashtest(args) => crashtest::run(&args),

@@ -1,0 +1,168 @@
+//! Runs one benchmark: a fresh pool, the workload's preload, then the measured phase on
+//! any number of threads, and the figures of that phase.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use logheap::{Config, Emulation, Pool};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::workload::{Prepared, Shape, Workload};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    /// Engine name (`log`, `log-base`, `log-2l`, `log-2l-gu`, `log-2l-gu-c`, ...).
+    pub engine: String,
+    /// The workload.
+    pub workload: Workload,
+    /// Threads running transactions in the measured phase.
+    pub threads: usize,
+    /// Transactions in the measured phase (over all threads).
+    pub ops: u64,
+    /// Elements preloaded.
+    pub elements: u64,
+    /// Value size in bytes.
+    pub value_size: usize,
+    /// Seed of every random choice.
+    pub seed: u64,
+    /// NVM emulation at each fence (`None`: off).
+    pub emulation: Option<Emulation>,
+    /// Directory for the pool file (default: `/dev/shm` when present).
+    pub dir: Option<PathBuf>,
+}
+
+/// The figures of one run's measured phase.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunResult {
+    /// Engine name.
+    pub engine: String,
+    /// Mapping configuration label (`base` ... `full`).
+    pub config: String,
+    /// Workload name.
+    pub workload: Workload,
+    /// Threads.
+    pub threads: usize,
+    /// Transactions measured.
+    pub ops: u64,
+    /// Elements preloaded.
+    pub elements: u64,
+    /// Value size.
+    pub value_size: usize,
+    /// Whether NVM emulation was on.
+    pub emulated: bool,
+    /// Wall time of the measured phase.
+    pub seconds: f64,
+    /// Committed transactions per second.
+    pub tx_per_s: f64,
+    /// Fences per transaction.
+    pub fences_per_tx: f64,
+    /// Fences per transaction that wrote something.
+    pub fences_per_write_tx: f64,
+    /// Cache lines flushed per transaction.
+    pub lines_flushed_per_tx: f64,
+    /// Non-temporal bytes per transaction.
+    pub nt_bytes_per_tx: f64,
+    /// Media bytes (64 x lines + non-temporal bytes) per transaction.
+    pub media_bytes_per_tx: f64,
+    /// Payload bytes per transaction.
+    pub payload_bytes_per_tx: f64,
+    /// Media bytes / payload bytes.
+    pub write_amplification: Option<f64>,
+    /// Aborted attempts per committed transaction.
+    pub aborts_per_tx: f64,
+    /// Node-cache hit ratio in the measured phase (`None` without node caches).
+    pub node_cache_hit_ratio: Option<f64>,
+    /// DRAM held by the mapping (nodes, directory, node caches).
+    pub dram_bytes: u64,
+    /// Persistent memory in use (chunks holding log data).
+    pub pm_bytes_used: u64,
+    /// Time of the preload.
+    pub preload_seconds: f64,
+}
+
+/// Pool size for a run: room for the preload and every measured transaction's log
+/// blocks (nothing is cleaned), on a sparse tmpfs file.
+fn pool_size(spec: &RunSpec) -> u64 {
+    let per_item = 4 * (spec.value_size as u64 + 512);
+    (256 << 20) + (spec.elements + spec.ops) * per_item
+}
+
+/// Runs `spec` on a fresh pool and returns its figures.
+pub fn run(spec: &RunSpec) -> Result<RunResult, Box<dyn std::error::Error>> {
+    let dir = match &spec.dir {
+        Some(d) => tempfile::tempdir_in(d)?,
+        None if std::path::Path::new("/dev/shm").is_dir() => tempfile::tempdir_in("/dev/shm")?,
+        None => tempfile::tempdir()?,
+    };
+    let mut config = Config::default()
+        .engine_name(&spec.engine)?
+        .size(pool_size(spec));
+    if let Some(e) = spec.emulation {
+        config = config.emulation(e);
+    }
+    let pool = Pool::create(dir.path().join("bench.pool"), &config)?;
+    let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
+    let start = Instant::now();
+    let shape = Shape {
+        elements: spec.elements,
+        value_size: spec.value_size,
+    };
+    let prepared = Prepared::preload(&pool, spec.workload, shape, &mut rng)?;
+    let preload_seconds = start.elapsed().as_secs_f64();
+
+    let before = pool.stats();
+    let threads = spec.threads.max(1);
+    let start = Instant::now();
+    std::thread::scope(|s| -> Result<(), logheap::Error> {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (pool, prepared) = (&pool, &prepared);
+                let ops =
+                    spec.ops / threads as u64 + u64::from((t as u64) < spec.ops % threads as u64);
+                let seed = spec.seed.wrapping_add(1 + t as u64);
+                s.spawn(move || {
+                    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+                    (0..ops).try_for_each(|_| prepared.operate(pool, &mut rng))
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .try_for_each(|w| w.join().unwrap_or(Err(logheap::Error::Conflict)))
+    })?;
+    let seconds = start.elapsed().as_secs_f64();
+    let after = pool.stats();
+    let c = after.media.since(&before.media);
+    let per_tx = |x: u64| x as f64 / c.transactions.max(1) as f64;
+    let hits = after.log.node_cache_hits - before.log.node_cache_hits;
+    let misses = after.log.node_cache_misses - before.log.node_cache_misses;
+    let chunk = pool.header().chunk_size;
+    let result = RunResult {
+        engine: config.engine_label(),
+        config: config.mapping.label(),
+        workload: spec.workload,
+        threads,
+        ops: c.transactions,
+        elements: spec.elements,
+        value_size: spec.value_size,
+        emulated: spec.emulation.is_some(),
+        seconds,
+        tx_per_s: c.transactions as f64 / seconds.max(1e-9),
+        fences_per_tx: per_tx(c.fences),
+        fences_per_write_tx: c.fences as f64 / c.write_transactions.max(1) as f64,
+        lines_flushed_per_tx: per_tx(c.lines_flushed),
+        nt_bytes_per_tx: per_tx(c.nt_bytes),
+        media_bytes_per_tx: per_tx(c.media_bytes()),
+        payload_bytes_per_tx: per_tx(c.payload_bytes),
+        write_amplification: c.write_amplification(),
+        aborts_per_tx: per_tx(c.aborts),
+        node_cache_hit_ratio: (hits + misses > 0).then(|| hits as f64 / (hits + misses) as f64),
+        dram_bytes: after.log.mapping_dram_bytes,
+        pm_bytes_used: (after.log.chunks_total - after.log.chunks_free) * chunk,
+        preload_seconds,
+    };
+    pool.close()?;
+    Ok(result)
+}

@@ -1,0 +1,14 @@
+//! The evaluation of 000_70bf7223c84ebbe9.txt §5 on logheap: workloads on persistent
+//! collections, a harness that runs them on a fresh pool and measures transactions and
+//! persistence traffic, and reports.
+//!
+//! Any engine the library knows by name runs the same workloads (`RunSpec::engine`).
+#![warn(missing_docs)]
+
+pub mod harness;
+pub mod keys;
+pub mod report;
+pub mod workload;
+
+pub use harness::{RunResult, RunSpec, run};
+pub use workload::Workload;

@@ -1,0 +1,170 @@
+//! `logheap bench`: the paper's evaluation, run and reported in one command.
+//!
+//! Without arguments it runs every workload on every configuration of the address-mapping
+//! ablation (Base, 2L, 2L-GU, 2L-GU-C, full) on one thread, and the update workloads of
+//! 2L-GU-C and full on two threads (the paper's Fig. 6), with the paper's NVM emulation
+//! (500 ns, 1 GB/s). It writes `results.jsonl` and `results.md` into a results directory
+//! named on its last line.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use logheap::{Emulation, MappingConfig};
+use logheap_bench::{RunSpec, Workload, report, run};
+
+/// Options of `logheap bench`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Workloads to run (repeat the option; default: all).
+    #[arg(long = "workload")]
+    workloads: Vec<Workload>,
+    /// Engines to run (repeat; default: log-base, log-2l, log-2l-gu, log-2l-gu-c, log).
+    #[arg(long = "engine")]
+    engines: Vec<String>,
+    /// Thread counts (repeat; default: 1, plus 2 threads for the update workloads of
+    /// log-2l-gu-c and log).
+    #[arg(long = "threads")]
+    threads: Vec<usize>,
+    /// Transactions per run.
+    #[arg(long, default_value_t = 20_000)]
+    ops: u64,
+    /// Elements preloaded per run.
+    #[arg(long, default_value_t = 20_000)]
+    elements: u64,
+    /// Value size in bytes.
+    #[arg(long, default_value_t = 128)]
+    value_size: usize,
+    /// NVM emulation: `paper` (500 ns, 1 GB/s) or `off`.
+    #[arg(long, default_value = "paper")]
+    emulation: String,
+    /// The paper's sizes: 10 M elements, 1 M transactions per run (needs a lot of memory
+    /// and time).
+    #[arg(long)]
+    full: bool,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object per run on standard output.
+    #[arg(long)]
+    json: bool,
+    /// Results directory (default: bench-results/<unix time>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Directory for the pool files (default: /dev/shm when present).
+    #[arg(long)]
+    pool_dir: Option<PathBuf>,
+}
+
+fn plan(args: &Args) -> Vec<(String, Workload, usize)> {
+    let workloads = if args.workloads.is_empty() {
+        Workload::ALL.to_vec()
+    } else {
+        args.workloads.clone()
+    };
+    let engines: Vec<String> = if args.engines.is_empty() {
+        MappingConfig::LADDER
+            .iter()
+            .map(|(n, _)| {
+                if *n == "full" {
+                    "log".to_string()
+                } else {
+                    format!("log-{n}")
+                }
+            })
+            .collect()
+    } else {
+        args.engines.clone()
+    };
+    let mut runs = Vec::new();
+    let threads = if args.threads.is_empty() {
+        vec![1]
+    } else {
+        args.threads.clone()
+    };
+    for &w in &workloads {
+        for e in &engines {
+            for &t in &threads {
+                runs.push((e.clone(), w, t));
+            }
+        }
+    }
+    if args.threads.is_empty() {
+        for &w in workloads.iter().filter(|w| w.is_update()) {
+            for e in engines
+                .iter()
+                .filter(|e| *e == "log" || *e == "log-2l-gu-c")
+            {
+                runs.push((e.clone(), w, 2));
+            }
+        }
+    }
+    runs
+}
+
+/// Runs the benchmarks and writes the reports.
+pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    let emulation = match args.emulation.as_str() {
+        "paper" => Some(Emulation::PAPER),
+        "off" => None,
+        other => return Err(format!("unknown emulation {other:?} (paper, off)").into()),
+    };
+    let (elements, ops) = if args.full {
+        (10_000_000, 1_000_000)
+    } else {
+        (args.elements, args.ops)
+    };
+    let out = args.out.clone().unwrap_or_else(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        PathBuf::from("bench-results").join(now.to_string())
+    });
+    std::fs::create_dir_all(&out)?;
+    let runs = plan(args);
+    let mut jsonl = std::fs::File::create(out.join("results.jsonl"))?;
+    let mut results = Vec::new();
+    for (i, (engine, workload, threads)) in runs.iter().enumerate() {
+        let spec = RunSpec {
+            engine: engine.clone(),
+            workload: *workload,
+            threads: *threads,
+            ops,
+            elements,
+            value_size: args.value_size,
+            seed: args.seed,
+            emulation,
+            dir: args.pool_dir.clone(),
+        };
+        let r = run(&spec).map_err(|e| format!("{engine} {workload} ({threads} threads): {e}"))?;
+        eprintln!(
+            "[{}/{}] {:<12} {:<14} {} thread(s): {:>9.0} tx/s, {:.2} fences/tx, {:.0} media B/tx",
+            i + 1,
+            runs.len(),
+            r.engine,
+            r.workload,
+            r.threads,
+            r.tx_per_s,
+            r.fences_per_tx,
+            r.media_bytes_per_tx
+        );
+        let line = serde_json::to_string(&r)?;
+        writeln!(jsonl, "{line}")?;
+        if args.json {
+            println!("{line}");
+        }
+        results.push(r);
+    }
+    let header = format!(
+        "# logheap bench\n\n{} runs; {} elements preloaded, {} transactions per run, {}-byte values, emulation {}, seed {}.\n\n",
+        results.len(),
+        elements,
+        ops,
+        args.value_size,
+        args.emulation,
+        args.seed
+    );
+    std::fs::write(out.join("results.md"), header + &report::markdown(&results))?;
+    println!("results in {}", out.display());
+    Ok(())
+}
