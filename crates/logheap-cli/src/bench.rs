@@ -29,7 +29,7 @@ pub struct Args {
     #[arg(long, default_value_t = 20_000)]
     ops: u64,
     /// Elements preloaded per run.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 50_000)]
     elements: u64,
     /// Value size in bytes.
     #[arg(long, default_value_t = 128)]

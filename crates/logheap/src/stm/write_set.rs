@@ -20,7 +20,14 @@ struct Write {
 pub(crate) struct WriteSet {
     writes: Vec<Write>,
     bytes: Vec<u8>,
+    /// Write indices by start address, and the longest write: a read finds the writes
+    /// that overlap it without scanning them all.
+    by_start: BTreeMap<u64, Vec<u32>>,
+    max_len: u64,
 }
+
+/// Below this many writes, a read scans them all (cheaper than the index).
+const SCAN_LIMIT: usize = 16;
 
 /// A resolved, non-overlapping piece of the write set: `bytes` go to `home`; `write` is
 /// the index of the write it came from (pieces of one write may be merged without
@@ -45,6 +52,11 @@ impl WriteSet {
 
     /// Buffers a write.
     pub(crate) fn push(&mut self, home: u64, bytes: &[u8]) {
+        self.by_start
+            .entry(home)
+            .or_default()
+            .push(self.writes.len() as u32);
+        self.max_len = self.max_len.max(bytes.len() as u64);
         self.writes.push(Write {
             home,
             len: bytes.len() as u64,
@@ -57,18 +69,38 @@ impl WriteSet {
     pub(crate) fn clear(&mut self) {
         self.writes.clear();
         self.bytes.clear();
+        self.by_start.clear();
+        self.max_len = 0;
     }
 
     /// Copies this transaction's writes over `buf`, which holds `[home, home + len)`.
     pub(crate) fn overlay(&self, home: u64, buf: &mut [u8]) {
         let end = home + buf.len() as u64;
-        for w in &self.writes {
-            let (s, e) = (w.home.max(home), (w.home + w.len).min(end));
-            if s < e {
-                let src = w.at + (s - w.home) as usize;
-                buf[(s - home) as usize..(e - home) as usize]
-                    .copy_from_slice(&self.bytes[src..src + (e - s) as usize]);
+        if self.writes.len() > SCAN_LIMIT {
+            // Candidates start within `max_len` before the range; apply in program order.
+            let mut candidates: Vec<u32> = self
+                .by_start
+                .range(home.saturating_sub(self.max_len)..end)
+                .flat_map(|(_, v)| v.iter().copied())
+                .collect();
+            candidates.sort_unstable();
+            for i in candidates {
+                self.apply(&self.writes[i as usize], home, end, buf);
             }
+            return;
+        }
+        for w in &self.writes {
+            self.apply(w, home, end, buf);
+        }
+    }
+
+    /// Copies the part of `w` inside `[home, end)` into `buf`.
+    fn apply(&self, w: &Write, home: u64, end: u64, buf: &mut [u8]) {
+        let (s, e) = (w.home.max(home), (w.home + w.len).min(end));
+        if s < e {
+            let src = w.at + (s - w.home) as usize;
+            buf[(s - home) as usize..(e - home) as usize]
+                .copy_from_slice(&self.bytes[src..src + (e - s) as usize]);
         }
     }
 
@@ -120,6 +152,33 @@ impl WriteSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn indexed_overlay_matches_a_byte_model() {
+        // Enough writes to use the index; overlapping, of mixed lengths.
+        let mut ws = WriteSet::default();
+        let mut model = vec![0u8; 4096];
+        let mut x = 12345u64;
+        for i in 0..500u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let home = (x >> 33) % 4000;
+            let len = 1 + (x >> 20) % if i % 50 == 0 { 90 } else { 12 };
+            let fill = (i % 251) as u8 + 1;
+            ws.push(home, &vec![fill; len as usize]);
+            model[home as usize..(home + len) as usize].fill(fill);
+        }
+        for start in (0..4000u64).step_by(37) {
+            let mut buf = vec![0u8; 61];
+            ws.overlay(start, &mut buf);
+            assert_eq!(
+                buf,
+                model[start as usize..start as usize + 61],
+                "at {start}"
+            );
+        }
+    }
 
     fn image(pieces: &[Piece<'_>], len: usize) -> Vec<u8> {
         let mut v = vec![0u8; len];
