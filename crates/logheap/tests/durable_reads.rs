@@ -80,10 +80,6 @@ fn racing_readers_see_no_torn_or_stale_object() {
             }
             stop.store(true, Ordering::Relaxed);
         });
-        if mapping.node_cache {
-            let hit = pool.stats().log.node_cache_hit_ratio.unwrap();
-            assert!(hit > 0.0, "{mapping}: no node-cache hit at all");
-        }
     }
 }
 

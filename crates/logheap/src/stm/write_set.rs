@@ -45,11 +45,6 @@ impl WriteSet {
         self.writes.is_empty()
     }
 
-    /// Bytes written, counting rewrites (the application's payload).
-    pub(crate) fn payload_bytes(&self) -> u64 {
-        self.bytes.len() as u64
-    }
-
     /// Buffers a write.
     pub(crate) fn push(&mut self, home: u64, bytes: &[u8]) {
         self.by_start
@@ -208,6 +203,5 @@ mod tests {
         assert_eq!(&expected[15..20], &[2; 5]);
         assert_eq!(&expected[20..25], &[1; 5]);
         assert_eq!(&expected[25..35], &[3; 10]);
-        assert_eq!(ws.payload_bytes(), 51);
     }
 }

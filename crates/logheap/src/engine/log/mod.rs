@@ -57,8 +57,6 @@ pub(crate) struct TxState {
     alloc_then_freed: Vec<(u64, u64)>,
     /// Objects this attempt frees: (home, size).
     frees: Vec<(u64, u64)>,
-    /// Bytes allocated zero-filled (payload not in the write set).
-    zeroed_bytes: u64,
     /// A read or free found a conflict: the attempt must be retried.
     conflicted: bool,
     stripe_words: Vec<(usize, u64)>,
@@ -238,7 +236,6 @@ impl LogEngine {
             allocs: Vec::new(),
             alloc_then_freed: Vec::new(),
             frees: Vec::new(),
-            zeroed_bytes: 0,
             conflicted: false,
             stripe_words: Vec::new(),
         }
@@ -260,7 +257,6 @@ impl LogEngine {
         tx.reads.clear();
         tx.writes.clear();
         tx.frees.clear();
-        tx.zeroed_bytes = 0;
         tx.conflicted = false;
     }
 
@@ -378,9 +374,8 @@ impl LogEngine {
             _ => Error::InvalidSize(size),
         })?;
         tx.allocs.push((home, size));
-        match init {
-            Some(bytes) => tx.writes.push(home, bytes),
-            None => tx.zeroed_bytes += size,
+        if let Some(bytes) = init {
+            tx.writes.push(home, bytes);
         }
         Ok(home)
     }
@@ -452,6 +447,7 @@ impl LogEngine {
         }
         tx.allocs.sort_unstable();
         let data = CommitData::build(tx, self.mapping.config().group_update);
+        let payload = data.payload_bytes();
         let entries = data.entries();
         if entries.iter().all(|e| e.is_empty()) {
             // Everything written was freed again by the transaction: nothing to log.
@@ -518,8 +514,7 @@ impl LogEngine {
             self.media.fence();
         }
         tx.allocs.clear();
-        self.media
-            .add_payload(tx.writes.payload_bytes() + tx.zeroed_bytes);
+        self.media.add_payload(payload);
         self.media.count_transaction(true);
         Ok(())
     }
@@ -641,6 +636,20 @@ impl<'a> CommitData<'a> {
             images,
             records,
         }
+    }
+
+    /// The application's payload: the distinct bytes the transaction changes (its
+    /// resolved writes outside new objects, plus every new object whole). Rewrites of
+    /// the same bytes count once, so write amplification compares media traffic with
+    /// the state change it makes durable.
+    fn payload_bytes(&self) -> u64 {
+        let updates: usize = self
+            .update_parts
+            .iter()
+            .map(|(_, b)| b.len())
+            .sum::<usize>()
+            + self.merged.iter().map(|(_, b)| b.len()).sum::<usize>();
+        updates as u64 + self.images.iter().map(|i| i.len() as u64).sum::<u64>()
     }
 
     /// The entries of the update, allocation and deallocation logs.
