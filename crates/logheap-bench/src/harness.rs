@@ -34,7 +34,7 @@ pub struct RunSpec {
 }
 
 /// The figures of one run's measured phase.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct RunResult {
     /// Engine name.
     pub engine: String,

@@ -7,6 +7,7 @@
 
 pub mod harness;
 pub mod keys;
+pub mod plots;
 pub mod report;
 pub mod workload;
 

@@ -13,8 +13,8 @@ use rand::Rng;
 use crate::keys::{ZipfKeys, scramble};
 
 /// A workload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(into = "String")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub enum Workload {
     /// Swap two random elements of a large array per transaction.
     Sps,
@@ -80,6 +80,14 @@ impl fmt::Display for Workload {
 impl From<Workload> for String {
     fn from(w: Workload) -> String {
         w.name().to_string()
+    }
+}
+
+impl TryFrom<String> for Workload {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
     }
 }
 

@@ -53,6 +53,26 @@ pub struct Args {
     /// Directory for the pool files (default: /dev/shm when present).
     #[arg(long)]
     pool_dir: Option<PathBuf>,
+    /// Run nothing: redraw the table and plots of an earlier results directory.
+    #[arg(long, value_name = "DIR")]
+    report_only: Option<PathBuf>,
+}
+
+/// Writes `results.md` and the plots of `results` into `out`.
+fn write_reports(
+    out: &std::path::Path,
+    header: &str,
+    results: &[logheap_bench::RunResult],
+) -> Result<(), Box<dyn std::error::Error>> {
+    std::fs::write(
+        out.join("results.md"),
+        format!("{header}{}", report::markdown(results)),
+    )?;
+    match logheap_bench::plots::draw_all(results, out) {
+        Ok(files) => eprintln!("plots: {} files", files.len()),
+        Err(e) => eprintln!("plots not drawn: {e}"),
+    }
+    Ok(())
 }
 
 fn plan(args: &Args) -> Vec<(String, Workload, usize)> {
@@ -103,6 +123,21 @@ fn plan(args: &Args) -> Vec<(String, Workload, usize)> {
 
 /// Runs the benchmarks and writes the reports.
 pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    if let Some(dir) = &args.report_only {
+        let text = std::fs::read_to_string(dir.join("results.jsonl"))?;
+        let results = text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(serde_json::from_str)
+            .collect::<Result<Vec<logheap_bench::RunResult>, _>>()?;
+        write_reports(
+            dir,
+            &format!("# logheap bench\n\n{} runs (redrawn).\n\n", results.len()),
+            &results,
+        )?;
+        println!("results in {}", dir.display());
+        return Ok(());
+    }
     let emulation = match args.emulation.as_str() {
         "paper" => Some(Emulation::PAPER),
         "off" => None,
@@ -164,7 +199,7 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         args.emulation,
         args.seed
     );
-    std::fs::write(out.join("results.md"), header + &report::markdown(&results))?;
+    write_reports(&out, &header, &results)?;
     println!("results in {}", out.display());
     Ok(())
 }

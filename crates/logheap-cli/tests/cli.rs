@@ -147,3 +147,92 @@ fn crashtest_passes_in_every_mapping_configuration() {
         assert!(v["images"].as_u64().unwrap() > 300, "{v}");
     }
 }
+
+#[test]
+fn bench_writes_jsonl_table_and_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("results");
+    let run = logheap()
+        .args([
+            "bench",
+            "--workload",
+            "sps",
+            "--workload",
+            "hashtable-upd",
+            "--engine",
+            "log-base",
+            "--engine",
+            "log",
+        ])
+        .args([
+            "--ops",
+            "300",
+            "--elements",
+            "500",
+            "--emulation",
+            "off",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert_eq!(
+        stdout.lines().last().unwrap(),
+        format!("results in {}", out.display())
+    );
+    let jsonl = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    // 2 workloads x 2 engines on one thread, plus hashtable-upd on two threads for log.
+    assert_eq!(jsonl.lines().count(), 5);
+    for line in jsonl.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        for key in [
+            "engine",
+            "config",
+            "workload",
+            "threads",
+            "ops",
+            "seconds",
+            "tx_per_s",
+            "fences_per_tx",
+            "lines_flushed_per_tx",
+            "media_bytes_per_tx",
+            "payload_bytes_per_tx",
+            "write_amplification",
+            "aborts_per_tx",
+            "node_cache_hit_ratio",
+            "dram_bytes",
+            "pm_bytes_used",
+        ] {
+            assert!(v.get(key).is_some(), "{key} missing in {line}");
+        }
+        assert_eq!(v["fences_per_write_tx"], 1.0, "{line}");
+        assert!(v["tx_per_s"].as_f64().unwrap() > 0.0);
+    }
+    let table = std::fs::read_to_string(out.join("results.md")).unwrap();
+    assert!(
+        table.contains("| hashtable-upd | 1 |") && table.contains("(1.00x)"),
+        "{table}"
+    );
+    for stem in [
+        "fig4-mapping-optimisations",
+        "fig6-threads",
+        "write-traffic",
+    ] {
+        for ext in ["svg", "png"] {
+            let f = out.join(format!("{stem}.{ext}"));
+            assert!(
+                std::fs::metadata(&f)
+                    .map(|m| m.len() > 1000)
+                    .unwrap_or(false),
+                "{} missing",
+                f.display()
+            );
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! Plots in the style of the paper's figures, as SVG and PNG (plotters): grouped bar
+//! charts of throughput relative to Base (Fig. 4), node-cache hit ratios (Fig. 5),
+//! one against two threads (Fig. 6), and write traffic per transaction.
+//!
+//! Text needs a TrueType font: the first of a few usual system fonts that exists is
+//! loaded once (Debian: `fonts-dejavu-core`). Without one no plot is drawn and the
+//! caller is told why; the JSON and Markdown reports do not depend on it.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::harness::RunResult;
+use crate::workload::Workload;
+
+const FONT: &str = "sans-serif";
+const FONT_FILES: [&str; 3] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+];
+
+/// Registers a system font for plot text, once; `false` if none was found.
+fn font() -> bool {
+    static LOADED: OnceLock<bool> = OnceLock::new();
+    *LOADED.get_or_init(|| {
+        FONT_FILES.iter().any(|path| {
+            let Ok(bytes) = std::fs::read(path) else {
+                return false;
+            };
+            // plotters keeps registered fonts for the whole process: the bytes must be
+            // 'static, so this one font file is leaked, once.
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            plotters::style::register_font(FONT, FontStyle::Normal, bytes).is_ok()
+        })
+    })
+}
+
+/// One grouped bar chart: a bar per series in each category.
+struct Bars<'a> {
+    title: &'a str,
+    y_label: &'a str,
+    categories: Vec<String>,
+    series: Vec<(String, Vec<Option<f64>>)>,
+}
+
+type DrawResult = Result<(), Box<dyn std::error::Error>>;
+
+fn draw<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, bars: &Bars<'_>) -> DrawResult
+where
+    DB::ErrorType: 'static,
+{
+    area.fill(&WHITE)?;
+    let n = bars.categories.len().max(1);
+    let top = bars
+        .series
+        .iter()
+        .flat_map(|(_, v)| v.iter().flatten())
+        .fold(0.0f64, |m, &x| m.max(x))
+        .max(1e-9)
+        * 1.35;
+    let mut chart = ChartBuilder::on(area)
+        .caption(bars.title, (FONT, 22))
+        .margin(12)
+        .x_label_area_size(70)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0f64..n as f64, 0f64..top)?;
+    let categories = bars.categories.clone();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(2 * n + 1)
+        .x_label_formatter(&move |x| {
+            let half = x - x.floor();
+            if (half - 0.5).abs() < 1e-6 {
+                categories
+                    .get(x.floor() as usize)
+                    .cloned()
+                    .unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .x_label_style((FONT, 13))
+        .y_label_formatter(&|y| {
+            if top > 100.0 {
+                format!("{y:.0}")
+            } else {
+                format!("{y:.1}")
+            }
+        })
+        .y_desc(bars.y_label)
+        .y_label_style((FONT, 13))
+        .draw()?;
+    let groups = bars.series.len().max(1) as f64;
+    let width = 0.8 / groups;
+    for (s, (name, values)) in bars.series.iter().enumerate() {
+        let color = Palette99::pick(s).to_rgba();
+        let rects = values.iter().enumerate().filter_map(|(i, v)| {
+            v.map(|v| {
+                let x0 = i as f64 + 0.1 + s as f64 * width;
+                Rectangle::new([(x0, 0.0), (x0 + width * 0.95, v)], color.filled())
+            })
+        });
+        chart
+            .draw_series(rects)?
+            .label(name.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 12, y + 6)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font((FONT, 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    area.present()?;
+    Ok(())
+}
+
+/// Writes `<stem>.svg` and `<stem>.png`. Returns the files.
+fn save(
+    dir: &Path,
+    stem: &str,
+    bars: &Bars<'_>,
+) -> Result<Vec<PathBuf>, Box<dyn std::error::Error>> {
+    let size = (1200, 560);
+    let svg = dir.join(format!("{stem}.svg"));
+    draw(&SVGBackend::new(&svg, size).into_drawing_area(), bars)?;
+    let png = dir.join(format!("{stem}.png"));
+    draw(&BitMapBackend::new(&png, size).into_drawing_area(), bars)?;
+    Ok(vec![svg, png])
+}
+
+fn workloads_in(results: &[RunResult]) -> Vec<Workload> {
+    Workload::ALL
+        .into_iter()
+        .filter(|w| results.iter().any(|r| r.workload == *w))
+        .collect()
+}
+
+fn engines_in(results: &[RunResult], threads: usize) -> Vec<String> {
+    let mut engines: Vec<String> = Vec::new();
+    for r in results.iter().filter(|r| r.threads == threads) {
+        if !engines.contains(&r.engine) {
+            engines.push(r.engine.clone());
+        }
+    }
+    engines
+}
+
+fn find<'r>(
+    results: &'r [RunResult],
+    engine: &str,
+    workload: Workload,
+    threads: usize,
+) -> Option<&'r RunResult> {
+    results
+        .iter()
+        .find(|r| r.engine == engine && r.workload == workload && r.threads == threads)
+}
+
+/// Why no plot could be drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoFont;
+
+impl std::fmt::Display for NoFont {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "no TrueType font found (looked for {}); install fonts-dejavu-core",
+            FONT_FILES.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for NoFont {}
+
+/// Draws every figure the results allow into `dir` (SVG and PNG); returns the files.
+pub fn draw_all(
+    results: &[RunResult],
+    dir: &Path,
+) -> Result<Vec<PathBuf>, Box<dyn std::error::Error>> {
+    if !font() {
+        return Err(Box::new(NoFont));
+    }
+    let workloads = workloads_in(results);
+    let names: Vec<String> = workloads.iter().map(|w| w.name().to_string()).collect();
+    let engines = engines_in(results, 1);
+    let per_engine =
+        |value: &dyn Fn(&RunResult) -> Option<f64>| -> Vec<(String, Vec<Option<f64>>)> {
+            engines
+                .iter()
+                .map(|e| {
+                    let v = workloads
+                        .iter()
+                        .map(|&w| find(results, e, w, 1).and_then(value))
+                        .collect();
+                    (e.clone(), v)
+                })
+                .collect()
+        };
+    let mut files = Vec::new();
+    // (a) Fig. 4: throughput relative to Base.
+    let relative = per_engine(&|r: &RunResult| {
+        find(results, "log-base", r.workload, 1).map(|b| r.tx_per_s / b.tx_per_s.max(1e-9))
+    });
+    if relative.iter().any(|(_, v)| v.iter().any(Option::is_some)) {
+        files.extend(save(
+            dir,
+            "fig4-mapping-optimisations",
+            &Bars {
+                title: "Mapping optimisations, one thread (throughput relative to Base)",
+                y_label: "throughput / Base",
+                categories: names.clone(),
+                series: relative,
+            },
+        )?);
+    }
+    // (b) Fig. 5: node-cache hit ratio.
+    let hits: Vec<(String, Vec<Option<f64>>)> =
+        per_engine(&|r: &RunResult| r.node_cache_hit_ratio.map(|h| 100.0 * h))
+            .into_iter()
+            .filter(|(_, v)| v.iter().any(Option::is_some))
+            .collect();
+    if !hits.is_empty() {
+        files.extend(save(
+            dir,
+            "fig5-node-cache-hits",
+            &Bars {
+                title: "Tree node cache hit ratio",
+                y_label: "hits (%)",
+                categories: names.clone(),
+                series: hits,
+            },
+        )?);
+    }
+    // (c) Fig. 6: one against two threads.
+    let two = engines_in(results, 2);
+    let multi: Vec<Workload> = workloads
+        .iter()
+        .copied()
+        .filter(|&w| two.iter().any(|e| find(results, e, w, 2).is_some()))
+        .collect();
+    if !multi.is_empty() {
+        let mut series = Vec::new();
+        for e in &two {
+            for t in [1, 2] {
+                let v = multi
+                    .iter()
+                    .map(|&w| find(results, e, w, t).map(|r| r.tx_per_s))
+                    .collect();
+                series.push((format!("{e} ({t})"), v));
+            }
+        }
+        files.extend(save(
+            dir,
+            "fig6-threads",
+            &Bars {
+                title: "One and two threads (transactions per second)",
+                y_label: "transactions / s",
+                categories: multi.iter().map(|w| w.name().to_string()).collect(),
+                series,
+            },
+        )?);
+    }
+    // (d) Write traffic per transaction.
+    files.extend(save(
+        dir,
+        "write-traffic",
+        &Bars {
+            title: "Write traffic per transaction (64 B x lines flushed + non-temporal bytes)",
+            y_label: "media bytes / transaction",
+            categories: names,
+            series: per_engine(&|r: &RunResult| Some(r.media_bytes_per_tx)),
+        },
+    )?);
+    Ok(files)
+}
