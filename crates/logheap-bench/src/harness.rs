@@ -91,6 +91,14 @@ fn pool_size(spec: &RunSpec) -> u64 {
 
 /// Runs `spec` on a fresh pool and returns its figures.
 pub fn run(spec: &RunSpec) -> Result<RunResult, Box<dyn std::error::Error>> {
+    run_reporting(spec, &|_| {})
+}
+
+/// [`run`], telling `phase` what it is doing ("preloading ...", "measuring ...").
+pub fn run_reporting(
+    spec: &RunSpec,
+    phase: &dyn Fn(&str),
+) -> Result<RunResult, Box<dyn std::error::Error>> {
     let dir = match &spec.dir {
         Some(d) => tempfile::tempdir_in(d)?,
         None if std::path::Path::new("/dev/shm").is_dir() => tempfile::tempdir_in("/dev/shm")?,
@@ -109,7 +117,9 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, Box<dyn std::error::Error>> {
         elements: spec.elements,
         value_size: spec.value_size,
     };
+    phase(&format!("preloading {} elements", spec.elements));
     let prepared = Prepared::preload(&pool, spec.workload, shape, &mut rng)?;
+    phase(&format!("measuring {} transactions", spec.ops));
     let preload_seconds = start.elapsed().as_secs_f64();
 
     let before = pool.stats();

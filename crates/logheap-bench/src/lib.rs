@@ -11,5 +11,5 @@ pub mod plots;
 pub mod report;
 pub mod workload;
 
-pub use harness::{RunResult, RunSpec, run};
+pub use harness::{RunResult, RunSpec, run, run_reporting};
 pub use workload::Workload;

@@ -9,8 +9,9 @@
 use std::io::Write as _;
 use std::path::PathBuf;
 
+use indicatif::{ProgressBar, ProgressStyle};
 use logheap::{Emulation, MappingConfig};
-use logheap_bench::{RunSpec, Workload, report, run};
+use logheap_bench::{RunSpec, Workload, report, run_reporting};
 
 /// Options of `logheap bench`.
 #[derive(Debug, clap::Args)]
@@ -37,6 +38,9 @@ pub struct Args {
     /// NVM emulation: `paper` (500 ns, 1 GB/s) or `off`.
     #[arg(long, default_value = "paper")]
     emulation: String,
+    /// Same as `--emulation paper` (the default).
+    #[arg(long, conflicts_with = "emulation")]
+    emulate: bool,
     /// The paper's sizes: 10 M elements, 1 M transactions per run (needs a lot of memory
     /// and time).
     #[arg(long)]
@@ -121,6 +125,36 @@ fn plan(args: &Args) -> Vec<(String, Workload, usize)> {
     runs
 }
 
+/// The paper's sizes scaled down, if needed, to what this machine's available memory
+/// holds (pool data on tmpfs and the DRAM mapping, about 2 KiB per element at 128 B).
+fn fit_in_memory(elements: u64, ops: u64, value_size: usize) -> (u64, u64) {
+    let per_element = 4 * (value_size as u64 + 384);
+    let available = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map(|kb| kb * 1024);
+    match available {
+        Some(bytes) if (elements + ops) * per_element > bytes / 2 => {
+            let scale = (bytes / 2) as f64 / ((elements + ops) * per_element) as f64;
+            let (e, o) = (
+                (elements as f64 * scale) as u64,
+                (ops as f64 * scale) as u64,
+            );
+            eprintln!(
+                "--full: {} MiB available; running {e} elements and {o} transactions per run",
+                bytes >> 20
+            );
+            (e, o)
+        }
+        _ => (elements, ops),
+    }
+}
+
 /// Runs the benchmarks and writes the reports.
 pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(dir) = &args.report_only {
@@ -138,13 +172,17 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         println!("results in {}", dir.display());
         return Ok(());
     }
-    let emulation = match args.emulation.as_str() {
+    let emulation = match if args.emulate {
+        "paper"
+    } else {
+        args.emulation.as_str()
+    } {
         "paper" => Some(Emulation::PAPER),
         "off" => None,
         other => return Err(format!("unknown emulation {other:?} (paper, off)").into()),
     };
     let (elements, ops) = if args.full {
-        (10_000_000, 1_000_000)
+        fit_in_memory(10_000_000, 1_000_000, args.value_size)
     } else {
         (args.elements, args.ops)
     };
@@ -159,6 +197,10 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let runs = plan(args);
     let mut jsonl = std::fs::File::create(out.join("results.jsonl"))?;
     let mut results = Vec::new();
+    let bar = ProgressBar::new(runs.len() as u64).with_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} runs, {elapsed}, {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
     for (i, (engine, workload, threads)) in runs.iter().enumerate() {
         let spec = RunSpec {
             engine: engine.clone(),
@@ -171,8 +213,11 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             emulation,
             dir: args.pool_dir.clone(),
         };
-        let r = run(&spec).map_err(|e| format!("{engine} {workload} ({threads} threads): {e}"))?;
-        eprintln!(
+        let what = format!("{engine} {workload} ({threads} thread(s))");
+        let r = run_reporting(&spec, &|phase| bar.set_message(format!("{what}: {phase}")))
+            .map_err(|e| format!("{what}: {e}"))?;
+        bar.inc(1);
+        bar.suspend(|| eprintln!(
             "[{}/{}] {:<12} {:<14} {} thread(s): {:>9.0} tx/s, {:.2} fences/tx, {:.0} media B/tx",
             i + 1,
             runs.len(),
@@ -182,7 +227,7 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             r.tx_per_s,
             r.fences_per_tx,
             r.media_bytes_per_tx
-        );
+        ));
         let line = serde_json::to_string(&r)?;
         writeln!(jsonl, "{line}")?;
         if args.json {
@@ -190,6 +235,7 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         }
         results.push(r);
     }
+    bar.finish_and_clear();
     let header = format!(
         "# logheap bench\n\n{} runs; {} elements preloaded, {} transactions per run, {}-byte values, emulation {}, seed {}.\n\n",
         results.len(),
