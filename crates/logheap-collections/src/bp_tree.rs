@@ -8,6 +8,8 @@
 
 use logheap::{Error, PPtr, Tx};
 
+use crate::value_object;
+
 /// Most keys in a node.
 const MAX: usize = 16;
 /// Fewest keys in a non-root node (so that two merged nodes and a separator fit).
@@ -95,20 +97,6 @@ fn new_node(tx: &mut Tx<'_>, node: &Node) -> Result<u64, Error> {
     Ok(tx.alloc(*node)?.offset())
 }
 
-fn new_value(tx: &mut Tx<'_>, value: &[u8]) -> Result<u64, Error> {
-    let at = tx.alloc_bytes(8 + value.len() as u64)?;
-    tx.write(PPtr::<u64>::from_offset(at), &(value.len() as u64))?;
-    tx.write_bytes(at + 8, value)?;
-    Ok(at)
-}
-
-fn read_value(tx: &mut Tx<'_>, at: u64) -> Result<Vec<u8>, Error> {
-    let len: u64 = tx.read(PPtr::from_offset(at))?;
-    let mut v = vec![0u8; len as usize];
-    tx.read_bytes(at + 8, &mut v)?;
-    Ok(v)
-}
-
 impl BpTree {
     /// Creates an empty tree.
     pub fn create(tx: &mut Tx<'_>) -> Result<BpTree, Error> {
@@ -170,7 +158,7 @@ impl BpTree {
     pub fn get(&self, tx: &mut Tx<'_>, key: u64) -> Result<Option<Vec<u8>>, Error> {
         let (_, leaf) = self.leaf_for(tx, key)?;
         match leaf.keys[..leaf.n()].binary_search(&key) {
-            Ok(i) => Ok(Some(read_value(tx, leaf.ptrs[i])?)),
+            Ok(i) => Ok(Some(value_object::read(tx, leaf.ptrs[i])?)),
             Err(_) => Ok(None),
         }
     }
@@ -249,22 +237,16 @@ impl BpTree {
         let replaced = match node.keys[..node.n()].binary_search(&key) {
             Ok(i) => {
                 let old = node.ptrs[i];
-                let old_len: u64 = tx.read(PPtr::from_offset(old))?;
-                if old_len == value.len() as u64 {
-                    tx.write_bytes(old + 8, value)?;
-                } else {
-                    let fresh = new_value(tx, value)?;
-                    tx.write(
-                        PPtr::<u64>::from_offset(at + 24 + 8 * MAX as u64 + 8 * i as u64),
-                        &fresh,
-                    )?;
-                    tx.free(PPtr::<u8>::from_offset(old))?;
+                let now = value_object::replace(tx, old, value)?;
+                if now != old {
+                    let slot = at + 24 + 8 * MAX as u64 + 8 * i as u64;
+                    tx.write(PPtr::<u64>::from_offset(slot), &now)?;
                 }
                 true
             }
             Err(i) => {
                 let old = node;
-                let v = new_value(tx, value)?;
+                let v = value_object::create(tx, value)?;
                 node.insert_key(i, key, v, i);
                 write_node(tx, at, &old, &node)?;
                 new_header.len += 1;
@@ -395,7 +377,7 @@ impl BpTree {
         let found = match node.keys[..node.n()].binary_search(&key) {
             Ok(i) => {
                 let old = node;
-                tx.free(PPtr::<u8>::from_offset(node.ptrs[i]))?;
+                value_object::free(tx, node.ptrs[i])?;
                 node.remove_key(i, i);
                 write_node(tx, at, &old, &node)?;
                 new_header.len -= 1;

@@ -6,6 +6,8 @@
 
 use logheap::{Error, PPtr, Tx};
 
+use crate::value_object;
+
 /// The persistent header of an [`RbTree`].
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C)]
@@ -209,22 +211,6 @@ impl Ops<'_, '_> {
         }
     }
 
-    fn new_value(&mut self, value: &[u8]) -> Result<u64, Error> {
-        let at = self.tx.alloc_bytes(8 + value.len() as u64)?;
-        self.tx
-            .write(PPtr::<u64>::from_offset(at), &(value.len() as u64))?;
-        self.tx.write_bytes(at + 8, value)?;
-        Ok(at)
-    }
-
-    fn read_value(&mut self, n: u64) -> Result<Vec<u8>, Error> {
-        let at = self.get(n, VALUE)?;
-        let len: u64 = self.tx.read(PPtr::from_offset(at))?;
-        let mut v = vec![0u8; len as usize];
-        self.tx.read_bytes(at + 8, &mut v)?;
-        Ok(v)
-    }
-
     fn add_len(&mut self, delta: i64) -> Result<(), Error> {
         let at = PPtr::<u64>::from_offset(self.header.offset() + 16);
         let n = self.tx.read(at)?;
@@ -285,7 +271,10 @@ impl RbTree {
     pub fn get(&self, tx: &mut Tx<'_>, key: u64) -> Result<Option<Vec<u8>>, Error> {
         let mut ops = self.ops(tx)?;
         match ops.find(key)? {
-            Some(n) => Ok(Some(ops.read_value(n)?)),
+            Some(n) => {
+                let at = ops.get(n, VALUE)?;
+                Ok(Some(value_object::read(ops.tx, at)?))
+            }
             None => Ok(None),
         }
     }
@@ -306,19 +295,15 @@ impl RbTree {
             let k = ops.get(x, KEY)?;
             if key == k {
                 let old = ops.get(x, VALUE)?;
-                let old_len: u64 = ops.tx.read(PPtr::from_offset(old))?;
-                if old_len == value.len() as u64 {
-                    ops.tx.write_bytes(old + 8, value)?;
-                } else {
-                    let fresh = ops.new_value(value)?;
-                    ops.put(x, VALUE, fresh)?;
-                    ops.tx.free(PPtr::<u8>::from_offset(old))?;
+                let now = value_object::replace(ops.tx, old, value)?;
+                if now != old {
+                    ops.put(x, VALUE, now)?;
                 }
                 return Ok(true);
             }
             x = ops.child(x, (key > k) as Dir)?;
         }
-        let value = ops.new_value(value)?;
+        let value = value_object::create(ops.tx, value)?;
         let z = ops
             .tx
             .alloc(Node {
@@ -378,7 +363,7 @@ impl RbTree {
             ops.delete_fixup(x)?;
         }
         let value = ops.get(z, VALUE)?;
-        ops.tx.free(PPtr::<u8>::from_offset(value))?;
+        value_object::free(ops.tx, value)?;
         ops.tx.free(PPtr::<Node>::from_offset(z))?;
         ops.add_len(-1)?;
         Ok(true)

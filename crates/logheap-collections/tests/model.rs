@@ -45,6 +45,82 @@ fn map_op() -> impl Strategy<Value = MapOp> {
     ]
 }
 
+/// The operations the two ordered maps share, for one model test over both.
+trait OrderedMap: Copy {
+    fn create(tx: &mut logheap::Tx<'_>) -> Result<Self, Error>;
+    fn insert(&self, tx: &mut logheap::Tx<'_>, key: u64, value: &[u8]) -> Result<bool, Error>;
+    fn remove(&self, tx: &mut logheap::Tx<'_>, key: u64) -> Result<bool, Error>;
+    fn get(&self, tx: &mut logheap::Tx<'_>, key: u64) -> Result<Option<Vec<u8>>, Error>;
+    fn keys(&self, tx: &mut logheap::Tx<'_>) -> Result<Vec<u64>, Error>;
+    fn verify(&self, tx: &mut logheap::Tx<'_>) -> Result<Option<String>, Error>;
+}
+
+macro_rules! ordered_map {
+    ($t:ty) => {
+        impl OrderedMap for $t {
+            fn create(tx: &mut logheap::Tx<'_>) -> Result<Self, Error> {
+                <$t>::create(tx)
+            }
+            fn insert(
+                &self,
+                tx: &mut logheap::Tx<'_>,
+                key: u64,
+                value: &[u8],
+            ) -> Result<bool, Error> {
+                <$t>::insert(self, tx, key, value)
+            }
+            fn remove(&self, tx: &mut logheap::Tx<'_>, key: u64) -> Result<bool, Error> {
+                <$t>::remove(self, tx, key)
+            }
+            fn get(&self, tx: &mut logheap::Tx<'_>, key: u64) -> Result<Option<Vec<u8>>, Error> {
+                <$t>::get(self, tx, key)
+            }
+            fn keys(&self, tx: &mut logheap::Tx<'_>) -> Result<Vec<u64>, Error> {
+                <$t>::keys(self, tx)
+            }
+            fn verify(&self, tx: &mut logheap::Tx<'_>) -> Result<Option<String>, Error> {
+                <$t>::verify(self, tx)
+            }
+        }
+    };
+}
+ordered_map!(RbTree);
+ordered_map!(BpTree);
+
+/// Runs `ops` on a fresh `M` and a `BTreeMap`, checking answers and the structure's
+/// invariants after every operation.
+fn ordered_map_agrees<M: OrderedMap>(ops: Vec<MapOp>) -> Result<(), TestCaseError> {
+    let mut pool = new_pool();
+    let tree = pool.transaction(M::create).unwrap();
+    let mut model = BTreeMap::new();
+    for op in ops {
+        match op {
+            MapOp::Insert(k, l) => {
+                let replaced = pool
+                    .transaction(|tx| tree.insert(tx, k, &value(k, l)))
+                    .unwrap();
+                prop_assert_eq!(replaced, model.insert(k, value(k, l)).is_some());
+            }
+            MapOp::Remove(k) => {
+                prop_assert_eq!(
+                    pool.transaction(|tx| tree.remove(tx, k)).unwrap(),
+                    model.remove(&k).is_some()
+                );
+            }
+            MapOp::Get(k) => prop_assert_eq!(
+                pool.read(|tx| tree.get(tx, k)).unwrap(),
+                model.get(&k).cloned()
+            ),
+            MapOp::Crash => pool = crash(pool),
+        }
+        let problem = pool.read(|tx| tree.verify(tx)).unwrap();
+        prop_assert!(problem.is_none(), "{:?}", problem);
+    }
+    let keys: Vec<u64> = model.keys().copied().collect();
+    prop_assert_eq!(pool.read(|tx| tree.keys(tx)).unwrap(), keys);
+    Ok(())
+}
+
 /// B+ tree operations over enough keys to build a few levels of fanout-16 nodes.
 fn bp_op() -> impl Strategy<Value = MapOp> {
     prop_oneof![
@@ -85,50 +161,12 @@ proptest! {
 
     #[test]
     fn rb_tree_agrees_with_std_and_stays_balanced(ops in prop::collection::vec(map_op(), 1..150)) {
-        let mut pool = new_pool();
-        let tree = pool.transaction(RbTree::create).unwrap();
-        let mut model = BTreeMap::new();
-        for op in ops {
-            match op {
-                MapOp::Insert(k, l) => {
-                    let replaced = pool.transaction(|tx| tree.insert(tx, k, &value(k, l))).unwrap();
-                    prop_assert_eq!(replaced, model.insert(k, value(k, l)).is_some());
-                }
-                MapOp::Remove(k) => {
-                    prop_assert_eq!(pool.transaction(|tx| tree.remove(tx, k)).unwrap(), model.remove(&k).is_some());
-                }
-                MapOp::Get(k) => prop_assert_eq!(pool.read(|tx| tree.get(tx, k)).unwrap(), model.get(&k).cloned()),
-                MapOp::Crash => pool = crash(pool),
-            }
-            let problem = pool.read(|tx| tree.verify(tx)).unwrap();
-            prop_assert!(problem.is_none(), "{:?}", problem);
-        }
-        let keys: Vec<u64> = model.keys().copied().collect();
-        prop_assert_eq!(pool.read(|tx| tree.keys(tx)).unwrap(), keys);
+        ordered_map_agrees::<RbTree>(ops)?;
     }
 
     #[test]
     fn bp_tree_agrees_with_std_and_keeps_its_shape(ops in prop::collection::vec(bp_op(), 1..400)) {
-        let mut pool = new_pool();
-        let tree = pool.transaction(BpTree::create).unwrap();
-        let mut model = BTreeMap::new();
-        for op in ops {
-            match op {
-                MapOp::Insert(k, l) => {
-                    let replaced = pool.transaction(|tx| tree.insert(tx, k, &value(k, l))).unwrap();
-                    prop_assert_eq!(replaced, model.insert(k, value(k, l)).is_some());
-                }
-                MapOp::Remove(k) => {
-                    prop_assert_eq!(pool.transaction(|tx| tree.remove(tx, k)).unwrap(), model.remove(&k).is_some());
-                }
-                MapOp::Get(k) => prop_assert_eq!(pool.read(|tx| tree.get(tx, k)).unwrap(), model.get(&k).cloned()),
-                MapOp::Crash => pool = crash(pool),
-            }
-            let problem = pool.read(|tx| tree.verify(tx)).unwrap();
-            prop_assert!(problem.is_none(), "{:?}", problem);
-        }
-        let keys: Vec<u64> = model.keys().copied().collect();
-        prop_assert_eq!(pool.read(|tx| tree.keys(tx)).unwrap(), keys);
+        ordered_map_agrees::<BpTree>(ops)?;
     }
 
     #[test]
