@@ -125,7 +125,7 @@ pub fn run_reporting(
     let before = pool.stats();
     let threads = spec.threads.max(1);
     let start = Instant::now();
-    std::thread::scope(|s| -> Result<(), logheap::Error> {
+    std::thread::scope(|s| -> Result<(), Box<dyn std::error::Error>> {
         let workers: Vec<_> = (0..threads)
             .map(|t| {
                 let (pool, prepared) = (&pool, &prepared);
@@ -138,9 +138,10 @@ pub fn run_reporting(
                 })
             })
             .collect();
-        workers
-            .into_iter()
-            .try_for_each(|w| w.join().unwrap_or(Err(logheap::Error::Conflict)))
+        for w in workers {
+            w.join().map_err(|_| "a workload thread panicked")??;
+        }
+        Ok(())
     })?;
     let seconds = start.elapsed().as_secs_f64();
     let after = pool.stats();

@@ -196,7 +196,8 @@ impl Prepared {
                 _ => Target::Store(Store::Hash(HashMap::create(tx, n.next_power_of_two())?)),
             })
         })?;
-        // Update workloads draw keys from 2n ranks; half of them are present at the start.
+        // Update workloads draw keys from 2n ranks; exactly half of them are present at
+        // the start: one of each pair of neighbouring ranks, chosen at random.
         let universe = 2 * n;
         let mut done = 0;
         while done < n {
@@ -207,7 +208,7 @@ impl Prepared {
                     Target::Array(_) => (done + i, (done + i).to_le_bytes().to_vec()),
                     Target::Store(_) => {
                         let key = if workload.is_update() {
-                            scramble(rng.random_range(0..universe))
+                            scramble(2 * (done + i) + rng.random_range(0..2u64))
                         } else {
                             rng.random()
                         };

@@ -21,7 +21,10 @@ pub struct Array {
 impl Array {
     /// Creates a zero-filled array.
     pub fn create(tx: &mut Tx<'_>, len: u64, element_size: u64) -> Result<Array, Error> {
-        let data = tx.alloc_bytes((len * element_size).max(1))?;
+        let bytes = len
+            .checked_mul(element_size)
+            .ok_or(Error::InvalidSize(u64::MAX))?;
+        let data = tx.alloc_bytes(bytes.max(1))?;
         let header = tx.alloc(ArrayHeader {
             len,
             element_size,
@@ -52,7 +55,7 @@ impl Array {
         let h = tx.read(self.header)?;
         if i >= h.len {
             return Err(Error::InvalidRange {
-                home: h.data + i * h.element_size,
+                home: h.data,
                 len: h.element_size,
             });
         }

@@ -8,7 +8,7 @@
 
 use logheap::{Error, PPtr, Tx};
 
-use crate::value_object;
+use crate::{striped_count, value_object};
 
 /// Most keys in a node.
 const MAX: usize = 16;
@@ -20,7 +20,8 @@ const MIN: usize = (MAX - 1) / 2;
 #[repr(C)]
 pub struct BpHeader {
     root: u64,
-    len: u64,
+    /// The entry count (a striped count object).
+    count: u64,
 }
 
 /// A node. Leaves: `ptrs[..count]` are value objects `{len, bytes}`, `next` the next
@@ -105,8 +106,9 @@ impl BpTree {
             ..bytemuck::Zeroable::zeroed()
         };
         let root = new_node(tx, &leaf)?;
+        let count = striped_count::create(tx)?;
         Ok(BpTree {
-            header: tx.alloc(BpHeader { root, len: 0 })?,
+            header: tx.alloc(BpHeader { root, count })?,
         })
     }
 
@@ -124,7 +126,8 @@ impl BpTree {
 
     /// Number of entries.
     pub fn len(&self, tx: &mut Tx<'_>) -> Result<u64, Error> {
-        Ok(tx.read(self.header)?.len)
+        let count = tx.read(self.header)?.count;
+        striped_count::total(tx, count)
     }
 
     /// Whether the tree is empty.
@@ -135,9 +138,6 @@ impl BpTree {
     fn set_header(&self, tx: &mut Tx<'_>, old: &BpHeader, new: &BpHeader) -> Result<(), Error> {
         if old.root != new.root {
             tx.write(PPtr::<u64>::from_offset(self.header.offset()), &new.root)?;
-        }
-        if old.len != new.len {
-            tx.write(PPtr::<u64>::from_offset(self.header.offset() + 8), &new.len)?;
         }
         Ok(())
     }
@@ -249,7 +249,7 @@ impl BpTree {
                 let v = value_object::create(tx, value)?;
                 node.insert_key(i, key, v, i);
                 write_node(tx, at, &old, &node)?;
-                new_header.len += 1;
+                striped_count::add(tx, header.count, key, 1)?;
                 false
             }
         };
@@ -380,7 +380,7 @@ impl BpTree {
                 value_object::free(tx, node.ptrs[i])?;
                 node.remove_key(i, i);
                 write_node(tx, at, &old, &node)?;
-                new_header.len -= 1;
+                striped_count::add(tx, header.count, key, -1)?;
                 true
             }
             Err(_) => false,
@@ -447,11 +447,9 @@ impl BpTree {
                 stack.push((node.ptrs[i], l, h, depth + 1));
             }
         }
-        if entries != header.len {
-            return Ok(Some(format!(
-                "{entries} entries but a count of {}",
-                header.len
-            )));
+        let count = striped_count::total(tx, header.count)?;
+        if entries != count {
+            return Ok(Some(format!("{entries} entries but a count of {count}")));
         }
         Ok(None)
     }

@@ -2,12 +2,15 @@
 
 use logheap::{Error, PPtr, Tx, pfield};
 
+use crate::striped_count;
+
 /// The persistent header of a [`HashMap`].
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C)]
 pub struct HashHeader {
     buckets: u64,
-    len: u64,
+    /// The entry count (a striped count object).
+    count: u64,
     /// Home offset of the bucket array (`buckets` pointers to chain heads).
     table: u64,
 }
@@ -51,9 +54,10 @@ impl HashMap {
     pub fn create(tx: &mut Tx<'_>, buckets: u64) -> Result<HashMap, Error> {
         let buckets = buckets.max(1);
         let table = tx.alloc_bytes(buckets * 8)?;
+        let count = striped_count::create(tx)?;
         let header = tx.alloc(HashHeader {
             buckets,
-            len: 0,
+            count,
             table,
         })?;
         Ok(HashMap { header })
@@ -73,7 +77,8 @@ impl HashMap {
 
     /// Number of entries.
     pub fn len(&self, tx: &mut Tx<'_>) -> Result<u64, Error> {
-        tx.read(pfield!(self.header, HashHeader, len))
+        let count = tx.read(pfield!(self.header, HashHeader, count))?;
+        striped_count::total(tx, count)
     }
 
     /// Whether the map is empty.
@@ -140,9 +145,8 @@ impl HashMap {
         let head = tx.read(slot)?;
         let fresh = self.new_entry(tx, key, head, value)?;
         tx.write(slot, &fresh)?;
-        let len = pfield!(self.header, HashHeader, len);
-        let n = tx.read(len)?;
-        tx.write(len, &(n + 1))?;
+        let count = tx.read(pfield!(self.header, HashHeader, count))?;
+        striped_count::add(tx, count, key, 1)?;
         Ok(false)
     }
 
@@ -166,9 +170,8 @@ impl HashMap {
         };
         tx.write(link, &e.next)?;
         tx.free(PPtr::<Entry>::from_offset(at))?;
-        let len = pfield!(self.header, HashHeader, len);
-        let n = tx.read(len)?;
-        tx.write(len, &(n - 1))?;
+        let count = tx.read(pfield!(self.header, HashHeader, count))?;
+        striped_count::add(tx, count, key, -1)?;
         Ok(true)
     }
 }

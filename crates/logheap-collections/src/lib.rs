@@ -30,6 +30,7 @@ mod bp_tree;
 mod hash_map;
 mod queue;
 mod rb_tree;
+mod striped_count;
 mod value_object;
 mod vector;
 

@@ -6,7 +6,7 @@
 
 use logheap::{Error, PPtr, Tx};
 
-use crate::value_object;
+use crate::{striped_count, value_object};
 
 /// The persistent header of an [`RbTree`].
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
@@ -14,7 +14,8 @@ use crate::value_object;
 pub struct RbHeader {
     root: u64,
     nil: u64,
-    len: u64,
+    /// The entry count (a striped count object).
+    count: u64,
 }
 
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
@@ -70,13 +71,21 @@ impl Ops<'_, '_> {
         self.get(n, PARENT)
     }
     fn set_parent(&mut self, n: u64, v: u64) -> Result<(), Error> {
-        self.put(n, PARENT, v)
+        if self.parent(n)? != v {
+            self.put(n, PARENT, v)?;
+        }
+        Ok(())
     }
     fn is_red(&mut self, n: u64) -> Result<bool, Error> {
         Ok(self.get(n, RED)? == 1)
     }
     fn set_red(&mut self, n: u64, red: bool) -> Result<(), Error> {
-        self.put(n, RED, red as u64)
+        // Colours are often rewritten unchanged (the root, nil): writing them anyway
+        // would make unrelated transactions conflict on those nodes.
+        if self.is_red(n)? != red {
+            self.put(n, RED, red as u64)?;
+        }
+        Ok(())
     }
     fn root(&mut self) -> Result<u64, Error> {
         self.tx.read(PPtr::<u64>::from_offset(self.header.offset()))
@@ -211,10 +220,11 @@ impl Ops<'_, '_> {
         }
     }
 
-    fn add_len(&mut self, delta: i64) -> Result<(), Error> {
-        let at = PPtr::<u64>::from_offset(self.header.offset() + 16);
-        let n = self.tx.read(at)?;
-        self.tx.write(at, &n.wrapping_add_signed(delta))
+    fn add_len(&mut self, key: u64, delta: i64) -> Result<(), Error> {
+        let count = self
+            .tx
+            .read(PPtr::<u64>::from_offset(self.header.offset() + 16))?;
+        striped_count::add(self.tx, count, key, delta)
     }
 }
 
@@ -228,10 +238,11 @@ impl RbTree {
             red: 0,
             value: 0,
         })?;
+        let count = striped_count::create(tx)?;
         let header = tx.alloc(RbHeader {
             root: nil.offset(),
             nil: nil.offset(),
-            len: 0,
+            count,
         })?;
         Ok(RbTree { header })
     }
@@ -259,7 +270,8 @@ impl RbTree {
 
     /// Number of entries.
     pub fn len(&self, tx: &mut Tx<'_>) -> Result<u64, Error> {
-        Ok(tx.read(self.header)?.len)
+        let count = tx.read(self.header)?.count;
+        striped_count::total(tx, count)
     }
 
     /// Whether the tree is empty.
@@ -321,7 +333,7 @@ impl RbTree {
             ops.set_child(y, d, z)?;
         }
         ops.insert_fixup(z)?;
-        ops.add_len(1)?;
+        ops.add_len(key, 1)?;
         Ok(false)
     }
 
@@ -365,7 +377,7 @@ impl RbTree {
         let value = ops.get(z, VALUE)?;
         value_object::free(ops.tx, value)?;
         ops.tx.free(PPtr::<Node>::from_offset(z))?;
-        ops.add_len(-1)?;
+        ops.add_len(key, -1)?;
         Ok(true)
     }
 

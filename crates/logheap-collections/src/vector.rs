@@ -60,7 +60,7 @@ impl Vector {
         let bad_len = value_len.is_some_and(|l| l as u64 != h.element_size);
         if i >= h.len || bad_len {
             return Err(Error::InvalidRange {
-                home: h.data + i * h.element_size,
+                home: h.data,
                 len: h.element_size,
             });
         }
@@ -93,8 +93,14 @@ impl Vector {
             });
         }
         if h.len == h.capacity {
-            let capacity = h.capacity * 2;
-            let data = tx.alloc_bytes(capacity * h.element_size)?;
+            let capacity = h
+                .capacity
+                .checked_mul(2)
+                .ok_or(Error::InvalidSize(u64::MAX))?;
+            let bytes = capacity
+                .checked_mul(h.element_size)
+                .ok_or(Error::InvalidSize(u64::MAX))?;
+            let data = tx.alloc_bytes(bytes)?;
             let mut old = vec![0u8; (h.len * h.element_size) as usize];
             tx.read_bytes(h.data, &mut old)?;
             tx.write_bytes(data, &old)?;

@@ -274,7 +274,7 @@ fn bp_tree_grows_deep_and_shrinks_back_to_a_leaf() {
     // Every node but the (leaf) root and every value was freed.
     let allocations = pool.allocations().len();
     assert_eq!(
-        allocations, 2,
-        "header and root leaf remain, found {allocations}"
+        allocations, 3,
+        "header, count and root leaf remain, found {allocations}"
     );
 }

@@ -296,14 +296,20 @@ pub(crate) fn recover(
             }
         }
     }
-    // Each log goes on appending in its last chunk, after its last valid block. What
-    // follows may be the remains of the commit the crash interrupted: blocks of this
-    // chunk's generation that a later append could bring back into view. They are
-    // erased (durably) first.
+    // Each log goes on appending in its last chunk, after its last committed block.
+    // What follows is the remains of the commit the crash interrupted (torn blocks, and
+    // complete blocks of a transaction that is missing others): blocks of this chunk's
+    // generation that a later append could bring back into view. They are erased
+    // (durably) first, so no later open meets them again.
     let mut tails = Vec::new();
     let mut rest = vec![0u8; geometry.size as usize];
     for (&(owner, kind), ch) in &last {
-        let offset = ch.blocks.last().map_or(payload_start(), |b| b.end);
+        let offset = ch
+            .blocks
+            .iter()
+            .rev()
+            .find(|b| !uncommitted.contains(&b.version))
+            .map_or(payload_start(), |b| b.end);
         let chunk_at = geometry.offset(ch.index) as usize;
         let rest = &mut rest[..geometry.size as usize - offset as usize];
         media.read(chunk_at + offset as usize, rest);

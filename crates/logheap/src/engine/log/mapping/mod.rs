@@ -332,7 +332,8 @@ impl Mapping {
         CacheFigures {
             hits: all.iter().map(|c| c.hits.load(Ordering::Relaxed)).sum(),
             misses: all.iter().map(|c| c.misses.load(Ordering::Relaxed)).sum(),
-            caches: all.len() as u64,
+            // A cache's thread holds the other reference; exited threads' caches are gone.
+            caches: all.iter().filter(|c| Arc::strong_count(c) > 1).count() as u64,
         }
     }
 }
