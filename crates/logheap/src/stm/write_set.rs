@@ -21,7 +21,8 @@ pub(crate) struct WriteSet {
     writes: Vec<Write>,
     bytes: Vec<u8>,
     /// Write indices by start address, and the longest write: a read finds the writes
-    /// that overlap it without scanning them all.
+    /// that overlap it without scanning them all. Built only once there are more than
+    /// [`SCAN_LIMIT`] writes (small transactions never pay for it).
     by_start: BTreeMap<u64, Vec<u32>>,
     max_len: u64,
 }
@@ -47,17 +48,26 @@ impl WriteSet {
 
     /// Buffers a write.
     pub(crate) fn push(&mut self, home: u64, bytes: &[u8]) {
-        self.by_start
-            .entry(home)
-            .or_default()
-            .push(self.writes.len() as u32);
-        self.max_len = self.max_len.max(bytes.len() as u64);
         self.writes.push(Write {
             home,
             len: bytes.len() as u64,
             at: self.bytes.len(),
         });
         self.bytes.extend_from_slice(bytes);
+        let n = self.writes.len();
+        if n == SCAN_LIMIT + 1 {
+            for i in 0..n {
+                self.index(i);
+            }
+        } else if n > SCAN_LIMIT + 1 {
+            self.index(n - 1);
+        }
+    }
+
+    fn index(&mut self, i: usize) {
+        let w = self.writes[i];
+        self.by_start.entry(w.home).or_default().push(i as u32);
+        self.max_len = self.max_len.max(w.len);
     }
 
     /// Forgets everything (for a retry).

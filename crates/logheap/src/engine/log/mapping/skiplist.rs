@@ -388,7 +388,15 @@ impl Writer<'_> {
     }
 
     /// Unmaps `[home, end)`, reporting each displaced `(log offset, bytes)`.
-    pub(crate) fn clear(&mut self, home: u64, end: u64, displaced: &mut impl FnMut(u64, u64)) {
+    ///
+    /// Returns the predecessors of `home` as they are afterwards (for linking a node
+    /// there).
+    pub(crate) fn clear(
+        &mut self,
+        home: u64,
+        end: u64,
+        displaced: &mut impl FnMut(u64, u64),
+    ) -> [*mut Node; MAX_LEVEL] {
         let list = self.list;
         let preds = list.predecessors(home);
         let p = preds[0];
@@ -412,13 +420,15 @@ impl Writer<'_> {
                         version: v.version,
                     });
                     self.replace_with_pair(p, left, right, &p_preds);
-                    return;
+                    return list.predecessors(home);
                 }
                 self.replace(p, left, &p_preds);
             }
         }
+        // Nodes starting in [home, end) are removed front to back: each one's
+        // predecessors are those of `home` (nothing lies between), which stay valid.
+        let preds = list.predecessors(home);
         loop {
-            let preds = list.predecessors(home);
             // SAFETY: the head or a node of this list.
             let c = unsafe { &*preds[0] }.next(0);
             if c.is_null() {
@@ -431,8 +441,7 @@ impl Writer<'_> {
             }
             if v.end() <= end {
                 displaced(v.log, v.len);
-                let c_preds = list.predecessors(v.home);
-                self.unlink(c, &c_preds);
+                self.unlink(c, &preds);
             } else {
                 displaced(v.log, end - v.home);
                 let right = self.new_node(NodeView {
@@ -441,11 +450,11 @@ impl Writer<'_> {
                     log: v.log + (end - v.home),
                     version: v.version,
                 });
-                let c_preds = list.predecessors(v.home);
-                self.replace(c, right, &c_preds);
+                self.replace(c, right, &preds);
                 break;
             }
         }
+        preds
     }
 
     /// Maps `[home, home + len)` to `log` at `version`, reporting displaced bytes.
@@ -460,14 +469,13 @@ impl Writer<'_> {
         if len == 0 {
             return;
         }
-        self.clear(home, home + len, displaced);
+        let preds = self.clear(home, home + len, displaced);
         let x = self.new_node(NodeView {
             home,
             len,
             log,
             version,
         });
-        let preds = self.list.predecessors(home);
         self.link(x, &preds);
     }
 }
