@@ -8,6 +8,14 @@ fn config() -> Config {
     Config::default().size(8 << 20).chunk_size(4096)
 }
 
+/// A new pool file in a fresh temporary directory (removed when the guard drops).
+fn file_pool(config: Config) -> (tempfile::TempDir, std::path::PathBuf, Pool) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("test.pool");
+    let pool = Pool::create(&path, &config).unwrap();
+    (dir, path, pool)
+}
+
 /// Runs `test` once per mapping configuration of the paper's ablation.
 fn each_mapping(test: impl Fn(Config)) {
     for (_, mapping) in MappingConfig::LADDER {
@@ -33,9 +41,7 @@ struct Root {
 #[test]
 fn data_survives_clean_close_and_crash() {
     each_mapping(|config| {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("p.pool");
-        let pool = Pool::create(&path, &config).unwrap();
+        let (_dir, path, pool) = file_pool(config);
         let root: PPtr<Root> = pool.root().unwrap();
         assert_eq!(
             pool.read(|tx| tx.read(root)).unwrap().counter,
@@ -114,9 +120,7 @@ fn partial_overwrites_across_object_boundaries() {
 #[test]
 fn large_objects_span_chunks_and_survive_reopen() {
     each_mapping(|config| {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("big.pool");
-        let pool = Pool::create(&path, &config).unwrap();
+        let (_dir, path, pool) = file_pool(config);
         let data: Vec<u8> = (0..200_000u32).map(|i| (i * 31 % 251) as u8).collect();
         let home = pool
             .transaction(|tx| {
@@ -183,9 +187,7 @@ fn one_fence_per_write_transaction_and_low_write_amplification() {
 #[test]
 fn a_full_pool_fails_the_transaction_and_stays_usable() {
     each_mapping(|config| {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("full.pool");
-        let pool = Pool::create(&path, &config.size(256 << 10)).unwrap();
+        let (_dir, path, pool) = file_pool(config.size(256 << 10));
         let root: PPtr<Root> = pool.root().unwrap();
         let mut last = 0;
         let err = loop {
@@ -357,9 +359,7 @@ fn frees_unmap_and_live_bytes_are_tracked() {
 #[test]
 fn stale_bytes_in_free_chunks_do_not_break_recovery() {
     each_mapping(|config| {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("stale.pool");
-        let pool = Pool::create(&path, &config.size(1 << 20)).unwrap();
+        let (_dir, path, pool) = file_pool(config.size(1 << 20));
         let data = pool.header().layout.data.clone();
         pool.close().unwrap();
         // Leftovers of a former life in every chunk: not a valid header, not zeros.
@@ -411,9 +411,7 @@ fn freeing_twice_in_one_transaction_is_refused() {
 #[test]
 fn reopening_resumes_the_logs_instead_of_abandoning_chunks() {
     each_mapping(|config| {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("reopen.pool");
-        let pool = Pool::create(&path, &config.size(1 << 20)).unwrap();
+        let (_dir, path, pool) = file_pool(config.size(1 << 20));
         let counter: PPtr<u64> = pool.root().unwrap();
         let free_at_start = pool.stats().log.chunks_free;
         pool.close().unwrap();

@@ -30,14 +30,11 @@ pub(crate) struct WriteSet {
 /// Below this many writes, a read scans them all (cheaper than the index).
 const SCAN_LIMIT: usize = 16;
 
-/// A resolved, non-overlapping piece of the write set: `bytes` go to `home`; `write` is
-/// the index of the write it came from (pieces of one write may be merged without
-/// group update; merging pieces of different writes is group update).
+/// A resolved, non-overlapping piece of the write set: `bytes` go to `home`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Piece<'a> {
     pub home: u64,
     pub bytes: &'a [u8],
-    pub write: usize,
 }
 
 impl WriteSet {
@@ -117,38 +114,37 @@ impl WriteSet {
     /// The final bytes of the transaction as non-overlapping pieces sorted by address;
     /// later writes win.
     pub(crate) fn resolve(&self) -> Vec<Piece<'_>> {
-        // start -> (end, write index, offset of `start` in bytes)
-        let mut map: BTreeMap<u64, (u64, usize, usize)> = BTreeMap::new();
-        for (index, w) in self.writes.iter().enumerate() {
+        // start -> (end, offset of `start` in bytes)
+        let mut map: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
+        for w in &self.writes {
             if w.len == 0 {
                 continue;
             }
             let (start, end) = (w.home, w.home + w.len);
             // Trim or split the piece that starts before `start` and reaches into it.
-            if let Some((&s, &(e, i, at))) = map.range(..start).next_back()
+            if let Some((&s, &(e, at))) = map.range(..start).next_back()
                 && e > start
             {
-                map.insert(s, (start, i, at));
+                map.insert(s, (start, at));
                 if e > end {
-                    map.insert(end, (e, i, at + (end - s) as usize));
+                    map.insert(end, (e, at + (end - s) as usize));
                 }
             }
             // Remove or trim pieces starting inside [start, end).
             let inside: Vec<u64> = map.range(start..end).map(|(&s, _)| s).collect();
             for s in inside {
-                if let Some((e, i, at)) = map.remove(&s)
+                if let Some((e, at)) = map.remove(&s)
                     && e > end
                 {
-                    map.insert(end, (e, i, at + (end - s) as usize));
+                    map.insert(end, (e, at + (end - s) as usize));
                 }
             }
-            map.insert(start, (end, index, w.at));
+            map.insert(start, (end, w.at));
         }
         map.into_iter()
-            .map(|(s, (e, write, at))| Piece {
+            .map(|(s, (e, at))| Piece {
                 home: s,
                 bytes: &self.bytes[at..at + (e - s) as usize],
-                write,
             })
             .collect()
     }

@@ -113,6 +113,8 @@ pub(crate) struct TailChunk {
 pub(crate) struct LogSet {
     pub id: u32,
     pub tails: [LogTail; 3],
+    /// Where blocks are encoded before they are written (reused by every commit).
+    pub scratch: Vec<u8>,
 }
 
 impl LogSet {
@@ -120,6 +122,7 @@ impl LogSet {
         LogSet {
             id,
             tails: [LogTail::default(); 3],
+            scratch: Vec::new(),
         }
     }
 

@@ -178,7 +178,6 @@ impl LogWriter<'_> {
         logs: [&[EntryRef<'_>]; 3],
         version: u64,
         fence: bool,
-        scratch: &mut Vec<u8>,
     ) -> Result<Vec<Placed>, OutOfChunks> {
         let (media, geometry, pool) = (self.media, self.geometry, self.pool);
         let mut tails = set.tails.map(|t| t.current);
@@ -207,8 +206,15 @@ impl LogWriter<'_> {
             }
             let at = address(b);
             let peer = address(&blocks[(i + 1) % blocks.len()]);
-            encode_block(scratch, b.chunk, b.generation, version, peer, &b.entries);
-            media.write_nt(at as usize, scratch);
+            encode_block(
+                &mut set.scratch,
+                b.chunk,
+                b.generation,
+                version,
+                peer,
+                &b.entries,
+            );
+            media.write_nt(at as usize, &set.scratch);
             let mut data_at = at + PREAMBLE as u64;
             for e in &b.entries {
                 data_at += ENTRY_HEADER as u64;

@@ -459,7 +459,6 @@ impl LogEngine {
             return Ok(());
         }
         let mut set = self.checkout_log_set();
-        let mut scratch = Vec::new();
         let writer = LogWriter {
             media: &self.media,
             geometry: &self.geometry,
@@ -470,7 +469,6 @@ impl LogEngine {
             [&entries[0], &entries[1], &entries[2]],
             version,
             self.fault.is_none(),
-            &mut scratch,
         );
         lock(&self.log_sets).push(set);
         drop(entries);
