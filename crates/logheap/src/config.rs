@@ -19,6 +19,12 @@ pub struct Config {
     /// The log engine's address-mapping optimisations (default: all on). Not stored in
     /// the pool: each open chooses.
     pub mapping: MappingConfig,
+    /// Claim the pool file's whole size from the file system when creating it (default
+    /// true): a pool that does not fit is refused with [`Error::NoSpace`](crate::Error)
+    /// at creation instead of failing with `SIGBUS` when the file system fills up later.
+    /// False makes a sparse file that takes space only as it is written (for pools sized
+    /// far beyond what they will hold, such as benchmark pools on tmpfs).
+    pub reserve_space: bool,
     /// A deliberate defect, for showing that crash tests catch one. Never set it in
     /// production code.
     #[doc(hidden)]
@@ -46,6 +52,7 @@ impl Default for Config {
             root_size: 4096,
             media: MediaConfig::default(),
             mapping: MappingConfig::default(),
+            reserve_space: true,
             fault: None,
         }
     }
@@ -94,6 +101,13 @@ impl Config {
         self
     }
 
+    /// Sets whether creation claims the file's whole size (see
+    /// [`reserve_space`](Self::reserve_space)).
+    pub fn reserve_space(mut self, reserve: bool) -> Self {
+        self.reserve_space = reserve;
+        self
+    }
+
     /// Sets the address-mapping configuration.
     pub fn mapping(mut self, mapping: MappingConfig) -> Self {
         self.mapping = mapping;
@@ -134,6 +148,7 @@ impl Config {
             root_size: self.root_size,
             chunk_size: self.chunk_size,
             media: self.media,
+            reserve_space: self.reserve_space,
         }
     }
 }

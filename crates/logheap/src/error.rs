@@ -93,6 +93,19 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// The file system has no room for a pool of the size asked for; nothing was
+    /// created.
+    #[error(
+        "{path}: not enough space for a pool of {needed} bytes: the file system has {available} bytes free"
+    )]
+    NoSpace {
+        /// The pool file asked for.
+        path: PathBuf,
+        /// Bytes the pool needs.
+        needed: u64,
+        /// Bytes free on the file system.
+        available: u64,
+    },
     /// A configuration asks for something impossible.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),

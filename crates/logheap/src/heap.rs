@@ -55,7 +55,10 @@ impl Pool {
     /// Creates a pool file at `path` (which must not exist).
     pub fn create(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
         check_engine(config.engine)?;
-        Pool::start(PoolFile::create(path, &config.pool_options())?, config)
+        let file = PoolFile::create_with(path, &config.pool_options(), |media, header| {
+            LogEngine::format(media, header)
+        })?;
+        Pool::start(file, config)
     }
 
     /// Opens the pool at `path` with the default settings, recovering it if its last
@@ -73,7 +76,9 @@ impl Pool {
     /// Creates a pool in memory on the crash-simulation media (see [`crate::media::sim`]).
     pub fn create_sim(config: &Config, sim: SimConfig) -> Result<Pool> {
         check_engine(config.engine)?;
-        Pool::start(PoolFile::create_sim(&config.pool_options(), sim)?, config)
+        let file = PoolFile::create_sim(&config.pool_options(), sim)?;
+        LogEngine::format(file.media(), file.header());
+        Pool::start(file, config)
     }
 
     /// Opens a pool image (for example a crash image) on fresh simulation media,
@@ -197,6 +202,7 @@ impl Pool {
     /// Closes the pool cleanly. (Dropping it without closing is like a crash: the next
     /// open runs recovery.)
     pub fn close(self) -> Result<()> {
+        self.engine.close();
         self.file.close()
     }
 }

@@ -39,6 +39,7 @@
 //! - [`Pool`], [`Tx`], [`PPtr`], [`Config`]: the public API.
 #![warn(missing_docs)]
 
+pub mod check;
 mod config;
 pub mod engine;
 mod error;
@@ -51,7 +52,7 @@ mod tx;
 
 pub use bytemuck::{Pod, Zeroable};
 pub use config::{Config, Fault};
-pub use engine::{EngineKind, MappingConfig};
+pub use engine::{Damage, EngineKind, MappingConfig};
 pub use error::{Error, Result};
 pub use heap::{Pool, Stats};
 pub use media::{Durability, Emulation, FlushInstruction, Media, MediaConfig, MediaCounters};

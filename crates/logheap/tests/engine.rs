@@ -359,27 +359,39 @@ fn frees_unmap_and_live_bytes_are_tracked() {
 #[test]
 fn stale_bytes_in_free_chunks_do_not_break_recovery() {
     each_mapping(|config| {
-        let (_dir, path, pool) = file_pool(config.size(1 << 20));
+        // Small chunks, so most of them are beyond the first batch a new pool formats.
+        let config = config.size(4 << 20).chunk_size(4096);
+        let (_dir, path, pool) = file_pool(config);
         let data = pool.header().layout.data.clone();
         pool.close().unwrap();
-        // Leftovers of a former life in every chunk: not a valid header, not zeros.
+        // Leftovers of a former life: stale bytes in the payload of every chunk (whose
+        // headers are zero, as in chunks that left their log), and garbage even in the
+        // headers of chunks never formatted.
         let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-        std::os::unix::fs::FileExt::write_all_at(
-            &f,
-            &vec![0xab; (data.end - data.start) as usize],
-            data.start,
-        )
-        .unwrap();
+        for (i, at) in (data.start..data.end).step_by(4096).enumerate() {
+            let from = if i < 64 { 64 } else { 0 };
+            std::os::unix::fs::FileExt::write_all_at(&f, &[0xab; 4096][from..], at + from as u64)
+                .unwrap();
+        }
         drop(f);
         let pool = Pool::open_with(&path, &config).unwrap();
-        let objs: Vec<PPtr<[u8; 500]>> = (0..60u8)
-            .map(|i| pool.transaction(|tx| tx.alloc([i; 500])).unwrap())
+        let objs: Vec<PPtr<[u8; 500]>> = (0..600u16)
+            .map(|i| pool.transaction(|tx| tx.alloc([i as u8; 500])).unwrap())
             .collect();
+        assert!(pool.stats().log.chunks_total - pool.stats().log.chunks_free > 64);
         drop(pool); // a crash, after the logs went through many chunks
         let pool = Pool::open_with(&path, &config).unwrap();
+        assert_eq!(pool.stats().log.recovery.dropped_transactions, 0);
         for (i, o) in objs.iter().enumerate() {
             assert_eq!(pool.read(|tx| tx.read(*o)).unwrap(), [i as u8; 500]);
         }
+        pool.close().unwrap();
+        let pool = Pool::open_with(&path, &config).unwrap();
+        assert!(pool.was_clean());
+        assert_eq!(
+            pool.read(|tx| tx.read(objs[599])).unwrap(),
+            [599u16 as u8; 500]
+        );
     });
 }
 

@@ -54,7 +54,12 @@ fn create_close_open_round_trip_and_clean_flag() {
     assert_eq!(pool.header().uuid, uuid);
     assert_eq!(pool.header().engine, EngineKind::Log);
     assert_eq!(pool.media().read_vec(4096, 5), b"root!");
-    drop(pool); // not closed: like a crash
+    drop(pool); // opened but never marked open: the pool stays as it was
+    assert!(PoolFile::inspect(&path).unwrap().1.clean);
+
+    let pool = open(&path).unwrap();
+    pool.mark_open();
+    drop(pool); // marked open, then not closed: like a crash
 
     let pool = open(&path).unwrap();
     assert!(

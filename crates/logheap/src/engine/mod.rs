@@ -5,4 +5,4 @@ mod kind;
 pub(crate) mod log;
 
 pub use kind::EngineKind;
-pub use log::{LogEngineStats, MappingConfig, RecoveryReport};
+pub use log::{Damage, DroppedTransaction, LogEngineStats, MappingConfig, RecoveryReport};

@@ -74,6 +74,35 @@ impl FileMapping {
         Ok(FileMapping { ptr, len, mode })
     }
 
+    /// Maps the first `len` bytes of `file` for reading only.
+    pub(crate) fn read_only(file: &File, len: usize) -> std::io::Result<FileMapping> {
+        if len == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "cannot map an empty range",
+            ));
+        }
+        // SAFETY: a fresh read-only mapping at an address the kernel picks; no existing
+        // memory is affected.
+        let addr = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ,
+                MapFlags::SHARED,
+                file,
+                0,
+            )
+        }?;
+        let ptr = NonNull::new(addr.cast::<u8>())
+            .ok_or_else(|| std::io::Error::other("mmap returned a null address"))?;
+        Ok(FileMapping {
+            ptr,
+            len,
+            mode: MapMode::Shared,
+        })
+    }
+
     pub(crate) fn ptr(&self) -> NonNull<u8> {
         self.ptr
     }

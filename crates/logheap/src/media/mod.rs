@@ -140,6 +140,8 @@ pub enum MediaError {
 
 enum Backing {
     File(FileMapping),
+    /// A file mapped for reading only (checking tools); stores to it are a bug.
+    ReadOnly(FileMapping),
     Sim(Box<CrashSimulator>),
 }
 
@@ -217,6 +219,21 @@ impl Media {
             Backing::File(mapping),
             config,
             flush,
+        ))
+    }
+
+    /// Maps the first `len` bytes of `file` for reading only (for checking tools: the
+    /// store methods must not be called on it; they panic).
+    pub(crate) fn map_file_read_only(file: &File, len: usize) -> Result<Media, MediaError> {
+        let mapping =
+            FileMapping::read_only(file, len).map_err(|source| MediaError::Map { len, source })?;
+        let config = MediaConfig::default();
+        Ok(Media::with_backing(
+            mapping.ptr(),
+            len,
+            Backing::ReadOnly(mapping),
+            &config,
+            FlushInstruction::detect(),
         ))
     }
 
@@ -304,7 +321,7 @@ impl Media {
     /// How the memory is mapped.
     pub fn map_mode(&self) -> MapMode {
         match &self.backing {
-            Backing::File(m) => m.mode(),
+            Backing::File(m) | Backing::ReadOnly(m) => m.mode(),
             Backing::Sim(_) => MapMode::Memory,
         }
     }
@@ -313,7 +330,7 @@ impl Media {
     pub fn crash_simulator(&self) -> Option<&CrashSimulator> {
         match &self.backing {
             Backing::Sim(s) => Some(s),
-            Backing::File(_) => None,
+            Backing::File(_) | Backing::ReadOnly(_) => None,
         }
     }
 
@@ -394,6 +411,7 @@ impl Media {
         match &self.backing {
             Backing::Sim(s) => s.store(offset, bytes.len(), 0, store),
             Backing::File(_) => store(),
+            Backing::ReadOnly(_) => read_only_store(),
         }
     }
 
@@ -405,6 +423,7 @@ impl Media {
         match &self.backing {
             Backing::Sim(s) => s.store(offset, len, 0, store),
             Backing::File(_) => store(),
+            Backing::ReadOnly(_) => read_only_store(),
         }
     }
 
@@ -427,6 +446,7 @@ impl Media {
         match &self.backing {
             Backing::Sim(s) => s.store(offset, 8, 0, store),
             Backing::File(_) => store(),
+            Backing::ReadOnly(_) => read_only_store(),
         }
     }
 
@@ -467,6 +487,7 @@ impl Media {
                 self.write(offset, bytes);
                 self.flush(offset, bytes.len());
             }
+            Backing::ReadOnly(_) => read_only_store(),
         }
     }
 
@@ -480,6 +501,7 @@ impl Media {
         let lines = ((offset + len - 1) / CACHE_LINE - first + 1) as u64;
         match &self.backing {
             Backing::Sim(s) => s.flush(offset, len, thread_token()),
+            Backing::ReadOnly(_) => return,
             Backing::File(_) => match self.durability {
                 // SAFETY: the range is inside the mapping (checked above).
                 Durability::Pmem => unsafe {
@@ -513,6 +535,7 @@ impl Media {
         });
         match &self.backing {
             Backing::Sim(s) => s.fence(thread_token()),
+            Backing::ReadOnly(_) => return,
             Backing::File(mapping) => {
                 cpu::store_fence();
                 for range in &dirty {
@@ -582,6 +605,12 @@ impl Media {
         // SAFETY: in bounds and aligned (checked above); AtomicU64 has u64's layout.
         unsafe { (*(self.base.as_ptr().add(offset) as *const AtomicU64)).load(Ordering::Acquire) }
     }
+}
+
+/// A store to read-only media: a bug in the caller, which promised to only read.
+#[cold]
+fn read_only_store() -> ! {
+    panic!("a store to media mapped read-only")
 }
 
 /// Adds a range to a list of dirty ranges, merging it with one it touches.

@@ -37,7 +37,7 @@ use crate::error::{Error, Result};
 /// First eight bytes of every pool file.
 pub const MAGIC: [u8; 8] = *b"LOGHEAP\0";
 /// The pool format this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Size of the header page; the root area starts here.
 pub const HEADER_SIZE: u64 = 4096;
 /// Offset of the state word.
@@ -157,8 +157,11 @@ impl Header {
         let min = data_offset + self.chunk_size;
         if self.pool_size < min {
             return Err(format!(
-                "pool size {} leaves no room for one {}-byte chunk (needs at least {min})",
-                self.pool_size, self.chunk_size
+                "a pool of {} bytes is too small: with {} chunks and a {} root area the smallest pool is {min} bytes ({})",
+                self.pool_size,
+                human_bytes(self.chunk_size),
+                human_bytes(root_size),
+                human_bytes(min)
             ));
         }
         Ok(())
@@ -264,6 +267,25 @@ impl Header {
     }
 }
 
+/// `bytes` in the largest binary unit that keeps it whole or to one decimal ("40 KiB",
+/// "1.5 MiB").
+pub(crate) fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["bytes", "KiB", "MiB", "GiB", "TiB"];
+    let mut unit = 0;
+    let mut value = bytes as f64;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} bytes")
+    } else if value.fract() == 0.0 {
+        format!("{value} {}", UNITS[unit])
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
 /// The mutable state of a pool: whether its last close was clean.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct PoolState {
@@ -360,6 +382,27 @@ mod tests {
         assert!(
             PoolState::decode(0, Path::new("p")).is_err(),
             "a zeroed state word is invalid"
+        );
+    }
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(human_bytes(100), "100 bytes");
+        assert_eq!(human_bytes(40 << 10), "40 KiB");
+        assert_eq!(human_bytes(3 << 19), "1.5 MiB");
+        assert_eq!(human_bytes(64 << 30), "64 GiB");
+    }
+
+    #[test]
+    fn a_tiny_pool_is_refused_in_plain_words() {
+        let g = Geometry {
+            pool_size: 8192,
+            ..geometry()
+        };
+        let err = Header::new(EngineKind::Log, g).unwrap_err();
+        assert!(
+            err.contains("too small") && err.contains("40960 bytes (40 KiB)"),
+            "{err}"
         );
     }
 

@@ -36,6 +36,11 @@ pub struct PoolOptions {
     pub chunk_size: u64,
     /// How the pool's media persists.
     pub media: MediaConfig,
+    /// Claim the file's whole size from the file system at creation (`fallocate`), so a
+    /// full file system is an error at creation, never a `SIGBUS` later (default). When
+    /// false the file is sparse: creation only checks that the free space suffices, and
+    /// space is taken as the pool is written.
+    pub reserve_space: bool,
 }
 
 impl Default for PoolOptions {
@@ -46,14 +51,18 @@ impl Default for PoolOptions {
             root_size: 4096,
             chunk_size: 32 << 10,
             media: MediaConfig::default(),
+            reserve_space: true,
         }
     }
 }
 
 /// An open pool file: its validated header and its media.
 ///
-/// Dropping it without [`close`](PoolFile::close) leaves the pool marked as not cleanly
-/// closed, exactly as a crash would; the next open reports it.
+/// Opening validates and maps a pool but leaves its state word as it was found; the
+/// owner calls [`mark_open`](PoolFile::mark_open) before its first store, so a pool that
+/// is refused after opening (a damaged log, say) stays exactly as it was. Dropping a
+/// marked pool without [`close`](PoolFile::close) leaves it marked as not cleanly closed,
+/// exactly as a crash would; the next open reports it.
 #[derive(Debug)]
 pub struct PoolFile {
     path: PathBuf,
@@ -72,25 +81,38 @@ impl PoolFile {
     /// header is durable, so a crash during creation never leaves a half-made pool there.
     /// The new pool is open (not marked clean) until [`close`](PoolFile::close).
     pub fn create(path: impl AsRef<Path>, options: &PoolOptions) -> Result<PoolFile> {
+        PoolFile::create_with(path, options, |_, _| {})
+    }
+
+    /// Like [`create`](PoolFile::create), with `format` run on the new pool's media after
+    /// the header is written and before the file appears under its name (an engine
+    /// formats its superblock there).
+    pub fn create_with(
+        path: impl AsRef<Path>,
+        options: &PoolOptions,
+        format: impl FnOnce(&Media, &Header),
+    ) -> Result<PoolFile> {
         let path = path.as_ref();
         let header = new_header(options)?;
         if path.exists() {
             return Err(Error::AlreadyExists { path: path.into() });
         }
+        // Errors name the path the user gave, never the temporary name.
+        let io = |op: &'static str| move |e: std::io::Error| Error::io(path, op, e);
         let tmp = creating_path(path);
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
             .open(&tmp)
-            .map_err(|e| Error::io(&tmp, "create", e))?;
+            .map_err(io("create"))?;
         let made = (|| {
-            lock(&file, &tmp)?;
-            file.set_len(header.pool_size)
-                .map_err(|e| Error::io(&tmp, "set length", e))?;
+            lock(&file, path)?;
+            claim_space(&file, path, header.pool_size, options.reserve_space)?;
             let media = map(&file, &header, &options.media, path)?;
             write_header(&media, &header);
-            file.sync_all().map_err(|e| Error::io(&tmp, "fsync", e))?;
+            format(&media, &header);
+            file.sync_all().map_err(io("fsync"))?;
             match std::fs::hard_link(&tmp, path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
@@ -125,13 +147,45 @@ impl PoolFile {
         lock(&file, path)?;
         let (header, state) = read_header(&file, path)?;
         let media = map(&file, &header, media, path)?;
-        Ok(PoolFile::opened(
-            path.into(),
-            Some(file),
-            media,
+        Ok(PoolFile {
+            path: path.into(),
+            _file: Some(file),
+            media: Arc::new(media),
+            header,
+            was_clean: state.clean,
+        })
+    }
+
+    /// Opens the pool at `path` for reading only, sharing it with other readers (a
+    /// process that has it open for writing makes this fail with [`Error::Locked`]):
+    /// for checking tools. Nothing is ever written through the returned media.
+    pub(crate) fn open_read_only(path: &Path) -> Result<ReadOnlyPool> {
+        let file = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::NotFound { path: path.into() });
+            }
+            Err(e) => return Err(Error::io(path, "open", e)),
+        };
+        match file.try_lock_shared() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => return Err(Error::Locked { path: path.into() }),
+            Err(TryLockError::Error(e)) => return Err(Error::io(path, "lock", e)),
+        }
+        let (header, state) = read_header(&file, path)?;
+        let media =
+            Media::map_file_read_only(&file, header.pool_size as usize).map_err(|source| {
+                Error::Media {
+                    path: path.into(),
+                    source,
+                }
+            })?;
+        Ok(ReadOnlyPool {
+            _file: file,
             header,
             state,
-        ))
+            media,
+        })
     }
 
     /// Reads and validates the header of the pool at `path` without opening the pool
@@ -177,23 +231,21 @@ impl PoolFile {
             path: path.into(),
             source,
         })?;
-        Ok(PoolFile::opened(path.into(), None, media, header, state))
-    }
-
-    fn opened(
-        path: PathBuf,
-        file: Option<File>,
-        media: Media,
-        header: Header,
-        state: PoolState,
-    ) -> PoolFile {
-        set_state(&media, PoolState { clean: false });
-        PoolFile {
-            path,
-            _file: file,
+        Ok(PoolFile {
+            path: path.into(),
+            _file: None,
             media: Arc::new(media),
             header,
             was_clean: state.clean,
+        })
+    }
+
+    /// Marks the pool open (not cleanly closed), durably: call it before the first store
+    /// to the pool. Until then a crash or a drop leaves the pool as it was found.
+    pub fn mark_open(&self) {
+        let open = PoolState { clean: false }.encode();
+        if self.media.read_u64(STATE_OFFSET as usize) != open {
+            set_state(&self.media, PoolState { clean: false });
         }
     }
 
@@ -235,6 +287,60 @@ impl PoolFile {
         }
         Ok(())
     }
+}
+
+impl Drop for PoolFile {
+    fn drop(&mut self) {
+        // Release the lock explicitly: a process forked meanwhile (by another thread)
+        // holds a copy of the descriptor until it execs, which would keep an implicit
+        // lock alive and make an immediate reopen fail with `Locked`.
+        if let Some(file) = &self._file {
+            let _ = file.unlock();
+        }
+    }
+}
+
+/// A pool opened for reading only (see [`PoolFile::open_read_only`]).
+#[derive(Debug)]
+pub(crate) struct ReadOnlyPool {
+    /// Held for the shared lock.
+    _file: File,
+    pub header: Header,
+    pub state: PoolState,
+    pub media: Media,
+}
+
+/// Makes sure the file system has room for the whole pool: claims it (`fallocate`) when
+/// `reserve`, else checks the free space and makes a sparse file of the pool's size.
+fn claim_space(file: &File, path: &Path, size: u64, reserve: bool) -> Result<()> {
+    let available = || {
+        rustix::fs::fstatvfs(file)
+            .map(|s| s.f_bavail.saturating_mul(s.f_frsize))
+            .ok()
+    };
+    let no_space = |available: Option<u64>| Error::NoSpace {
+        path: path.into(),
+        needed: size,
+        available: available.unwrap_or(0),
+    };
+    if reserve {
+        match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, size) {
+            Ok(()) => return Ok(()),
+            Err(rustix::io::Errno::NOSPC | rustix::io::Errno::FBIG) => {
+                return Err(no_space(available()));
+            }
+            // File systems without fallocate: check the free space as for a sparse file.
+            Err(rustix::io::Errno::OPNOTSUPP) => {}
+            Err(e) => return Err(Error::io(path, "reserve space", e.into())),
+        }
+    }
+    if let Some(free) = available()
+        && free < size
+    {
+        return Err(no_space(Some(free)));
+    }
+    file.set_len(size)
+        .map_err(|e| Error::io(path, "set length", e))
 }
 
 fn new_header(options: &PoolOptions) -> Result<Header> {

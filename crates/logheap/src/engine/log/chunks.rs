@@ -1,11 +1,14 @@
 //! Chunks: the pool's data area cut into fixed-size pieces (32 KiB by default), a global
-//! pool of free chunks, per-chunk live-byte counts (for the cleaner), and the log tails
-//! of each log set (000_70bf7223c84ebbe9.txt §3.3).
+//! pool of free chunks that formats more as the logs grow, per-chunk live-byte counts (for
+//! the cleaner), and the log tails of each log set ("Log-structured Non-volatile Main
+//! Memory", USENIX ATC 2017, §3.3).
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::layout::{CHUNK_HEADER, ChunkHeader, LogKind};
+use super::superblock::Superblock;
+use crate::media::Media;
 
 /// Where chunks are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,45 +39,149 @@ impl ChunkGeometry {
     }
 }
 
-/// The chunks not in any log, and accounting over all chunks.
+/// The chunks not in any log, the formatting of chunks as the logs grow, and accounting
+/// over all chunks.
 #[derive(Debug)]
 pub(crate) struct ChunkPool {
-    free: Mutex<Vec<u32>>,
+    media: Arc<Media>,
+    superblock: Superblock,
+    geometry: ChunkGeometry,
+    state: Mutex<FreeChunks>,
     /// Live (mapped) data bytes per chunk.
     live: Box<[AtomicI64]>,
     next_generation: AtomicU64,
 }
 
+#[derive(Debug)]
+struct FreeChunks {
+    /// Formatted chunks in no log, lowest last.
+    free: Vec<u32>,
+    /// Chunks below this index are formatted (their headers are valid or zero).
+    formatted: u32,
+    /// Chunks in a log.
+    in_use: u32,
+}
+
+/// A chunk taken from the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TakenChunk {
+    pub chunk: u32,
+    /// A fresh generation for it.
+    pub generation: u64,
+    /// Its payload is all zeros.
+    pub zero_payload: bool,
+}
+
+/// Chunks formatted at a time: a quarter of those formatted so far, within these bounds.
+/// A new pool starts with the first `FORMAT_STEP_MIN` formatted.
+pub(crate) const FORMAT_STEP_MIN: u32 = 64;
+const FORMAT_STEP_MAX: u32 = 16_384;
+
 impl ChunkPool {
-    /// A pool with the given free chunks; new chunk generations start above `generation`.
-    pub(crate) fn new(geometry: ChunkGeometry, mut free: Vec<u32>, generation: u64) -> ChunkPool {
+    /// A pool whose first `formatted` chunks are formatted, of which `free` are in no
+    /// log; new chunk generations start above `generation`.
+    pub(crate) fn new(
+        media: Arc<Media>,
+        superblock: Superblock,
+        geometry: ChunkGeometry,
+        mut free: Vec<u32>,
+        formatted: u32,
+        generation: u64,
+    ) -> ChunkPool {
         // Hand out low chunks first.
         free.sort_unstable_by(|a, b| b.cmp(a));
+        let in_use = formatted - free.len() as u32;
         ChunkPool {
-            free: Mutex::new(free),
+            media,
+            superblock,
+            geometry,
+            state: Mutex::new(FreeChunks {
+                free,
+                formatted,
+                in_use,
+            }),
             live: (0..geometry.count).map(|_| AtomicI64::new(0)).collect(),
             next_generation: AtomicU64::new(generation + 1),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<u32>> {
-        self.free.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, FreeChunks> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Takes a free chunk and a fresh generation for it.
-    pub(crate) fn take(&self) -> Option<(u32, u64)> {
-        let c = self.lock().pop()?;
-        Some((c, self.next_generation.fetch_add(1, Ordering::Relaxed)))
+    /// Takes a free chunk, formatting more chunks when none is left; `None` when every
+    /// chunk is in a log.
+    pub(crate) fn take(&self) -> Option<TakenChunk> {
+        let chunk = {
+            let mut st = self.lock();
+            if st.free.is_empty() {
+                self.format_more(&mut st);
+            }
+            let chunk = st.free.pop()?;
+            st.in_use += 1;
+            chunk
+        };
+        // A chunk that was never in a log is usually all zeros: then its blocks need no
+        // end mark after them (the zeros are one). Reused chunks hold stale bytes. One
+        // read of the chunk tells, once per chunk's turn in a log.
+        let mut payload = vec![0u8; self.geometry.size as usize - CHUNK_HEADER];
+        self.media.read(
+            self.geometry.offset(chunk) as usize + CHUNK_HEADER,
+            &mut payload,
+        );
+        let zero_payload = payload.iter().all(|&b| b == 0);
+        Some(TakenChunk {
+            chunk,
+            generation: self.next_generation.fetch_add(1, Ordering::Relaxed),
+            zero_payload,
+        })
+    }
+
+    /// Formats the next batch of chunks: their header lines are zeroed (they may hold
+    /// bytes of a former life of the file) and made durable, then the formatted count
+    /// is raised durably. Until the count is durable nothing is written to them, so
+    /// recovery never needs to look past it.
+    fn format_more(&self, st: &mut FreeChunks) {
+        let step = (st.formatted / 4).clamp(FORMAT_STEP_MIN, FORMAT_STEP_MAX);
+        let end = st.formatted.saturating_add(step).min(self.geometry.count);
+        if end == st.formatted {
+            return;
+        }
+        let mut head = [0u8; CHUNK_HEADER];
+        let mut wrote = false;
+        for c in st.formatted..end {
+            let at = self.geometry.offset(c) as usize;
+            self.media.read(at, &mut head);
+            if head.iter().any(|&b| b != 0) {
+                self.media.write(at, &[0u8; CHUNK_HEADER]);
+                self.media.flush(at, CHUNK_HEADER);
+                wrote = true;
+            }
+        }
+        if wrote {
+            self.media.fence();
+        }
+        self.superblock.write_formatted(&self.media, end);
+        st.free.extend((st.formatted..end).rev());
+        st.formatted = end;
     }
 
     /// Returns chunks that were taken but never written.
-    pub(crate) fn give_back(&self, chunks: impl IntoIterator<Item = u32>) {
-        self.lock().extend(chunks);
+    pub(crate) fn give_back(&self, chunks: impl IntoIterator<Item = TakenChunk>) {
+        let mut st = self.lock();
+        let before = st.free.len();
+        st.free.extend(chunks.into_iter().map(|t| t.chunk));
+        st.in_use -= (st.free.len() - before) as u32;
     }
 
-    /// Number of free chunks.
-    pub(crate) fn free_count(&self) -> usize {
-        self.lock().len()
+    /// Chunks in no log (formatted or not).
+    pub(crate) fn free_count(&self) -> u64 {
+        self.geometry.count as u64 - self.in_use()
+    }
+
+    /// Chunks in a log.
+    pub(crate) fn in_use(&self) -> u64 {
+        self.lock().in_use as u64
     }
 
     /// Adjusts chunk `c`'s live bytes.
@@ -105,6 +212,9 @@ pub(crate) struct TailChunk {
     pub generation: u64,
     pub seq: u32,
     pub offset: u32,
+    /// Everything from `offset` to the end of the chunk is zero, so a commit needs no
+    /// end mark after its blocks.
+    pub zero_rest: bool,
 }
 
 /// One committer's three logs (update, allocation, deallocation). A committing

@@ -1,15 +1,27 @@
 //! Byte layout of the log (000_70bf7223c84ebbe9.txt §4.2), all little-endian.
 //!
-//! **Chunk header** (64 bytes, at the start of every chunk):
-//! magic `LHC1` (4), log kind (1), reserved (3), owner log-set id (4), reserved (4),
-//! generation (8), previous chunk of the same log or `u32::MAX` (4), sequence number in
-//! the log (4), reserved (28), CRC32C of bytes 0..60 (4).
+//! **Chunk header** (64 bytes: one cache line, at the start of every chunk), as eight
+//! words: magic `LHC1` (4), log kind (1), reserved (3) | owner log-set id (4), reserved
+//! (4) | generation (8) | previous chunk of the same log or `u32::MAX` (4), sequence
+//! number in the log (4) | three reserved zero words | end mark `LHCT` (4), CRC32C of
+//! bytes 0..60 (4). Words 0, 1, 2, 3 and 7 of a valid header are never zero. The header
+//! is written in word order over a zeroed line, so a header whose write a crash
+//! interrupted has a zero last word and a prefix of its words; a damaged one (any single
+//! changed byte) does not look like that ([`HeaderState`]).
 //!
 //! **Transaction block** (16-byte aligned): preamble of 24 bytes — version (8), peer
 //! pointer (48 bits, the pool offset of the next block of the same transaction, cyclic) and
 //! entry count (16 bits) in one word, entries length (4), CRC32C (4) — then the entries.
 //! The CRC covers the chunk index and generation, the preamble's first 20 bytes and the
-//! entries, so a stale block left in a reused chunk never validates.
+//! entries, so a stale block left in a reused chunk never validates. The version and the
+//! peer pointer of a valid block are never zero.
+//!
+//! **End mark**: 16 zero bytes. Every commit writes one after the last block it puts in a
+//! chunk (unless the block ends the chunk), so the written part of a chunk always ends
+//! in an end mark and never runs into stale bytes of a former use: after a crash, bytes
+//! that are neither a valid block nor an end mark at the end of a log are a torn write.
+//! A single changed byte cannot turn a block into an end mark (it would have to zero
+//! both the version and the peer word).
 //!
 //! **Entry**: a header word — home offset (47 bits), tombstone bit, data size (16 bits) —
 //! then `size` data bytes. In the update log entries carry data. In the allocation log an
@@ -29,11 +41,16 @@ pub(crate) const MAX_ENTRY_DATA: usize = u16::MAX as usize;
 pub(crate) const MAX_BLOCK_ENTRIES: usize = u16::MAX as usize;
 /// Blocks start at multiples of this (so appends are whole non-temporal stores).
 pub(crate) const BLOCK_ALIGN: usize = 16;
+/// Size of the end mark that follows the last block of a commit in a chunk.
+pub(crate) const END_MARK: usize = 16;
 /// Home offsets are 47-bit.
 pub(crate) const HOME_LIMIT: u64 = 1 << 47;
 
 const CHUNK_MAGIC: [u8; 4] = *b"LHC1";
+const CHUNK_END_MARK: [u8; 4] = *b"LHCT";
 const NO_CHUNK: u32 = u32::MAX;
+/// Words of a chunk header.
+const HEADER_WORDS: usize = CHUNK_HEADER / 8;
 
 /// Which log a chunk belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -77,14 +94,15 @@ impl ChunkHeader {
         b[16..24].copy_from_slice(&self.generation.to_le_bytes());
         b[24..28].copy_from_slice(&self.prev.unwrap_or(NO_CHUNK).to_le_bytes());
         b[28..32].copy_from_slice(&self.seq.to_le_bytes());
+        b[56..60].copy_from_slice(&CHUNK_END_MARK);
         let crc = crc32c::crc32c(&b[..60]);
         b[60..64].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
-    /// The header in `b`, or `None` when `b` holds no valid header (a free chunk).
+    /// The header in `b`, or `None` when `b` holds no valid header.
     pub(crate) fn decode(b: &[u8]) -> Option<ChunkHeader> {
-        if b.len() < CHUNK_HEADER || b[0..4] != CHUNK_MAGIC {
+        if b.len() < CHUNK_HEADER || b[0..4] != CHUNK_MAGIC || b[56..60] != CHUNK_END_MARK {
             return None;
         }
         if crc32c::crc32c(&b[..60]) != u32_at(b, 60) {
@@ -99,6 +117,57 @@ impl ChunkHeader {
             seq: u32_at(b, 28),
         })
     }
+}
+
+/// What the first line of a chunk holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HeaderState {
+    /// Zeros: the chunk is in no log.
+    Free,
+    /// A valid header.
+    Valid(ChunkHeader),
+    /// A prefix of a header's words over zeros, without its last word: a header whose
+    /// write a crash interrupted (in flight, so its chunk holds nothing committed). The
+    /// owner is known when its word reached the media.
+    Torn {
+        /// The owning log set, if its word was written.
+        owner: Option<u32>,
+    },
+    /// Anything else: damage.
+    Damaged,
+}
+
+impl HeaderState {
+    /// Classifies the 64 bytes at the start of a chunk.
+    pub(crate) fn of(b: &[u8; CHUNK_HEADER]) -> HeaderState {
+        if b.iter().all(|&x| x == 0) {
+            return HeaderState::Free;
+        }
+        if let Some(h) = ChunkHeader::decode(b) {
+            return HeaderState::Valid(h);
+        }
+        let words: [u64; HEADER_WORDS] = std::array::from_fn(|i| u64_at(b, i * 8));
+        // Words 4..7 are zero in a torn header (reserved, or not yet written); words
+        // 0..3 are never zero when written, so the written ones form a prefix.
+        let written = words.iter().take_while(|&&w| w != 0).count();
+        let prefix = written <= 4 && words[written..].iter().all(|&w| w == 0);
+        let first_word_fits =
+            written == 0 || (b[0..4] == CHUNK_MAGIC && LogKind::from_byte(b[4]).is_some());
+        if prefix && first_word_fits {
+            HeaderState::Torn {
+                owner: (written >= 2).then(|| u32_at(b, 8)),
+            }
+        } else {
+            HeaderState::Damaged
+        }
+    }
+}
+
+/// The order in which a chunk header's words are zeroed when its chunk leaves its log:
+/// the last word first, then the others from the back, so that a crash at any point
+/// leaves a torn header (never a damaged one).
+pub(crate) fn header_erase_order() -> impl Iterator<Item = usize> {
+    (0..HEADER_WORDS).rev().map(|w| w * 8)
 }
 
 /// One entry to encode.
@@ -176,7 +245,7 @@ pub(crate) struct DecodedBlock {
 pub(crate) enum BlockScan {
     /// A valid block.
     Block(DecodedBlock),
-    /// Zeros: the end of the written part.
+    /// An end mark (or the end of the chunk): the end of the written part.
     End,
     /// Something that is not a valid block (a torn write or damage).
     Invalid,
@@ -193,14 +262,13 @@ pub(crate) fn decode_block(
         return BlockScan::End;
     };
     let version = u64_at(pre, 0);
-    if version == 0 {
-        return if pre.iter().all(|&b| b == 0) {
-            BlockScan::End
-        } else {
-            BlockScan::Invalid
-        };
-    }
     let word = u64_at(pre, 8);
+    if version == 0 && word == 0 {
+        return BlockScan::End;
+    }
+    if version == 0 {
+        return BlockScan::Invalid;
+    }
     let peer = word & ((1 << 48) - 1);
     let count = (word >> 48) as usize;
     let len = u32_at(pre, 16) as usize;

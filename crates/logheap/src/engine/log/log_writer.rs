@@ -1,20 +1,19 @@
-//! Appending a transaction to its log set (000_70bf7223c84ebbe9.txt §4.2): the entries
-//! of each log are packed into transaction blocks, splitting an entry where a chunk ends
-//! and continuing in a new chunk; all blocks of the transaction, in all three logs, are
-//! linked into one cycle by their peer pointers. Blocks and new chunk headers are written
-//! with non-temporal stores and made durable by a single fence.
+//! Appending a transaction to its log set ("Log-structured Non-volatile Main Memory",
+//! USENIX ATC 2017, §4.2): the entries of each log are packed into transaction blocks,
+//! splitting an entry where a chunk ends and continuing in a new chunk; all blocks of the
+//! transaction, in all three logs, are linked into one cycle by their peer pointers.
+//! Blocks, the end mark after the last block in each chunk, and new chunk headers are
+//! written with non-temporal stores and made durable by a single fence.
 
-use super::chunks::{ChunkGeometry, ChunkPool, LogSet, TailChunk, payload_start};
+use super::chunks::{ChunkGeometry, ChunkPool, LogSet, TailChunk, TakenChunk, payload_start};
 use super::layout::{
-    ChunkHeader, ENTRY_HEADER, EntryRef, LogKind, MAX_BLOCK_ENTRIES, PREAMBLE, block_size,
-    encode_block,
+    ChunkHeader, END_MARK, ENTRY_HEADER, EntryRef, LogKind, MAX_BLOCK_ENTRIES, PREAMBLE,
+    block_size, encode_block,
 };
 use crate::media::Media;
 
 /// Entries shorter than this are moved whole to the next chunk rather than split.
 const MIN_SPLIT: usize = 64;
-/// Bytes zeroed at a seal: a preamble, rounded up to the block alignment.
-const SEAL_BYTES: usize = PREAMBLE.next_multiple_of(super::layout::BLOCK_ALIGN);
 
 /// A data entry's final place: `len` bytes for `home` at pool offset `log`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +33,8 @@ struct PlannedBlock<'a> {
     chunk: u32,
     generation: u64,
     offset: u32,
+    /// The rest of the chunk after the block is known to be zero.
+    zero_rest: bool,
     new_header: Option<ChunkHeader>,
     entries: Vec<EntryRef<'a>>,
 }
@@ -43,10 +44,7 @@ struct PlannedBlock<'a> {
 struct Plan<'a> {
     blocks: Vec<PlannedBlock<'a>>,
     /// Chunks taken from the pool.
-    taken: Vec<u32>,
-    /// Pool offsets where a sealed chunk's written part ends: a zeroed preamble goes
-    /// there, so recovery reads the end of the chunk, not stale bytes of a former use.
-    seals: Vec<u64>,
+    taken: Vec<TakenChunk>,
 }
 
 impl PlannedBlock<'_> {
@@ -65,12 +63,8 @@ pub(crate) struct LogWriter<'e> {
     pub pool: &'e ChunkPool,
 }
 
-/// Ends appends to `t`'s chunk: where room for a preamble is left, a zeroed one is
-/// planned at the tail, so recovery reads the end of the chunk there.
-fn seal(geometry: &ChunkGeometry, t: &mut TailChunk, seals: &mut Vec<u64>) {
-    if geometry.size as usize - t.offset as usize >= PREAMBLE {
-        seals.push(geometry.offset(t.chunk) + t.offset as u64);
-    }
+/// Ends appends to `t`'s chunk (its written part already ends in an end mark).
+fn seal(geometry: &ChunkGeometry, t: &mut TailChunk) {
     t.offset = geometry.size as u32;
 }
 
@@ -105,17 +99,18 @@ impl LogWriter<'_> {
                     let need = block_size(1, e.data.len().min(MIN_SPLIT));
                     let fits = tail.is_some_and(|t| t.offset as usize + need <= chunk_size);
                     if !fits {
-                        let (chunk, generation) = pool.take().ok_or(OutOfChunks)?;
-                        plan.taken.push(chunk);
+                        let taken = pool.take().ok_or(OutOfChunks)?;
+                        plan.taken.push(taken);
                         if let Some(t) = tail {
-                            seal(geometry, t, &mut plan.seals);
+                            seal(geometry, t);
                         }
-                        let header = set.next_header(kind, *tail, generation);
+                        let header = set.next_header(kind, *tail, taken.generation);
                         *tail = Some(TailChunk {
-                            chunk,
-                            generation,
+                            chunk: taken.chunk,
+                            generation: taken.generation,
                             seq: header.seq,
                             offset: payload_start(),
+                            zero_rest: taken.zero_payload,
                         });
                         new_header = Some(header);
                     }
@@ -125,6 +120,7 @@ impl LogWriter<'_> {
                         chunk: t.chunk,
                         generation: t.generation,
                         offset: t.offset,
+                        zero_rest: t.zero_rest,
                         new_header: new_header.take(),
                         entries: Vec::new(),
                     });
@@ -160,7 +156,7 @@ impl LogWriter<'_> {
                 }
                 close(&mut block, tail, &mut plan.blocks);
                 if let Some(t) = tail.as_mut() {
-                    seal(geometry, t, &mut plan.seals);
+                    seal(geometry, t);
                 }
             }
         }
@@ -170,15 +166,15 @@ impl LogWriter<'_> {
 
     /// Writes one transaction's entries (per log: update, allocation, deallocation) at
     /// `version` and makes them durable with one fence (`fence` is false only for fault
-    /// injection). Returns where each data entry's bytes
-    /// went. On [`OutOfChunks`] nothing was written and the log set is unchanged.
+    /// injection). Returns where each data entry's bytes went and the number of blocks
+    /// written. On [`OutOfChunks`] nothing was written and the log set is unchanged.
     pub(crate) fn append(
         &self,
         set: &mut LogSet,
         logs: [&[EntryRef<'_>]; 3],
         version: u64,
         fence: bool,
-    ) -> Result<Vec<Placed>, OutOfChunks> {
+    ) -> Result<(Vec<Placed>, usize), OutOfChunks> {
         let (media, geometry, pool) = (self.media, self.geometry, self.pool);
         let mut tails = set.tails.map(|t| t.current);
         let mut plan = Plan::default();
@@ -194,9 +190,6 @@ impl LogWriter<'_> {
             }
         }
         let blocks = plan.blocks;
-        for &at in &plan.seals {
-            media.write_nt(at as usize, &[0u8; SEAL_BYTES]);
-        }
         let address = |b: &PlannedBlock<'_>| geometry.offset(b.chunk) + b.offset as u64;
         let mut placed = Vec::new();
         for (i, b) in blocks.iter().enumerate() {
@@ -214,6 +207,14 @@ impl LogWriter<'_> {
                 peer,
                 &b.entries,
             );
+            // The last block of the commit in a chunk is followed by an end mark, unless
+            // it fills the chunk or the rest of the chunk is zeros. (The blocks of one log
+            // are planned in order, and logs never share a chunk.)
+            let last_in_chunk = blocks.get(i + 1).is_none_or(|n| n.chunk != b.chunk);
+            let end = b.offset as usize + set.scratch.len();
+            if last_in_chunk && !b.zero_rest && end + END_MARK <= geometry.size as usize {
+                set.scratch.extend_from_slice(&[0u8; END_MARK]);
+            }
             media.write_nt(at as usize, &set.scratch);
             let mut data_at = at + PREAMBLE as u64;
             for e in &b.entries {
@@ -235,6 +236,6 @@ impl LogWriter<'_> {
         for kind in LogKind::ALL {
             set.tails[kind.index()].current = tails[kind.index()];
         }
-        Ok(placed)
+        Ok((placed, blocks.len()))
     }
 }

@@ -16,23 +16,26 @@ mod layout;
 mod log_writer;
 mod mapping;
 mod recovery;
+mod superblock;
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use mapping::MappingConfig;
-pub use recovery::RecoveryReport;
+pub use recovery::{Damage, DroppedTransaction, RecoveryReport};
+pub(crate) use recovery::{Examination, log_kind_name};
 
 use self::chunks::{ChunkGeometry, ChunkPool, LogSet};
 use self::home_alloc::{AllocError, HEAP_START, HomeAllocator};
 use self::layout::{EntryRef, HOME_LIMIT, MAX_ENTRY_DATA};
 use self::log_writer::LogWriter;
 use self::mapping::Mapping;
+use self::superblock::{CloseRecord, Superblock};
 use crate::config::Fault;
 use crate::error::{Error, Result};
 use crate::media::Media;
-use crate::pool::PoolFile;
+use crate::pool::{Header, PoolFile, PoolLayout};
 use crate::stm::{LockTable, StripeLocks, VersionClock, WriteSet, stripes};
 use crate::stm::{is_locked, version_of};
 
@@ -124,8 +127,49 @@ pub(crate) struct LogEngine {
     log_sets: Mutex<Vec<LogSet>>,
     next_log_set: AtomicU32,
     next_tx_id: AtomicU64,
+    superblock: Superblock,
+    /// What the log holds, for the clean-close record.
+    in_log: LogCounts,
     report: RecoveryReport,
     fault: Option<Fault>,
+}
+
+/// What the log holds: committed transactions, their blocks, the largest version.
+#[derive(Debug)]
+struct LogCounts {
+    transactions: AtomicU64,
+    blocks: AtomicU64,
+    max_version: AtomicU64,
+}
+
+fn superblock_of(layout: &PoolLayout) -> Superblock {
+    Superblock {
+        at: layout.superblock.start as usize,
+    }
+}
+
+/// The error for a damaged log: the first problem, and how many more there are.
+fn corrupt(path: &std::path::Path, problems: Vec<Damage>) -> Error {
+    let more = problems.len().saturating_sub(1);
+    let first = problems
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| Damage::at(0, "the log is damaged".into()));
+    let mut reason = match &first.log {
+        Some(log) => format!("{log}: {}", first.reason),
+        None => first.reason,
+    };
+    if more > 0 {
+        reason.push_str(&format!(
+            " (and {more} more problem{}; `logheap check` lists them all)",
+            if more == 1 { "" } else { "s" }
+        ));
+    }
+    Error::Corrupt {
+        path: path.into(),
+        offset: first.offset,
+        reason,
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -133,13 +177,24 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl LogEngine {
-    /// Opens the engine on a pool file: recovers the mapping, allocator and chunk state
-    /// from the log, and reserves chunk generations.
+    /// Formats the engine's part of a new pool (its superblock), durably. The first
+    /// chunks count as formatted (a new file is zeros); more are formatted as the logs
+    /// grow.
+    pub(crate) fn format(media: &Media, header: &Header) {
+        let layout = &header.layout;
+        let geometry = ChunkGeometry::new(layout.data.start, layout.data.end, header.chunk_size);
+        superblock_of(layout).format(media, geometry.count.min(chunks::FORMAT_STEP_MIN));
+    }
+
+    /// Opens the engine on a pool file: reads the log and recovers the mapping, allocator
+    /// and chunk state from it; refuses a damaged log before writing anything; then marks
+    /// the pool open, erases what a crash left half-written, and reserves chunk
+    /// generations.
     ///
     /// Chunk generations seed block checksums, so a stale block left in a reused chunk
     /// never validates. They must never repeat, even across crashes that erase the
     /// chunk headers recording them: each open durably records a high-water mark in the
-    /// superblock (two copies, the larger wins) and hands out generations below it.
+    /// superblock and hands out generations below it.
     pub(crate) fn open(
         file: &PoolFile,
         mapping: MappingConfig,
@@ -157,16 +212,28 @@ impl LogEngine {
         }
         let geometry =
             ChunkGeometry::new(layout.data.start, layout.data.end, file.header().chunk_size);
+        let superblock = superblock_of(layout);
+        let corrupt = |problems: Vec<Damage>| corrupt(file.path(), problems);
+        let clean = file.was_clean();
+        let marks = superblock
+            .read_marks(&media, clean)
+            .map_err(|d| corrupt(vec![d]))?;
+        let close = match clean {
+            true => Some(
+                superblock
+                    .read_close_record(&media)
+                    .map_err(|d| corrupt(vec![d]))?,
+            ),
+            false => None,
+        };
         let mapping = Mapping::new(mapping);
         let recovered =
-            recovery::recover(&media, &geometry, &mapping).map_err(|d| Error::Corrupt {
-                path: file.path().into(),
-                offset: d.offset,
-                reason: d.reason,
-            })?;
-        let sb = layout.superblock.start as usize;
-        let high_water = media.read_u64(sb).max(media.read_u64(sb + 8));
-        let base = high_water.max(recovered.max_generation);
+            recovery::recover(&media, &geometry, marks, close, &mapping).map_err(corrupt)?;
+
+        // Accepted: from here on the pool is written.
+        file.mark_open();
+        recovered.repair(&media, &geometry);
+        let base = marks.generation.max(recovered.max_generation);
         let reserved = base
             .checked_add(GENERATION_RESERVATION)
             .filter(|r| *r < u64::MAX >> 1)
@@ -174,14 +241,20 @@ impl LogEngine {
                 path: file.path().into(),
                 offset: layout.superblock.start,
                 reason: format!(
-                    "the chunk generation mark {high_water} is beyond any reachable value"
+                    "the chunk generation mark {} is beyond any reachable value",
+                    marks.generation
                 ),
             })?;
-        media.write_u64(sb, reserved);
-        media.write_u64(sb + 8, reserved);
-        media.persist(sb, 16);
+        superblock.write_generation(&media, reserved);
 
-        let chunks = ChunkPool::new(geometry, recovered.free_chunks, base);
+        let chunks = ChunkPool::new(
+            media.clone(),
+            superblock,
+            geometry,
+            recovered.free_chunks,
+            marks.formatted,
+            base,
+        );
         // The logs of the previous run go on where they ended.
         let mut log_sets: Vec<LogSet> = Vec::new();
         for t in &recovered.tails {
@@ -209,10 +282,57 @@ impl LogEngine {
             log_sets: Mutex::new(log_sets),
             next_log_set: AtomicU32::new(recovered.max_owner + 1),
             next_tx_id: AtomicU64::new(1),
+            superblock,
+            in_log: LogCounts {
+                transactions: AtomicU64::new(recovered.in_log.transactions),
+                blocks: AtomicU64::new(recovered.in_log.blocks),
+                max_version: AtomicU64::new(recovered.in_log.max_version),
+            },
             report: recovered.report,
             fault,
             media,
         })
+    }
+
+    /// Examines a pool's log read-only, collecting every problem found (for `logheap
+    /// check`). `clean`: the pool was closed cleanly.
+    pub(crate) fn examine(media: &Media, header: &Header, clean: bool) -> Examination {
+        let layout = &header.layout;
+        let geometry = ChunkGeometry::new(layout.data.start, layout.data.end, header.chunk_size);
+        let superblock = superblock_of(layout);
+        let mut problems = Vec::new();
+        let marks = superblock.read_marks(media, clean).unwrap_or_else(|d| {
+            problems.push(d);
+            // Without a trustworthy count, read every chunk.
+            superblock::Marks {
+                generation: 0,
+                formatted: geometry.count,
+            }
+        });
+        let close = match clean {
+            true => superblock
+                .read_close_record(media)
+                .map_err(|d| problems.push(d))
+                .ok(),
+            false => None,
+        };
+        let mapping = Mapping::new(MappingConfig::FULL);
+        let mut found = recovery::examine(media, &geometry, marks, close, &mapping);
+        problems.append(&mut found.problems);
+        found.problems = problems;
+        found
+    }
+
+    /// Prepares a clean close: records what the log holds, durably, so the next open can
+    /// check it finds exactly that. The caller then marks the pool closed.
+    pub(crate) fn close(&self) {
+        let record = CloseRecord {
+            max_version: self.in_log.max_version.load(Ordering::Relaxed),
+            transactions: self.in_log.transactions.load(Ordering::Relaxed),
+            blocks: self.in_log.blocks.load(Ordering::Relaxed),
+            chunks_in_use: self.chunks.in_use(),
+        };
+        self.superblock.write_close_record(&self.media, &record);
     }
 
     /// The home range of the root object.
@@ -473,10 +593,17 @@ impl LogEngine {
         lock(&self.log_sets).push(set);
         drop(entries);
         drop(data);
-        let Ok(placed) = placed else {
+        let Ok((placed, blocks)) = placed else {
             held.restore(&self.locks);
             return Err(Error::PoolFull);
         };
+        self.in_log.transactions.fetch_add(1, Ordering::Relaxed);
+        self.in_log
+            .blocks
+            .fetch_add(blocks as u64, Ordering::Relaxed);
+        self.in_log
+            .max_version
+            .fetch_max(version, Ordering::Relaxed);
         {
             let map = &self.mapping;
             let chunks = &self.chunks;
@@ -538,7 +665,7 @@ impl LogEngine {
         let lookups = cache.hits + cache.misses;
         LogEngineStats {
             chunks_total: self.geometry.count as u64,
-            chunks_free: self.chunks.free_count() as u64,
+            chunks_free: self.chunks.free_count(),
             mapping: self.mapping.config().label(),
             mapping_nodes: self.mapping.nodes(),
             mapping_partitions: self.mapping.partition_count(),

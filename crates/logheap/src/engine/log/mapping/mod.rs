@@ -299,6 +299,22 @@ impl Mapping {
         }
     }
 
+    /// Calls `f` with every mapped piece (for checking tools).
+    pub(crate) fn for_each_piece(&self, mut f: impl FnMut(Piece)) {
+        let _guard = crossbeam_epoch::pin();
+        for part in self.partitions.partitions() {
+            let _read = (!self.config.lock_free_reads)
+                .then(|| part.rw.read().unwrap_or_else(|e| e.into_inner()));
+            part.list.for_each_overlapping(0, u64::MAX, |_, v| {
+                f(Piece {
+                    home: v.home,
+                    len: v.len,
+                    log: v.log,
+                })
+            });
+        }
+    }
+
     /// Number of mapping nodes.
     pub(crate) fn nodes(&self) -> u64 {
         self.partitions

@@ -1,0 +1,579 @@
+//! Rebuilding the DRAM state from the log ("Log-structured Non-volatile Main Memory",
+//! USENIX ATC 2017, §4.5), and telling a torn write from damage.
+//!
+//! Recovery reads every formatted chunk ([`scan`]), decides what is committed and what
+//! may be dropped ([`rules`]), replays the committed transactions in version order
+//! ([`replay`]), and only then, once the pool is accepted, erases what it dropped
+//! ([`Recovery::repair`]). Nothing is written to a pool it refuses, so a refused pool
+//! stays exactly as it was.
+//!
+//! # The rules
+//!
+//! *Committed.* A transaction is committed when every block of it is valid (its CRC, which
+//! is seeded with the chunk's index and generation, matches) and each block's peer
+//! pointer names a valid block of the same version: the blocks form a closed cycle, so
+//! none is missing.
+//!
+//! *In flight.* A committer appends a transaction to the tails of its log set's logs and
+//! fences once; a log set is used by one committer at a time. So a crash can interrupt at
+//! most one transaction per log set, and only at the end of that set's logs. Each log's
+//! *tail region* is what follows its last committed block: blocks of an uncommitted
+//! transaction, bytes that are neither a block nor an end mark (a torn write), a chunk
+//! with no block, and blocks of the chunk's generation found after the end of its run
+//! of blocks. A torn chunk header (a prefix of a header's words, without the last one)
+//! is a new chunk the interrupted transaction was starting.
+//!
+//! *After a crash* recovery drops, per log set, the one transaction in its tail regions,
+//! and reports it ([`RecoveryReport::dropped`]). Everything else invalid is damage, and
+//! the pool is refused with [`Error::Corrupt`](crate::Error::Corrupt) naming the offset:
+//! a committed block after a tail region (the log is damaged in its middle, not torn at
+//! its end), two unfinished transactions in one log set, a damaged chunk header, a log
+//! whose chunks do not follow each other, records that contradict each other (a free of
+//! something not allocated, overlapping allocations, data outside the home space).
+//! Nothing durable can depend on the dropped transaction: its writes were published only
+//! after its fence, and a later transaction that freed what it allocated would show up as
+//! a free of something not allocated.
+//!
+//! *After a clean close* nothing can be torn: any tail region, torn header or uncommitted
+//! block is damage, and the log must hold exactly what the clean-close record says
+//! (transactions, blocks, chunks, largest version).
+//!
+//! What a crash and damage at the very end of a log look alike: after a crash, damage to
+//! the last transaction of a log set is indistinguishable from that transaction being
+//! torn, and it is dropped (and reported) like one.
+
+mod replay;
+mod rules;
+mod scan;
+
+use std::fmt;
+
+use super::chunks::{ChunkGeometry, TailChunk, payload_start};
+use super::layout::{CHUNK_HEADER, LogKind, header_erase_order};
+use super::mapping::Mapping;
+use super::superblock::{CloseRecord, Marks};
+use crate::media::Media;
+
+pub(crate) use rules::log_kind_name;
+
+/// What recovery found when the pool was opened.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RecoveryReport {
+    /// The pool had been closed cleanly (no recovery needed, and none done).
+    pub was_clean: bool,
+    /// Chunks with a valid header.
+    pub chunks_in_use: u64,
+    /// Valid blocks read.
+    pub blocks: u64,
+    /// Committed transactions replayed.
+    pub transactions: u64,
+    /// Transactions dropped because a crash interrupted their write (at most one per log
+    /// set): the length of [`dropped`](Self::dropped).
+    pub dropped_transactions: u64,
+    /// The transactions dropped.
+    pub dropped: Vec<DroppedTransaction>,
+    /// Chunks returned to the free pool because they held nothing committed.
+    pub chunks_reclaimed: u64,
+    /// Largest version seen.
+    pub max_version: u64,
+}
+
+/// A transaction recovery dropped because a crash interrupted its write.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DroppedTransaction {
+    /// The log set it was written to, when known.
+    pub log_set: Option<u32>,
+    /// Its version, when a block of it was readable.
+    pub version: Option<u64>,
+    /// Pool offset where what was written of it starts.
+    pub offset: u64,
+}
+
+/// Damage found in a pool: what is wrong and where.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Damage {
+    /// Byte offset in the pool file.
+    pub offset: u64,
+    /// The log it is in, when it is in one (e.g. "update log of log set 3").
+    pub log: Option<String>,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl Damage {
+    pub(crate) fn at(offset: u64, reason: String) -> Damage {
+        Damage {
+            offset,
+            log: None,
+            reason,
+        }
+    }
+
+    pub(crate) fn in_log(offset: u64, log: String, reason: String) -> Damage {
+        Damage {
+            offset,
+            log: Some(log),
+            reason,
+        }
+    }
+}
+
+impl fmt::Display for Damage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.log {
+            Some(log) => write!(f, "offset {} ({log}): {}", self.offset, self.reason),
+            None => write!(f, "offset {}: {}", self.offset, self.reason),
+        }
+    }
+}
+
+/// The append position of one log of a previous run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ResumedTail {
+    pub owner: u32,
+    pub kind: LogKind,
+    pub tail: TailChunk,
+}
+
+/// What recovery decided: the rebuilt state, and the writes that make the log match it.
+/// Nothing has been written yet.
+#[derive(Debug)]
+pub(crate) struct Recovery {
+    pub allocator: super::home_alloc::HomeAllocator,
+    /// Formatted chunks in no log (after the repair).
+    pub free_chunks: Vec<u32>,
+    /// Live bytes per chunk.
+    pub live: Vec<i64>,
+    pub max_generation: u64,
+    pub max_owner: u32,
+    /// Where each log of the previous run goes on appending.
+    pub tails: Vec<ResumedTail>,
+    pub report: RecoveryReport,
+    /// What the log holds after the repair: the committed transactions.
+    pub in_log: CloseRecord,
+    /// Byte ranges (pool offsets) to zero: what the dropped transactions left.
+    erase: Vec<(u64, u64)>,
+    /// Chunks whose header is erased: they held nothing committed.
+    reclaim: Vec<u32>,
+}
+
+/// What a read-only examination of a pool found (for `logheap check` and `inspect`).
+#[derive(Debug)]
+pub(crate) struct Examination {
+    pub report: RecoveryReport,
+    /// Per log: (log set, kind, chunks, blocks, live bytes).
+    pub logs: Vec<(u32, LogKind, u64, u64, u64)>,
+    pub allocations: u64,
+    pub allocated_bytes: u64,
+    pub live_log_bytes: u64,
+    pub problems: Vec<Damage>,
+}
+
+/// Most problems collected by one examination (a hostile file could have millions).
+const MAX_PROBLEMS: usize = 1000;
+
+/// Reads the log and rebuilds `mapping` (empty on entry), the allocator and the chunk
+/// state, writing nothing. `close` is the clean-close record when the pool was closed
+/// cleanly. Refuses (with every problem found) when the log is damaged.
+pub(crate) fn recover(
+    media: &Media,
+    geometry: &ChunkGeometry,
+    marks: Marks,
+    close: Option<CloseRecord>,
+    mapping: &Mapping,
+) -> Result<Recovery, Vec<Damage>> {
+    let (scan, verdict, mut problems) = read_and_judge(media, geometry, marks, close.as_ref());
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let replayed = replay::replay(media, geometry, &scan, &verdict, mapping, &mut problems);
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+
+    let mut report = RecoveryReport {
+        was_clean: close.is_some(),
+        chunks_in_use: scan.chunks.len() as u64,
+        blocks: verdict.blocks,
+        transactions: verdict.transactions,
+        dropped_transactions: verdict.dropped.len() as u64,
+        dropped: verdict.dropped.clone(),
+        chunks_reclaimed: 0,
+        max_version: verdict.max_version,
+    };
+    let mut free_chunks = scan.free.clone();
+    let mut erase = Vec::new();
+    let mut reclaim: Vec<u32> = scan.torn_headers.iter().map(|t| t.index).collect();
+    let mut tails = Vec::new();
+    for log in &verdict.logs {
+        // Chunks from the tail region on are dropped when they hold nothing committed;
+        // the log resumes after its last committed block.
+        let (keep, resume_at) = match log.tail {
+            None => (log.chunks.len(), None),
+            Some((pos, offset)) if offset > payload_start() => (pos + 1, Some(offset)),
+            Some((pos, _)) => (pos, None),
+        };
+        reclaim.extend(log.chunks[keep..].iter().map(|&ci| scan.chunks[ci].index));
+        let Some(&last) = keep.checked_sub(1).and_then(|k| log.chunks.get(k)) else {
+            continue;
+        };
+        let ch = &scan.chunks[last];
+        let offset = resume_at.unwrap_or(ch.stop.offset());
+        let chunk_at = geometry.offset(ch.index);
+        if resume_at.is_some() {
+            erase.push((chunk_at + offset as u64, chunk_at + geometry.size));
+        }
+        tails.push(ResumedTail {
+            owner: log.owner,
+            kind: log.kind,
+            tail: TailChunk {
+                chunk: ch.index,
+                generation: ch.header.generation,
+                seq: ch.header.seq,
+                offset,
+                // The repair zeroes the rest of a chunk whose tail it erases.
+                zero_rest: resume_at.is_some(),
+            },
+        });
+    }
+    report.chunks_reclaimed = reclaim.len() as u64;
+    free_chunks.extend(&reclaim);
+    let committed = || {
+        scan.chunks
+            .iter()
+            .flat_map(|c| &c.blocks)
+            .filter(|b| !verdict.uncommitted.contains(&b.version))
+    };
+    let in_log = CloseRecord {
+        max_version: committed().map(|b| b.version).max().unwrap_or(0),
+        transactions: verdict.transactions,
+        blocks: committed().count() as u64,
+        chunks_in_use: (scan.chunks.len() - (reclaim.len() - scan.torn_headers.len())) as u64,
+    };
+    let max_generation = scan.chunks.iter().map(|c| c.header.generation).max();
+    let max_owner = scan.chunks.iter().map(|c| c.header.owner).max();
+    Ok(Recovery {
+        allocator: replayed.allocator,
+        free_chunks,
+        live: replayed.live,
+        max_generation: max_generation.unwrap_or(0),
+        max_owner: max_owner.unwrap_or(0),
+        tails,
+        report,
+        in_log,
+        erase,
+        reclaim,
+    })
+}
+
+impl Recovery {
+    /// Makes the log match the recovered state, durably: erases what the dropped
+    /// transactions left (so no later open meets it again, and no later append can bring
+    /// it back into view) and the headers of chunks that held nothing committed. A crash
+    /// in the middle leaves a log that recovers the same way.
+    pub(crate) fn repair(&self, media: &Media, geometry: &ChunkGeometry) {
+        let mut wrote = false;
+        let mut buf = vec![0u8; geometry.size as usize];
+        for &(start, end) in &self.erase {
+            let rest = &mut buf[..(end - start) as usize];
+            media.read(start as usize, rest);
+            for (i, piece) in rest.chunks(64).enumerate() {
+                if piece.iter().any(|&b| b != 0) {
+                    let at = start as usize + i * 64;
+                    media.write(at, &[0u8; 64][..piece.len()]);
+                    media.flush(at, piece.len());
+                    wrote = true;
+                }
+            }
+        }
+        for &c in &self.reclaim {
+            let at = geometry.offset(c) as usize;
+            for word in header_erase_order() {
+                media.write_u64(at + word, 0);
+            }
+            media.flush(at, CHUNK_HEADER);
+            wrote = true;
+        }
+        if wrote {
+            media.fence();
+        }
+    }
+}
+
+/// Examines the log read-only and collects every problem (up to a bound), for checking
+/// tools: the recovery rules, the replay, and the consistency of the mapping it implies.
+pub(crate) fn examine(
+    media: &Media,
+    geometry: &ChunkGeometry,
+    marks: Marks,
+    close: Option<CloseRecord>,
+    mapping: &Mapping,
+) -> Examination {
+    let (scan, verdict, mut problems) = read_and_judge(media, geometry, marks, close.as_ref());
+    let replayed = replay::replay(media, geometry, &scan, &verdict, mapping, &mut problems);
+    // The mapping the log implies: pieces that do not overlap, each inside the payload
+    // of a chunk in a log, adding up to each chunk's live bytes.
+    let mut pieces = Vec::new();
+    mapping.for_each_piece(|p| pieces.push(p));
+    pieces.sort_unstable_by_key(|p| p.home);
+    let in_use: std::collections::HashSet<u32> = scan.chunks.iter().map(|c| c.index).collect();
+    let mut live = vec![0i64; geometry.count as usize];
+    for w in pieces.windows(2) {
+        if w[0].home + w[0].len > w[1].home {
+            problems.push(Damage::at(
+                w[1].log,
+                format!("the mapping overlaps itself at home {:#x}", w[1].home),
+            ));
+        }
+    }
+    for p in &pieces {
+        let inside = p.log >= geometry.start
+            && p.log < geometry.offset(geometry.count)
+            && in_use.contains(&geometry.chunk_of(p.log))
+            && p.log - geometry.offset(geometry.chunk_of(p.log)) >= CHUNK_HEADER as u64
+            && p.log + p.len <= geometry.offset(geometry.chunk_of(p.log)) + geometry.size;
+        if inside {
+            live[geometry.chunk_of(p.log) as usize] += p.len as i64;
+        } else {
+            problems.push(Damage::at(
+                p.log,
+                format!("home {:#x}+{} maps outside the log", p.home, p.len),
+            ));
+        }
+    }
+    if live != replayed.live {
+        problems.push(Damage::at(
+            geometry.start,
+            "the mapping does not account for every live byte of the log".into(),
+        ));
+    }
+    problems.truncate(MAX_PROBLEMS);
+    let logs = verdict
+        .logs
+        .iter()
+        .map(|log| {
+            let chunks = log.chunks.iter().map(|&ci| &scan.chunks[ci]);
+            let blocks = chunks.clone().map(|c| c.blocks.len() as u64).sum();
+            let live_bytes: i64 = chunks.clone().map(|c| live[c.index as usize]).sum();
+            (
+                log.owner,
+                log.kind,
+                log.chunks.len() as u64,
+                blocks,
+                live_bytes.max(0) as u64,
+            )
+        })
+        .collect();
+    let allocations = replayed.allocator.allocations();
+    Examination {
+        report: RecoveryReport {
+            was_clean: close.is_some(),
+            chunks_in_use: scan.chunks.len() as u64,
+            blocks: verdict.blocks,
+            transactions: verdict.transactions,
+            dropped_transactions: verdict.dropped.len() as u64,
+            dropped: verdict.dropped,
+            chunks_reclaimed: 0,
+            max_version: verdict.max_version,
+        },
+        logs,
+        allocations: allocations.len() as u64,
+        allocated_bytes: allocations.iter().map(|a| a.1).sum(),
+        live_log_bytes: live.iter().sum::<i64>().max(0) as u64,
+        problems,
+    }
+}
+
+/// Scans the log and applies the rules, including the bounds on what a log can reach.
+fn read_and_judge(
+    media: &Media,
+    geometry: &ChunkGeometry,
+    marks: Marks,
+    close: Option<&CloseRecord>,
+) -> (scan::Scan, rules::Verdict, Vec<Damage>) {
+    let mut problems = Vec::new();
+    if marks.formatted > geometry.count {
+        problems.push(Damage::at(
+            geometry.start,
+            format!(
+                "the superblock says {} chunks are formatted, but the pool has {}",
+                marks.formatted, geometry.count
+            ),
+        ));
+    }
+    let mut scan = scan::scan(media, geometry, marks.formatted);
+    problems.append(&mut scan.problems);
+    let mut verdict = rules::judge(&scan, geometry, close);
+    problems.append(&mut verdict.problems);
+    let limit = |what: &str, value: u64, max: u64| {
+        (value > max).then(|| {
+            Damage::at(
+                geometry.start,
+                format!("{what} {value} is beyond what a log can reach ({max})"),
+            )
+        })
+    };
+    let max_generation = scan.chunks.iter().map(|c| c.header.generation).max();
+    let max_owner = scan.chunks.iter().map(|c| c.header.owner).max();
+    problems.extend(
+        [
+            limit(
+                "a chunk generation",
+                max_generation.unwrap_or(0),
+                u64::MAX >> 2,
+            ),
+            limit(
+                "a log-set id",
+                max_owner.unwrap_or(0) as u64,
+                u32::MAX as u64 - 1,
+            ),
+            limit("a transaction version", verdict.max_version, u64::MAX >> 3),
+        ]
+        .into_iter()
+        .flatten(),
+    );
+    problems.truncate(MAX_PROBLEMS);
+    (scan, verdict, problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::log::layout::{ChunkHeader, EntryRef, HOME_LIMIT, encode_block};
+    use crate::engine::log::mapping::MappingConfig;
+    use crate::media::{MediaConfig, SimConfig};
+
+    /// A pool whose only chunk holds one checksum-valid block with `entries`.
+    fn recover_block(kind: LogKind, entries: &[EntryRef<'_>]) -> Result<Recovery, Vec<Damage>> {
+        let geometry = ChunkGeometry {
+            start: 0,
+            size: 4096,
+            count: 2,
+        };
+        let media = Media::sim(8192, &MediaConfig::default(), SimConfig::default()).unwrap();
+        let header = ChunkHeader {
+            kind,
+            owner: 1,
+            generation: 5,
+            prev: None,
+            seq: 0,
+        };
+        media.write(0, &header.encode());
+        let mut block = Vec::new();
+        encode_block(&mut block, 0, 5, 9, 64, entries);
+        media.write(64, &block);
+        let marks = Marks {
+            generation: 0,
+            formatted: 2,
+        };
+        recover(
+            &media,
+            &geometry,
+            marks,
+            None,
+            &Mapping::new(MappingConfig::FULL),
+        )
+    }
+
+    #[test]
+    fn hostile_but_checksum_valid_records_are_damage_not_panics() {
+        let data = [1u8; 100];
+        let len = |n: u64| n.to_le_bytes();
+        let huge = len(1 << 46);
+        let eight = len(8);
+        let cases: Vec<(LogKind, Vec<EntryRef<'_>>)> = vec![
+            // Data running past the end of the home space.
+            (
+                LogKind::Update,
+                vec![EntryRef {
+                    home: HOME_LIMIT - 8,
+                    tombstone: false,
+                    data: &data,
+                }],
+            ),
+            // Data in the null page.
+            (
+                LogKind::Update,
+                vec![EntryRef {
+                    home: 8,
+                    tombstone: false,
+                    data: &data,
+                }],
+            ),
+            // An allocation past the end of the home space.
+            (
+                LogKind::Alloc,
+                vec![EntryRef {
+                    home: HOME_LIMIT - 4096,
+                    tombstone: true,
+                    data: &huge,
+                }],
+            ),
+            // Two allocations that overlap.
+            (
+                LogKind::Alloc,
+                vec![
+                    EntryRef {
+                        home: 1 << 20,
+                        tombstone: true,
+                        data: &eight,
+                    },
+                    EntryRef {
+                        home: (1 << 20) + 4,
+                        tombstone: true,
+                        data: &eight,
+                    },
+                ],
+            ),
+            // Initial data outside the allocation it follows.
+            (
+                LogKind::Alloc,
+                vec![
+                    EntryRef {
+                        home: 1 << 20,
+                        tombstone: true,
+                        data: &eight,
+                    },
+                    EntryRef {
+                        home: 1 << 20,
+                        tombstone: false,
+                        data: &data,
+                    },
+                ],
+            ),
+            // A free of something never allocated, with an absurd length.
+            (
+                LogKind::Dealloc,
+                vec![EntryRef {
+                    home: 1 << 20,
+                    tombstone: true,
+                    data: &huge,
+                }],
+            ),
+            // A tombstone in an update log.
+            (
+                LogKind::Update,
+                vec![EntryRef {
+                    home: 1 << 20,
+                    tombstone: true,
+                    data: &eight,
+                }],
+            ),
+        ];
+        for (kind, entries) in cases {
+            assert!(
+                recover_block(kind, &entries).is_err(),
+                "{kind:?} {entries:?} was accepted"
+            );
+        }
+        let fine = recover_block(
+            LogKind::Update,
+            &[EntryRef {
+                home: 1 << 20,
+                tombstone: false,
+                data: &data,
+            }],
+        );
+        assert_eq!(fine.unwrap().report.transactions, 1);
+    }
+}

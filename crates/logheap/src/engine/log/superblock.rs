@@ -1,0 +1,258 @@
+//! The log engine's superblock: the few facts about the log that live outside it, in
+//! the engine-owned part of the pool's header page.
+//!
+//! Layout (offsets from the start of the superblock, little-endian):
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 8 | chunk generation mark, copy A |
+//! | 8 | 8 | chunk generation mark, copy B |
+//! | 16 | 8 | formatted chunks, copy A: count (low 32 bits), CRC32C of the count (high 32) |
+//! | 24 | 8 | formatted chunks, copy B |
+//! | 64 | 64 | clean-close record (see [`CloseRecord`]) |
+//!
+//! Every mark is one 8-byte word written with an untearable store, in two copies, so a
+//! crash leaves each copy either old or new. A mark only grows,
+//! so the larger copy is right after a crash; after a clean close both must be equal. The
+//! formatted count carries a checksum, because a count that shrank would hide chunks
+//! from recovery; the generation mark needs none, since any value at least as large as
+//! the true one is safe (recovery also takes the largest generation it finds).
+//!
+//! * The **generation mark**: chunk generations seed block checksums, so a stale block in
+//!   a reused chunk never validates; they must never repeat, even after a crash erased
+//!   the headers that recorded them. Each open reserves a range above the mark and hands
+//!   out generations inside it.
+//! * The **formatted count**: chunks at or above it were never part of a log and hold no
+//!   header, so recovery reads no further (an empty pool costs no scan). Chunks are
+//!   formatted in batches as the logs grow: headers zeroed and made durable first, then
+//!   the count.
+//! * The **clean-close record**: what the log held at the last clean close. Opening a
+//!   cleanly closed pool checks that the scan finds exactly that, so log data that went
+//!   missing (a zeroed chunk header, a truncated log) is damage, not a shorter log.
+
+use super::layout::{u32_at, u64_at};
+use super::recovery::Damage;
+use crate::media::Media;
+
+const GENERATION: usize = 0;
+const FORMATTED: usize = 16;
+const CLOSE: usize = 64;
+const CLOSE_MAGIC: [u8; 8] = *b"LHCLOSE\0";
+const CLOSE_LEN: usize = 64;
+const CLOSE_CRC_AT: usize = 60;
+/// Bytes of the superblock the log engine uses.
+pub(crate) const SUPERBLOCK_BYTES: usize = CLOSE + CLOSE_LEN;
+
+/// The marks read at open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Marks {
+    /// The chunk generation mark.
+    pub generation: u64,
+    /// Chunks formatted so far.
+    pub formatted: u32,
+}
+
+/// What the log held when the pool was last closed cleanly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct CloseRecord {
+    /// Largest transaction version in the log.
+    pub max_version: u64,
+    /// Committed transactions in the log.
+    pub transactions: u64,
+    /// Valid transaction blocks in the log.
+    pub blocks: u64,
+    /// Chunks with a valid header.
+    pub chunks_in_use: u64,
+}
+
+/// The superblock of one pool.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Superblock {
+    /// Pool offset of the superblock.
+    pub at: usize,
+}
+
+fn encode_count(count: u32) -> u64 {
+    (crc32c::crc32c(&count.to_le_bytes()) as u64) << 32 | count as u64
+}
+
+fn decode_count(word: u64) -> Option<u32> {
+    let count = word as u32;
+    (encode_count(count) == word).then_some(count)
+}
+
+impl Superblock {
+    /// Writes a new pool's superblock: generation mark 0, the first `formatted` chunks
+    /// formatted (a new file is all zeros), and the close record of an empty log (a new
+    /// pool opens as a cleanly closed empty one). Durable when it returns.
+    pub(crate) fn format(&self, media: &Media, formatted: u32) {
+        media.write(self.at, &[0u8; SUPERBLOCK_BYTES]);
+        media.write_u64(self.at + FORMATTED, encode_count(formatted));
+        media.write_u64(self.at + FORMATTED + 8, encode_count(formatted));
+        media.flush(self.at, SUPERBLOCK_BYTES);
+        self.write_close_record(media, &CloseRecord::default());
+    }
+
+    /// Reads the marks. `clean`: the pool was closed cleanly, so both copies of each
+    /// mark must agree.
+    pub(crate) fn read_marks(&self, media: &Media, clean: bool) -> Result<Marks, Damage> {
+        let g = [0, 8].map(|i| media.read_u64(self.at + GENERATION + i));
+        if clean && g[0] != g[1] {
+            return Err(Damage::at(
+                (self.at + GENERATION) as u64,
+                format!(
+                    "the two copies of the chunk generation mark differ ({} and {}) after a clean close",
+                    g[0], g[1]
+                ),
+            ));
+        }
+        let words = [0, 8].map(|i| media.read_u64(self.at + FORMATTED + i));
+        let counts = words.map(decode_count);
+        let formatted = match counts {
+            [Some(a), Some(b)] if a == b || !clean => a.max(b),
+            [Some(a), None] | [None, Some(a)] if !clean => a,
+            _ => {
+                return Err(Damage::at(
+                    (self.at + FORMATTED) as u64,
+                    format!(
+                        "the formatted-chunk count is damaged (copies {:#018x} and {:#018x})",
+                        words[0], words[1]
+                    ),
+                ));
+            }
+        };
+        Ok(Marks {
+            generation: g[0].max(g[1]),
+            formatted,
+        })
+    }
+
+    /// Durably sets the generation mark (both copies, one after the other).
+    pub(crate) fn write_generation(&self, media: &Media, mark: u64) {
+        self.write_mark(media, GENERATION, mark);
+    }
+
+    /// Durably sets the formatted-chunk count.
+    pub(crate) fn write_formatted(&self, media: &Media, count: u32) {
+        self.write_mark(media, FORMATTED, encode_count(count));
+    }
+
+    /// Writes both copies of a mark and makes them durable. Each copy is one untearable
+    /// store, so a crash leaves each old or new: the copies guard against damage, not
+    /// against tearing, and one fence serves both.
+    fn write_mark(&self, media: &Media, field: usize, word: u64) {
+        media.write_u64(self.at + field, word);
+        media.write_u64(self.at + field + 8, word);
+        media.persist(self.at + field, 16);
+    }
+
+    /// Durably writes the clean-close record.
+    pub(crate) fn write_close_record(&self, media: &Media, record: &CloseRecord) {
+        let mut b = [0u8; CLOSE_LEN];
+        b[..8].copy_from_slice(&CLOSE_MAGIC);
+        for (i, v) in [
+            record.max_version,
+            record.transactions,
+            record.blocks,
+            record.chunks_in_use,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            b[8 + i * 8..16 + i * 8].copy_from_slice(&v.to_le_bytes());
+        }
+        let crc = crc32c::crc32c(&b[..CLOSE_CRC_AT]);
+        b[CLOSE_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        media.write(self.at + CLOSE, &b);
+        media.persist(self.at + CLOSE, CLOSE_LEN);
+    }
+
+    /// Reads the clean-close record (only meaningful when the pool was closed cleanly).
+    pub(crate) fn read_close_record(&self, media: &Media) -> Result<CloseRecord, Damage> {
+        let mut b = [0u8; CLOSE_LEN];
+        media.read(self.at + CLOSE, &mut b);
+        let stored = u32_at(&b, CLOSE_CRC_AT);
+        if b[..8] != CLOSE_MAGIC || crc32c::crc32c(&b[..CLOSE_CRC_AT]) != stored {
+            return Err(Damage::at(
+                (self.at + CLOSE) as u64,
+                "the clean-close record is damaged".into(),
+            ));
+        }
+        let v = |i: usize| u64_at(&b, 8 + i * 8);
+        Ok(CloseRecord {
+            max_version: v(0),
+            transactions: v(1),
+            blocks: v(2),
+            chunks_in_use: v(3),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::media::{MediaConfig, SimConfig};
+
+    fn media() -> Media {
+        Media::sim(4096, &MediaConfig::default(), SimConfig::default()).unwrap()
+    }
+
+    #[test]
+    fn marks_round_trip_and_damage_is_found() {
+        let m = media();
+        let sb = Superblock { at: 512 };
+        sb.format(&m, 16);
+        assert_eq!(
+            sb.read_marks(&m, true),
+            Ok(Marks {
+                generation: 0,
+                formatted: 16
+            })
+        );
+        sb.write_generation(&m, 77);
+        sb.write_formatted(&m, 123);
+        let marks = sb.read_marks(&m, true).unwrap();
+        assert_eq!((marks.generation, marks.formatted), (77, 123));
+        // Every single changed byte of the formatted count is found after a clean close,
+        // and after a crash the other copy is used.
+        for byte in 0..16 {
+            let at = 512 + FORMATTED + byte;
+            let mut b = [0u8];
+            m.read(at, &mut b);
+            m.write(at, &[b[0] ^ 0x40]);
+            assert!(sb.read_marks(&m, true).is_err(), "byte {byte}");
+            assert_eq!(sb.read_marks(&m, false).unwrap().formatted, 123);
+            m.write(at, &b);
+        }
+        // Copies that differ: an error after a clean close, the larger after a crash.
+        m.write_u64(512 + 8, 90);
+        assert!(sb.read_marks(&m, true).is_err());
+        assert_eq!(sb.read_marks(&m, false).unwrap().generation, 90);
+        m.write_u64(512 + FORMATTED, encode_count(200));
+        assert_eq!(sb.read_marks(&m, false).unwrap().formatted, 200);
+    }
+
+    #[test]
+    fn close_record_round_trips_and_every_flipped_byte_is_caught() {
+        let m = media();
+        let sb = Superblock { at: 512 };
+        sb.format(&m, 0);
+        assert_eq!(sb.read_close_record(&m), Ok(CloseRecord::default()));
+        let r = CloseRecord {
+            max_version: 9,
+            transactions: 5,
+            blocks: 7,
+            chunks_in_use: 3,
+        };
+        sb.write_close_record(&m, &r);
+        assert_eq!(sb.read_close_record(&m), Ok(r));
+        for byte in 0..CLOSE_LEN {
+            let at = 512 + CLOSE + byte;
+            let mut b = [0u8];
+            m.read(at, &mut b);
+            m.write(at, &[b[0] ^ 1]);
+            assert!(sb.read_close_record(&m).is_err(), "byte {byte}");
+            m.write(at, &b);
+        }
+    }
+}
