@@ -1,7 +1,7 @@
 //! Runs one benchmark: a fresh pool, the workload's preload, then the measured phase on
 //! any number of threads, and the figures of that phase.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use logheap::{Config, Emulation, Pool};
@@ -99,14 +99,21 @@ pub fn run_reporting(
     spec: &RunSpec,
     phase: &dyn Fn(&str),
 ) -> Result<RunResult, Box<dyn std::error::Error>> {
-    let dir = match &spec.dir {
-        Some(d) => tempfile::tempdir_in(d)?,
-        None if std::path::Path::new("/dev/shm").is_dir() => tempfile::tempdir_in("/dev/shm")?,
-        None => tempfile::tempdir()?,
+    let parent: PathBuf = match &spec.dir {
+        Some(d) => d.clone(),
+        None if Path::new("/dev/shm").is_dir() => "/dev/shm".into(),
+        None => std::env::temp_dir(),
     };
+    let dir = tempfile::Builder::new()
+        .prefix("logheap-bench-")
+        .tempdir_in(&parent)
+        .map_err(|e| format!("{}: cannot make a pool directory: {e}", parent.display()))?;
+    // The pool is sized for every log block the run writes (nothing is cleaned), far
+    // beyond what it holds at any time: a sparse file, so it takes only what is written.
     let mut config = Config::default()
         .engine_name(&spec.engine)?
-        .size(pool_size(spec));
+        .size(pool_size(spec))
+        .reserve_space(false);
     if let Some(e) = spec.emulation {
         config = config.emulation(e);
     }
