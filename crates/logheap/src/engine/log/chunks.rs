@@ -236,17 +236,18 @@ impl LogSet {
         }
     }
 
-    /// The header of the chunk that follows `tail` in log `kind`.
+    /// The header of chunk `taken` when it follows `tail` in log `kind`.
     pub(crate) fn next_header(
         &self,
         kind: LogKind,
         tail: Option<TailChunk>,
-        generation: u64,
+        taken: &TakenChunk,
     ) -> ChunkHeader {
         ChunkHeader {
             kind,
+            zeroed: taken.zero_payload,
             owner: self.id,
-            generation,
+            generation: taken.generation,
             prev: tail.map(|t| t.chunk),
             seq: tail.map_or(0, |t| t.seq + 1),
         }

@@ -1,7 +1,8 @@
 //! Byte layout of the log (000_70bf7223c84ebbe9.txt §4.2), all little-endian.
 //!
 //! **Chunk header** (64 bytes: one cache line, at the start of every chunk), as eight
-//! words: magic `LHC1` (4), log kind (1), reserved (3) | owner log-set id (4), reserved
+//! words: magic `LHC1` (4), log kind (1), flags (1; bit 0: the payload was all zeros
+//! when the chunk joined its log), reserved (2) | owner log-set id (4), reserved
 //! (4) | generation (8) | previous chunk of the same log or `u32::MAX` (4), sequence
 //! number in the log (4) | three reserved zero words | end mark `LHCT` (4), CRC32C of
 //! bytes 0..60 (4). Words 0, 1, 2, 3 and 7 of a valid header are never zero. The header
@@ -79,6 +80,9 @@ impl LogKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ChunkHeader {
     pub kind: LogKind,
+    /// The payload was all zeros when the chunk joined its log: then everything after a
+    /// commit's last block in it stays zero until the next commit writes there.
+    pub zeroed: bool,
     pub owner: u32,
     pub generation: u64,
     pub prev: Option<u32>,
@@ -90,6 +94,7 @@ impl ChunkHeader {
         let mut b = [0u8; CHUNK_HEADER];
         b[0..4].copy_from_slice(&CHUNK_MAGIC);
         b[4] = self.kind as u8;
+        b[5] = self.zeroed as u8;
         b[8..12].copy_from_slice(&self.owner.to_le_bytes());
         b[16..24].copy_from_slice(&self.generation.to_le_bytes());
         b[24..28].copy_from_slice(&self.prev.unwrap_or(NO_CHUNK).to_le_bytes());
@@ -109,8 +114,12 @@ impl ChunkHeader {
             return None;
         }
         let prev = u32_at(b, 24);
+        if b[5] > 1 {
+            return None;
+        }
         Some(ChunkHeader {
             kind: LogKind::from_byte(b[4])?,
+            zeroed: b[5] == 1,
             owner: u32_at(b, 8),
             generation: u64_at(b, 16),
             prev: (prev != NO_CHUNK).then_some(prev),
@@ -329,6 +338,7 @@ mod tests {
     fn chunk_header_round_trip_and_damage() {
         let h = ChunkHeader {
             kind: LogKind::Alloc,
+            zeroed: true,
             owner: 3,
             generation: 99,
             prev: Some(7),
@@ -342,6 +352,51 @@ mod tests {
             assert_eq!(ChunkHeader::decode(&d), None, "bit {bit}");
         }
         assert_eq!(ChunkHeader::decode(&[0u8; 64]), None);
+    }
+
+    #[test]
+    fn torn_and_damaged_headers_are_told_apart() {
+        let h = ChunkHeader {
+            kind: LogKind::Update,
+            zeroed: false,
+            owner: 4,
+            generation: 1 << 20,
+            prev: None,
+            seq: 0,
+        };
+        let full = h.encode();
+        assert_eq!(HeaderState::of(&full), HeaderState::Valid(h));
+        assert_eq!(HeaderState::of(&[0; CHUNK_HEADER]), HeaderState::Free);
+        // Every prefix of the header's words, written over zeros, is a torn header;
+        // so is every state of its erasure.
+        for words in 1..HEADER_WORDS {
+            let mut b = [0u8; CHUNK_HEADER];
+            b[..words * 8].copy_from_slice(&full[..words * 8]);
+            let owner = (words >= 2).then_some(4);
+            assert_eq!(
+                HeaderState::of(&b),
+                HeaderState::Torn { owner },
+                "{words} words"
+            );
+        }
+        let mut b = full;
+        for (i, word) in header_erase_order().enumerate() {
+            b[word..word + 8].fill(0);
+            let state = HeaderState::of(&b);
+            assert!(
+                matches!(state, HeaderState::Torn { .. } | HeaderState::Free),
+                "erased {} words: {state:?}",
+                i + 1
+            );
+        }
+        // Any single changed byte of a valid or a free header is damage.
+        for at in 0..CHUNK_HEADER {
+            for base in [full, [0u8; CHUNK_HEADER]] {
+                let mut b = base;
+                b[at] ^= 0x10;
+                assert_eq!(HeaderState::of(&b), HeaderState::Damaged, "byte {at}");
+            }
+        }
     }
 
     #[test]

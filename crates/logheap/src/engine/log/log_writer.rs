@@ -104,7 +104,7 @@ impl LogWriter<'_> {
                         if let Some(t) = tail {
                             seal(geometry, t);
                         }
-                        let header = set.next_header(kind, *tail, taken.generation);
+                        let header = set.next_header(kind, *tail, &taken);
                         *tail = Some(TailChunk {
                             chunk: taken.chunk,
                             generation: taken.generation,

@@ -453,6 +453,7 @@ mod tests {
         let media = Media::sim(8192, &MediaConfig::default(), SimConfig::default()).unwrap();
         let header = ChunkHeader {
             kind,
+            zeroed: false,
             owner: 1,
             generation: 5,
             prev: None,

@@ -157,6 +157,12 @@ pub(crate) fn judge(scan: &Scan, geometry: &ChunkGeometry, close: Option<&CloseR
             e.0 = Some(version);
         }
     }
+    if !clean {
+        let mut found = check_unfinished_peers(scan, geometry, &v);
+        v.problems.append(&mut found);
+        let mut found = check_unfinished_extent(scan, geometry, &v, &unfinished);
+        v.problems.append(&mut found);
+    }
     v.dropped = unfinished
         .iter()
         .map(|(&log_set, &(version, offset))| DroppedTransaction {
@@ -304,6 +310,188 @@ fn walk(
             }
         }
     }
+}
+
+/// Checks where the blocks of unfinished transactions point. A committer appends a
+/// transaction's blocks log by log (update, allocation, deallocation) and links them in
+/// that order into a cycle, so a readable block whose peer is in another log, or back at
+/// the start of its own log's part (the cycle's close), names the transaction's first
+/// block in that log: which was appended right after that log's last committed block (or
+/// at the start of a new chunk). If it is not there, something in between — a committed
+/// transaction — is missing: damage, not a torn write.
+fn check_unfinished_peers(scan: &Scan, geometry: &ChunkGeometry, v: &Verdict) -> Vec<Damage> {
+    let mut problems = Vec::new();
+    // Where each chunk of a log is: (log index in v.logs, position in its chain).
+    let mut place: HashMap<u32, (usize, usize)> = HashMap::new();
+    for (li, log) in v.logs.iter().enumerate() {
+        for (pos, &ci) in log.chunks.iter().enumerate() {
+            place.insert(scan.chunks[ci].index, (li, pos));
+        }
+    }
+    for (li, log) in v.logs.iter().enumerate() {
+        for (pos, &ci) in log.chunks.iter().enumerate() {
+            let ch = &scan.chunks[ci];
+            for b in ch
+                .blocks
+                .iter()
+                .filter(|b| v.uncommitted.contains(&b.version))
+            {
+                let p = b.peer;
+                if p < geometry.start || p >= geometry.offset(geometry.count) {
+                    problems.push(Damage::in_log(
+                        geometry.offset(ch.index) + b.offset as u64,
+                        log.name(),
+                        format!("a block points to offset {p}, outside the log"),
+                    ));
+                    continue;
+                }
+                let chunk = geometry.chunk_of(p);
+                let offset = (p - geometry.offset(chunk)) as u32;
+                let Some(&(pl, ppos)) = place.get(&chunk) else {
+                    // A chunk in no log: the transaction was starting it.
+                    if offset != payload_start() {
+                        problems.push(Damage::in_log(
+                            p,
+                            log.name(),
+                            "an unfinished transaction points into the middle of a chunk in no log"
+                                .into(),
+                        ));
+                    }
+                    continue;
+                };
+                if pl == li && (ppos, offset) > (pos, b.offset) {
+                    continue; // the next block in the same log
+                }
+                let target = &v.logs[pl];
+                if target.owner != log.owner {
+                    problems.push(Damage::in_log(
+                        p,
+                        target.name(),
+                        format!(
+                            "a block of log set {} points into a log of log set {}",
+                            log.owner, target.owner
+                        ),
+                    ));
+                    continue;
+                }
+                // The end of the log's committed part: where its tail region starts, or,
+                // when that is the start of a chunk, possibly where the previous chunk's
+                // blocks end (the transaction's first block there did not reach the
+                // media, or it did not fit).
+                let stop_of = |pos: usize| (pos, scan.chunks[target.chunks[pos]].stop.offset());
+                let expected = match target.tail {
+                    Some((tpos, toff)) => (tpos, toff),
+                    None => stop_of(target.chunks.len() - 1),
+                };
+                let before_new_chunk = match target.tail {
+                    Some((tpos, toff)) if toff == payload_start() && tpos > 0 => {
+                        Some(stop_of(tpos - 1))
+                    }
+                    _ => None,
+                };
+                if (ppos, offset) != expected && Some((ppos, offset)) != before_new_chunk {
+                    let at = geometry.offset(scan.chunks[target.chunks[expected.0]].index)
+                        + expected.1 as u64;
+                    problems.push(Damage::in_log(
+                        at,
+                        target.name(),
+                        format!(
+                            "the unfinished transaction {} starts in this log at offset {p}, but the log's committed part ends at offset {at}: data in between is lost",
+                            b.version
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    problems
+}
+
+/// Checks that the unfinished transaction of each log set accounts for all the torn
+/// bytes of its set. Its readable blocks tell which logs it wrote to (the cycle of peer
+/// pointers visits them in plan order, so a pointer from one log to a later one skips
+/// those in between), and a log it did not write to cannot end in torn bytes. In a chunk
+/// whose payload was zeros when it joined the log, nothing follows a transaction's last
+/// block in it until the next commit writes there: torn bytes right after a block of the
+/// unfinished transaction that is not followed by its own next block were written by a
+/// later transaction, so this one had finished and its damage is not a torn write.
+fn check_unfinished_extent(
+    scan: &Scan,
+    geometry: &ChunkGeometry,
+    v: &Verdict,
+    unfinished: &BTreeMap<u32, (Option<u64>, u64)>,
+) -> Vec<Damage> {
+    let mut problems = Vec::new();
+    let kind_of_chunk: HashMap<u32, (u32, LogKind)> = scan
+        .chunks
+        .iter()
+        .map(|c| (c.index, (c.header.owner, c.header.kind)))
+        .collect();
+    let next = |k: LogKind| LogKind::ALL[(k.index() + 1) % LogKind::ALL.len()];
+    for (&owner, &(version, _)) in unfinished {
+        let Some(version) = version else { continue };
+        let mut skipped: HashSet<LogKind> = HashSet::new();
+        for log in v.logs.iter().filter(|l| l.owner == owner) {
+            for &ci in &log.chunks {
+                let ch = &scan.chunks[ci];
+                for b in ch.blocks.iter().filter(|b| b.version == version) {
+                    let target = (b.peer >= geometry.start
+                        && b.peer < geometry.offset(geometry.count))
+                    .then(|| kind_of_chunk.get(&geometry.chunk_of(b.peer)))
+                    .flatten();
+                    let Some(&(_, to)) = target else { continue };
+                    let here = geometry.offset(ch.index) + b.offset as u64;
+                    let backward = to == log.kind && b.peer <= here;
+                    if to != log.kind || backward {
+                        let mut k = next(log.kind);
+                        while k != to {
+                            skipped.insert(k);
+                            k = next(k);
+                        }
+                    }
+                }
+            }
+        }
+        for log in v
+            .logs
+            .iter()
+            .filter(|l| l.owner == owner && skipped.contains(&l.kind))
+        {
+            if let Some((pos, offset)) = log.tail {
+                problems.push(Damage::in_log(
+                    geometry.offset(scan.chunks[log.chunks[pos]].index) + offset as u64,
+                    log.name(),
+                    format!(
+                        "the log ends in torn data, but the log set's unfinished transaction {version} did not write to this log"
+                    ),
+                ));
+            }
+        }
+    }
+    for log in &v.logs {
+        for &ci in &log.chunks {
+            let ch = &scan.chunks[ci];
+            let (Stop::Invalid(at), true, Some(last)) = (
+                ch.stop,
+                ch.header.zeroed,
+                ch.run.checked_sub(1).map(|i| &ch.blocks[i]),
+            ) else {
+                continue;
+            };
+            let torn_at = geometry.offset(ch.index) + at as u64;
+            if v.uncommitted.contains(&last.version) && last.peer != torn_at {
+                problems.push(Damage::in_log(
+                    torn_at,
+                    log.name(),
+                    format!(
+                        "torn data follows the last block of the unfinished transaction {} in a zeroed chunk: a later transaction wrote it, so that one had finished",
+                        last.version
+                    ),
+                ));
+            }
+        }
+    }
+    problems
 }
 
 /// Versions of the uncommitted blocks in a log's tail region.

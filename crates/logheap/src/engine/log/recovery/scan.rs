@@ -144,6 +144,7 @@ mod tests {
     fn header() -> ChunkHeader {
         ChunkHeader {
             kind: LogKind::Update,
+            zeroed: false,
             owner: 1,
             generation: 5,
             prev: None,
