@@ -1,8 +1,9 @@
-//! `logheap inspect`: a pool file's header and state.
+//! `logheap inspect`: a pool file's header, state and logs.
 
 use std::path::PathBuf;
 
 use logheap::PoolFile;
+use logheap::check::check;
 
 /// Options of `logheap inspect`.
 #[derive(Debug, clap::Args)]
@@ -14,11 +15,21 @@ pub struct Args {
     json: bool,
 }
 
-/// Reads the header, validates it and prints it.
+/// Reads the header, validates it and prints it, with the logs when the pool is not in
+/// use by another process.
 pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let (header, state) = PoolFile::inspect(&args.path)?;
+    // The logs are read only when no process has the pool open for writing.
+    let logs = check(&args.path).ok();
     if args.json {
-        let value = serde_json::json!({ "header": header, "state": state });
+        let value = serde_json::json!({
+            "header": header,
+            "state": state,
+            "logs": logs.as_ref().map(|r| &r.logs),
+            "live_log_bytes": logs.as_ref().map(|r| r.live_log_bytes),
+            "allocations": logs.as_ref().map(|r| r.allocations),
+            "problems": logs.as_ref().map(|r| r.problems.len()),
+        });
         println!("{value}");
         return Ok(());
     }
@@ -40,5 +51,30 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             "open, or not closed cleanly"
         }
     );
+    match logs {
+        None => println!("logs        not read: the pool is open in another process"),
+        Some(r) => {
+            println!(
+                "heap        {} allocations, {} bytes; {} log bytes live",
+                r.allocations, r.allocated_bytes, r.live_log_bytes
+            );
+            println!(
+                "logs        {:>7} {:>13} {:>7} {:>8} {:>12}",
+                "set", "kind", "chunks", "blocks", "live bytes"
+            );
+            for log in &r.logs {
+                println!(
+                    "            {:>7} {:>13} {:>7} {:>8} {:>12}",
+                    log.log_set, log.kind, log.chunks, log.blocks, log.live_bytes
+                );
+            }
+            if !r.is_sound() {
+                println!(
+                    "damage      {} problem(s): run `logheap check` for the list",
+                    r.problems.len()
+                );
+            }
+        }
+    }
     Ok(())
 }

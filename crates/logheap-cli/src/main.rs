@@ -2,8 +2,11 @@
 
 mod bench;
 mod calibrate;
+mod check;
 mod crashtest;
+mod create;
 mod inspect;
+mod size;
 
 use std::process::ExitCode;
 
@@ -23,7 +26,12 @@ enum Command {
     Bench(bench::Args),
     /// Measure fence, flush and non-temporal copy costs, and the NVM emulation's accuracy.
     Calibrate(calibrate::Args),
-    /// Print a pool file's header and state without opening it.
+    /// Create an empty pool file.
+    Create(create::Args),
+    /// Verify a pool read-only: header, every chunk and block, allocations, mapping.
+    /// Exits 0 when sound, 1 when damaged, 2 when the pool cannot be checked.
+    Check(check::Args),
+    /// Print a pool file's header, state and logs without opening it.
     Inspect(inspect::Args),
     /// Check crash consistency: every crash image of a workload must recover to the
     /// state before or after the transaction in flight.
@@ -33,6 +41,8 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Check(args) => return check::run(&args),
+        Command::Create(args) => create::run(&args),
         Command::Bench(args) => bench::run_bench(&args),
         Command::Calibrate(args) => calibrate::run(&args),
         Command::Inspect(args) => inspect::run(&args),

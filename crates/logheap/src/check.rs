@@ -15,7 +15,7 @@ use crate::engine::EngineKind;
 use crate::engine::log::{LogEngine, log_kind_name};
 use crate::engine::{Damage, RecoveryReport};
 use crate::error::{Error, Result};
-use crate::pool::{Header, PoolFile};
+use crate::pool::{Header, PoolFile, ReadOnlyPool};
 
 /// What [`check`] found.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -70,6 +70,16 @@ pub struct LogSummary {
 /// has it open, or it was written by a format or engine this build does not have.
 pub fn check(path: impl AsRef<Path>) -> Result<CheckReport> {
     let path = path.as_ref();
+    examine(path, PoolFile::open_read_only(path))
+}
+
+/// Checks a pool image held in memory (a copy of a pool file, or a crash image from the
+/// simulator), as [`check`] checks a file.
+pub fn check_image(image: Vec<u8>) -> Result<CheckReport> {
+    examine(Path::new("<pool image>"), PoolFile::read_image(image))
+}
+
+fn examine(path: &Path, opened: Result<ReadOnlyPool>) -> Result<CheckReport> {
     let mut report = CheckReport {
         path: path.into(),
         header: None,
@@ -81,7 +91,7 @@ pub fn check(path: impl AsRef<Path>) -> Result<CheckReport> {
         live_log_bytes: 0,
         problems: Vec::new(),
     };
-    let pool = match PoolFile::open_read_only(path) {
+    let pool = match opened {
         Ok(pool) => pool,
         Err(
             e @ (Error::NotFound { .. }

@@ -23,7 +23,8 @@ pub struct Config {
     /// true): a pool that does not fit is refused with [`Error::NoSpace`](crate::Error)
     /// at creation instead of failing with `SIGBUS` when the file system fills up later.
     /// False makes a sparse file that takes space only as it is written (for pools sized
-    /// far beyond what they will hold, such as benchmark pools on tmpfs).
+    /// far beyond what they will hold, such as benchmark pools on tmpfs); a file system
+    /// that fills up then ends the process with `SIGBUS`.
     pub reserve_space: bool,
     /// A deliberate defect, for showing that crash tests catch one. Never set it in
     /// production code.

@@ -158,7 +158,20 @@ fn flip_everything(
                     for &at in part {
                         let mut damaged = image.to_vec();
                         damaged[at] ^= 1 << (at % 8);
-                        match open(damaged) {
+                        // `logheap check` must judge as opening does (on a sample).
+                        let checked = (at % 5 == 0).then(|| {
+                            logheap::check::check_image(damaged.clone()).map(|r| r.is_sound())
+                        });
+                        let outcome = open(damaged);
+                        let refused_now = matches!(outcome, Ok(Outcome::Refused));
+                        if let Some(checked) = checked
+                            && checked.as_ref().ok() != Some(&!refused_now)
+                        {
+                            bad.push(format!(
+                                "offset {at}: check says sound={checked:?}, open refused={refused_now}"
+                            ));
+                        }
+                        match outcome {
                             Ok(Outcome::Refused) => refused += 1,
                             Ok(outcome) => {
                                 if let Err(why) = judge(&outcome) {

@@ -139,11 +139,19 @@ fn foreign_file() {
 fn unsupported_version() {
     let dir = tempfile::tempdir().unwrap();
     let path = new_pool(dir.path());
-    patch(&path, 8, &99u32.to_le_bytes());
+    // Another format version, with its checksum: a pool this build cannot read.
+    let mut head = std::fs::read(&path).unwrap()[..108].to_vec();
+    head[8..12].copy_from_slice(&99u32.to_le_bytes());
+    let crc = crc32c::crc32c(&head[..104]);
+    head[104..108].copy_from_slice(&crc.to_le_bytes());
+    patch(&path, 0, &head);
     assert!(matches!(
         open(&path),
         Err(Error::UnsupportedVersion { found: 99, .. })
     ));
+    // A damaged version field fails the checksum: damage, not another format.
+    patch(&path, 8, &[2, 0, 1, 0]);
+    assert!(matches!(open(&path), Err(Error::Checksum { .. })));
 }
 
 #[test]

@@ -139,6 +139,16 @@ impl Header {
             ));
         }
         let data_offset = l.root.end.div_ceil(HEADER_SIZE) * HEADER_SIZE;
+        let min = data_offset + self.chunk_size;
+        if self.pool_size < min {
+            return Err(format!(
+                "a pool of {} bytes is too small: with {} chunks and a {} root area the smallest pool is {min} bytes ({})",
+                self.pool_size,
+                human_bytes(self.chunk_size),
+                human_bytes(root_size),
+                human_bytes(min)
+            ));
+        }
         if l.data.start != data_offset {
             return Err(format!(
                 "data area starts at {}, not {data_offset}",
@@ -153,16 +163,6 @@ impl Header {
         }
         if self.pool_size > isize::MAX as u64 {
             return Err(format!("pool size {} cannot be mapped", self.pool_size));
-        }
-        let min = data_offset + self.chunk_size;
-        if self.pool_size < min {
-            return Err(format!(
-                "a pool of {} bytes is too small: with {} chunks and a {} root area the smallest pool is {min} bytes ({})",
-                self.pool_size,
-                human_bytes(self.chunk_size),
-                human_bytes(root_size),
-                human_bytes(min)
-            ));
         }
         Ok(())
     }
@@ -220,15 +220,17 @@ impl Header {
             });
         }
         let version = u32_at(8);
-        if version != FORMAT_VERSION {
+        let stored = u32_at(CRC_COVERED);
+        let computed = crc32c::crc32c(&page[..CRC_COVERED]);
+        // Another version with an intact header is another format; a version that fails
+        // the checksum is damage.
+        if version != FORMAT_VERSION && stored == computed {
             return Err(Error::UnsupportedVersion {
                 path: path.into(),
                 found: version,
                 supported: FORMAT_VERSION,
             });
         }
-        let stored = u32_at(CRC_COVERED);
-        let computed = crc32c::crc32c(&page[..CRC_COVERED]);
         if stored != computed || u32_at(12) as usize != CRC_COVERED {
             return Err(Error::Checksum {
                 path: path.into(),

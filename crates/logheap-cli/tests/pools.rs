@@ -1,0 +1,178 @@
+//! `logheap create`, `check` and `inspect` on real pool files, sound and damaged.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use logheap::{Config, PPtr, Pool};
+
+fn logheap(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_logheap"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn run(args: &[&str], pool: &Path) -> Output {
+    let mut all: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    all.push(pool.as_os_str());
+    logheap(&all)
+}
+
+/// A closed pool holding 50 objects of 100 bytes and a counter, in small chunks.
+fn pool_with_data(dir: &Path) -> PathBuf {
+    let path = dir.join("data.pool");
+    let pool = Pool::create(&path, &Config::default().size(1 << 20).chunk_size(4096)).unwrap();
+    let root: PPtr<u64> = pool.root().unwrap();
+    for i in 0..50u8 {
+        pool.transaction(|tx| {
+            tx.alloc([i; 100])?;
+            tx.write(root, &(i as u64 + 1))
+        })
+        .unwrap();
+    }
+    pool.close().unwrap();
+    path
+}
+
+fn flip(path: &Path, at: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut b = [0u8];
+    f.read_exact_at(&mut b, at).unwrap();
+    f.write_all_at(&[b[0] ^ 0x04], at).unwrap();
+}
+
+#[test]
+fn create_makes_a_pool_that_checks_sound_and_refuses_bad_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("new.pool");
+    let out = run(&["create", "--size", "8M", "--chunk-size", "4K"], &path);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pool = Pool::open(&path).unwrap();
+    assert_eq!(pool.header().pool_size, 8 << 20);
+    assert_eq!(pool.header().chunk_size, 4096);
+    pool.close().unwrap();
+    let out = run(&["check"], &path);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("sound"));
+
+    // Creating it again, a tiny size, an absurd size, an unknown engine.
+    let again = run(&["create", "--size", "8M"], &path);
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
+    let tiny = run(&["create", "--size", "100"], &dir.path().join("tiny.pool"));
+    let err = String::from_utf8_lossy(&tiny.stderr);
+    assert!(err.contains("too small") && err.contains("40 KiB"), "{err}");
+    let huge = dir.path().join("huge.pool");
+    let out = run(&["create", "--size", "64T"], &huge);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("not enough space"),
+        "{err}"
+    );
+    assert!(!huge.exists(), "a refused pool leaves no file");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "nothing else is left"
+    );
+    let out = run(
+        &["create", "--size", "8M", "--engine", "lsm"],
+        &dir.path().join("e.pool"),
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown engine"));
+}
+
+#[test]
+fn check_finds_damage_lists_it_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = pool_with_data(dir.path());
+    let sound = run(&["check", "--json"], &path);
+    assert_eq!(sound.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&sound.stdout).unwrap();
+    assert_eq!(v["allocations"], 50);
+    assert_eq!(v["recovery"]["transactions"], 50);
+    assert!(v["problems"].as_array().unwrap().is_empty());
+
+    // Damage in three places: a chunk header, a block, the superblock.
+    let data = 8192;
+    for at in [data + 20, data + 300, 512 + 17] {
+        flip(&path, at);
+    }
+    let out = run(&["check", "--json"], &path);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let problems = v["problems"].as_array().unwrap();
+    assert!(problems.len() >= 3, "every problem is listed: {problems:?}");
+    let offsets: Vec<u64> = problems
+        .iter()
+        .map(|p| p["offset"].as_u64().unwrap())
+        .collect();
+    assert!(offsets.contains(&data), "{offsets:?}");
+    assert!(offsets.contains(&(512 + 16)), "{offsets:?}");
+    // Opening refuses it too, naming the file, and changes nothing.
+    let err = Pool::open(&path).unwrap_err().to_string();
+    assert!(
+        err.contains("data.pool") && err.contains("damaged"),
+        "{err}"
+    );
+    assert_eq!(run(&["check"], &path).status.code(), Some(1));
+}
+
+#[test]
+fn check_of_what_cannot_be_checked_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = run(&["check"], &dir.path().join("missing.pool"));
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no such pool file"));
+    let path = pool_with_data(dir.path());
+    let open = Pool::open(&path).unwrap();
+    let busy = run(&["check"], &path);
+    assert_eq!(busy.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&busy.stderr).contains("already open"));
+    drop(open);
+    let usage = logheap(&[std::ffi::OsStr::new("check")]);
+    assert_eq!(usage.status.code(), Some(2));
+    // Not a pool at all: that is damage (exit 1), with the reason.
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, vec![7u8; 8192]).unwrap();
+    let out = run(&["check"], &junk);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("not a logheap pool"));
+}
+
+#[test]
+fn inspect_shows_the_logs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = pool_with_data(dir.path());
+    let out = run(&["inspect", "--json"], &path);
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let logs = v["logs"].as_array().unwrap();
+    let kinds: Vec<&str> = logs.iter().map(|l| l["kind"].as_str().unwrap()).collect();
+    assert!(
+        kinds.contains(&"update") && kinds.contains(&"allocation"),
+        "{kinds:?}"
+    );
+    let chunks: u64 = logs.iter().map(|l| l["chunks"].as_u64().unwrap()).sum();
+    assert!(chunks >= 2, "{logs:?}");
+    let live: u64 = logs.iter().map(|l| l["live_bytes"].as_u64().unwrap()).sum();
+    assert_eq!(live, 50 * 100 + 8, "each object and the counter, once");
+    let text = String::from_utf8_lossy(&run(&["inspect"], &path).stdout).to_string();
+    assert!(
+        text.contains("allocation") && text.contains("live bytes"),
+        "{text}"
+    );
+}
