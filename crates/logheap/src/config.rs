@@ -39,8 +39,9 @@ pub struct Config {
 pub enum Fault {
     /// Commit without the fence that makes the transaction's log blocks durable.
     SkipCommitFence,
-    /// Publish the mapping and release the locks before the fence (and wait 200 µs
-    /// there, to widen the window): readers may see data that is not yet durable.
+    /// Publish the mapping and release the locks before the fence: readers may see data
+    /// that is not yet durable. (A crash-simulation fence gate holds the committer
+    /// between the two to show it.)
     PublishBeforeFence,
 }
 

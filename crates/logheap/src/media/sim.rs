@@ -74,6 +74,11 @@ struct PendingWrite {
 /// A callback run at every fence, before the fence takes effect.
 pub type FenceHook = Box<dyn FnMut(&CrashPoint<'_>) + Send>;
 
+/// A callback run by every thread that fences, as it arrives at the fence and before
+/// anything else (outside the simulator's lock): a test can hold a thread there, between
+/// its stores and their fence, while other threads run.
+pub type FenceGate = std::sync::Arc<dyn Fn() + Send + Sync>;
+
 pub(crate) struct SimState {
     persisted: Vec<u8>,
     pending: BTreeMap<usize, Vec<PendingWrite>>,
@@ -90,6 +95,7 @@ pub struct CrashSimulator {
     /// The volatile view (what loads see); the media's base pointer points here.
     memory: Box<[AtomicU64]>,
     state: Mutex<SimState>,
+    gate: Mutex<Option<FenceGate>>,
 }
 
 impl std::fmt::Debug for CrashSimulator {
@@ -121,6 +127,7 @@ impl CrashSimulator {
                 rng: ChaCha8Rng::seed_from_u64(config.seed),
                 config,
             }),
+            gate: Mutex::new(None),
         }
     }
 
@@ -180,9 +187,13 @@ impl CrashSimulator {
         }
     }
 
-    /// A fence by `thread`: offers the crash point to the hook, then persists every line's
-    /// stores up to the last one `thread` flushed.
+    /// A fence by `thread`: passes the gate, offers the crash point to the hook, then
+    /// persists every line's stores up to the last one `thread` flushed.
     pub(crate) fn fence(&self, thread: u64) {
+        let gate = self.gate.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(gate) = gate {
+            gate();
+        }
         let mut guard = self.lock();
         let st = &mut *guard;
         st.fences += 1;
@@ -216,6 +227,20 @@ impl CrashSimulator {
     /// open crash images on other media).
     pub fn set_fence_hook(&self, hook: FenceHook) {
         self.lock().hook = Some(hook);
+    }
+
+    /// Installs `gate`, run by every thread that fences as it arrives at the fence, before
+    /// the fence takes effect and outside the simulator's lock (so other threads go on
+    /// storing and fencing meanwhile). A gate that blocks holds its thread between its
+    /// stores and their fence: with it a test chooses an interleaving instead of hoping
+    /// for one.
+    pub fn set_fence_gate(&self, gate: FenceGate) {
+        *self.gate.lock().unwrap_or_else(|p| p.into_inner()) = Some(gate);
+    }
+
+    /// Removes the fence gate.
+    pub fn clear_fence_gate(&self) {
+        *self.gate.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// Removes and returns the fence hook.

@@ -635,7 +635,6 @@ impl LogEngine {
         }
         held.release(&self.locks, version);
         if self.fault == Some(Fault::PublishBeforeFence) {
-            std::thread::sleep(std::time::Duration::from_micros(200));
             self.media.fence();
         }
         tx.allocs.clear();
