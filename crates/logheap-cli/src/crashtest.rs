@@ -12,7 +12,7 @@
 use std::sync::{Arc, Mutex};
 
 use logheap::media::SimConfig;
-use logheap::{Config, Error, Fault, PPtr, Pool};
+use logheap::{Config, Error, Fault, PPtr, Pool, PoolFile};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -36,6 +36,11 @@ pub struct Args {
     /// logs resumed after recovery are crash-tested too (0: never).
     #[arg(long, default_value_t = 40)]
     reopen_every: u64,
+    /// Crash-test recovery itself on every this many images where recovery had
+    /// something to erase: every crash image of its fences must recover to the same
+    /// state again (0: never).
+    #[arg(long, default_value_t = 8)]
+    recovery_crashes_every: u64,
     /// Print one JSON object instead of the summary line.
     #[arg(long)]
     json: bool,
@@ -54,6 +59,8 @@ struct Slot {
 }
 
 type Table = [Slot; SLOTS];
+/// Each slot's object as (home, length), or empty.
+type Placement = Vec<Option<(u64, u64)>>;
 /// The logical state: each slot's object bytes, or empty.
 type Model = Vec<Option<Vec<u8>>>;
 
@@ -88,6 +95,14 @@ struct Expected {
     images: u64,
     violations: u64,
     first_violation: Option<String>,
+    /// Keep a crash image of each fence (for the transaction before a reopen).
+    capture: bool,
+    /// The crash image kept at the latest fence.
+    captured: Option<Vec<u8>>,
+    /// Crash-test recovery on every this many images where it erased something.
+    recovery_crashes_every: u64,
+    /// Images so far where recovery erased something.
+    repairs: u64,
 }
 
 /// The outcome, printed as the last line or as JSON.
@@ -97,12 +112,19 @@ pub struct Outcome {
     txs: u64,
     seed: u64,
     fences: u64,
+    /// Transactions abandoned by their own error.
+    aborted: u64,
+    /// Transactions that failed for want of log space, after freeing and writing.
+    pool_full: u64,
+    /// Crashes in the middle of a commit the workload went on from.
+    reopened: u64,
     images: u64,
     violations: u64,
     first_violation: Option<String>,
 }
 
-/// Runs the crash test and prints its outcome; fails when there were violations.
+/// Runs the crash test and prints its outcome (the summary line always comes last);
+/// fails when there were violations.
 pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let outcome = crashtest(args)?;
     if args.json {
@@ -126,7 +148,56 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// Why a transaction of the workload is abandoned on purpose.
+#[derive(Debug)]
+enum Abandon {
+    /// The closure returns an error: the transaction aborts.
+    UserAbort,
+    Pool(Error),
+}
+
+impl From<Error> for Abandon {
+    fn from(e: Error) -> Self {
+        Abandon::Pool(e)
+    }
+}
+
+/// The live pool and what the workload knows about it.
+struct Run {
+    pool: Pool,
+    model: Model,
+    ptrs: Vec<Option<(u64, u64)>>,
+    /// Fences of the pools replaced by reopening.
+    fences: u64,
+    aborted: u64,
+    pool_full: u64,
+    reopened: u64,
+}
+
+/// The crash test opens thousands of pool images of a few MiB each. glibc's malloc
+/// gives such blocks back to the kernel as soon as they are freed and takes them again
+/// for the next image, so most of the run went to page faults (41 s against 10 s for
+/// 200 transactions). Keep freed memory instead.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn keep_freed_memory() {
+    const M_TRIM_THRESHOLD: i32 = -1;
+    const M_MMAP_THRESHOLD: i32 = -3;
+    unsafe extern "C" {
+        fn mallopt(param: i32, value: i32) -> i32;
+    }
+    // SAFETY: `mallopt` is glibc's documented tuning call; these parameters take a byte
+    // count, and changing them at any time is allowed.
+    unsafe {
+        mallopt(M_TRIM_THRESHOLD, 1 << 30);
+        mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn keep_freed_memory() {}
+
 fn crashtest(args: &Args) -> Result<Outcome, Box<dyn std::error::Error>> {
+    keep_freed_memory();
     let fault = match args.fault.as_deref() {
         None => None,
         Some("skip-commit-fence") => Some(Fault::SkipCommitFence),
@@ -144,133 +215,238 @@ fn crashtest(args: &Args) -> Result<Outcome, Box<dyn std::error::Error>> {
         seed: args.seed,
         ..SimConfig::default()
     };
-    let mut pool = Pool::create_sim(&config, sim)?;
-    let root: PPtr<Table> = pool.root()?;
     let expected = Arc::new(Mutex::new(Expected {
         before: vec![None; SLOTS],
         after: vec![None; SLOTS],
+        recovery_crashes_every: args.recovery_crashes_every,
         ..Expected::default()
     }));
-    let install_hook = |pool: &Pool| -> Result<(), Box<dyn std::error::Error>> {
-        let simulator = pool
-            .media()
-            .crash_simulator()
-            .ok_or("not simulation media")?;
-        let hook_expected = expected.clone();
-        simulator.set_fence_hook(Box::new(move |point| {
-            let mut e = hook_expected.lock().unwrap_or_else(|p| p.into_inner());
-            let mut image = Vec::new();
-            for i in 0..point.len() {
-                point.write_image(i, &mut image);
-                check_image(image.clone(), &config, &mut e, point.fence_index());
-            }
-        }));
-        Ok(())
+    let pool = Pool::create_sim(&config, sim)?;
+    install_hook(&pool, &expected, &config)?;
+    let mut run = Run {
+        pool,
+        model: vec![None; SLOTS],
+        ptrs: vec![None; SLOTS],
+        fences: 0,
+        aborted: 0,
+        pool_full: 0,
+        reopened: 0,
     };
-    install_hook(&pool)?;
-    let mut fences = 0;
-
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
-    let mut model: Model = vec![None; SLOTS];
-    let mut ptrs: Vec<Option<(u64, u64)>> = vec![None; SLOTS];
-    for i in 0..args.txs {
-        if args.reopen_every > 0 && i > 0 && i % args.reopen_every == 0 && fault.is_none() {
-            // Crash now (everything committed is persisted) and go on with the pool
-            // recovered from the persisted image, whose logs resume where they ended.
-            let simulator = pool
-                .media()
-                .crash_simulator()
-                .ok_or("not simulation media")?;
-            fences += simulator.fences();
-            simulator.take_fence_hook();
-            let image = simulator.persisted_image();
-            {
-                let mut e = expected.lock().unwrap_or_else(|p| p.into_inner());
-                (e.before, e.after) = (model.clone(), model.clone());
-                check_image(image.clone(), &config, &mut e, fences);
-            }
-            pool = Pool::open_image(image, &config, sim)?;
-            install_hook(&pool)?;
-        }
-        let ops = plan(&mut rng, &model, &ptrs);
-        let mut after = model.clone();
-        for op in &ops {
-            apply(&mut after, op);
-        }
-        {
-            let mut e = expected.lock().unwrap_or_else(|p| p.into_inner());
-            e.before = model.clone();
-            e.after = after.clone();
-        }
-        let new_ptrs = pool.transaction(|tx| {
-            let mut table = tx.read(root)?;
-            let mut made = Vec::new();
-            for op in &ops {
-                match op {
-                    Op::Alloc { slot, data } => {
-                        let home = tx.alloc_bytes(data.len() as u64)?;
-                        tx.write_bytes(home, data)?;
-                        table[*slot] = Slot {
-                            ptr: home,
-                            len: data.len() as u64,
-                        };
-                        made.push((*slot, Some((home, data.len() as u64))));
-                    }
-                    Op::Free { slot } => {
-                        tx.free(PPtr::<u8>::from_offset(table[*slot].ptr))?;
-                        table[*slot] = Slot::default();
-                        made.push((*slot, None));
-                    }
-                    Op::Write { slot, offset, data } => {
-                        tx.write_bytes(table[*slot].ptr + *offset as u64, data)?;
-                    }
-                    Op::Span {
-                        first,
-                        from_end,
-                        data,
-                        ..
-                    } => {
-                        let s = table[*first];
-                        tx.write_bytes(s.ptr + s.len - *from_end as u64, data)?;
-                    }
-                }
-            }
-            tx.write(root, &table)?;
-            Ok::<_, Error>(made)
-        })?;
-        for (slot, p) in new_ptrs {
-            ptrs[slot] = p;
-        }
-        model = after;
+    // A failure of the workload itself (an image that cannot be reopened, a transaction
+    // that fails) is a violation too; the summary is printed all the same.
+    if let Err(why) = workload(args, &config, sim, &expected, &mut run, &mut rng) {
+        let mut e = lock(&expected);
+        e.violations += 1;
+        e.first_violation
+            .get_or_insert(format!("the workload stopped: {why}"));
     }
     // A crash after the last fence: the final state must recover exactly.
     {
-        let mut e = expected.lock().unwrap_or_else(|p| p.into_inner());
-        e.before = model.clone();
-        e.after = model.clone();
+        let mut e = lock(&expected);
+        e.before = run.model.clone();
+        e.after = run.model.clone();
     }
-    let simulator = pool
+    let simulator = run
+        .pool
         .media()
         .crash_simulator()
         .ok_or("not simulation media")?;
-    let fences = fences + simulator.fences();
+    let fences = run.fences + simulator.fences();
     simulator.take_fence_hook();
     simulator.with_crash_point(|point| {
-        let mut e = expected.lock().unwrap_or_else(|p| p.into_inner());
+        let mut e = lock(&expected);
         for image in point.images() {
             check_image(image, &config, &mut e, fences + 1);
         }
     });
-    let e = expected.lock().unwrap_or_else(|p| p.into_inner());
+    let e = lock(&expected);
     Ok(Outcome {
         engine: config.engine_label(),
         txs: args.txs,
         seed: args.seed,
         fences,
+        aborted: run.aborted,
+        pool_full: run.pool_full,
+        reopened: run.reopened,
         images: e.images,
         violations: e.violations,
         first_violation: e.first_violation.clone(),
     })
+}
+
+fn lock(expected: &Mutex<Expected>) -> std::sync::MutexGuard<'_, Expected> {
+    expected.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Checks every crash image the pool's simulator offers against `expected`.
+fn install_hook(
+    pool: &Pool,
+    expected: &Arc<Mutex<Expected>>,
+    config: &Config,
+) -> Result<(), String> {
+    let simulator = pool
+        .media()
+        .crash_simulator()
+        .ok_or("not simulation media")?;
+    let hook_expected = expected.clone();
+    let config = *config;
+    simulator.set_fence_hook(Box::new(move |point| {
+        let mut e = lock(&hook_expected);
+        for i in 0..point.len() {
+            check_image(point.image(i), &config, &mut e, point.fence_index());
+        }
+        if e.capture {
+            // The image a crash in the middle of this fence leaves (for reopening).
+            e.captured = Some(point.image(point.len() / 2));
+        }
+    }));
+    Ok(())
+}
+
+fn workload(
+    args: &Args,
+    config: &Config,
+    sim: SimConfig,
+    expected: &Arc<Mutex<Expected>>,
+    run: &mut Run,
+    rng: &mut ChaCha8Rng,
+) -> Result<(), String> {
+    let root: PPtr<Table> = run.pool.root().map_err(|e| e.to_string())?;
+    for i in 0..args.txs {
+        let reopen =
+            args.reopen_every > 0 && i > 0 && i % args.reopen_every == 0 && config.fault.is_none();
+        let ops = plan(rng, &run.model, &run.ptrs);
+        let mut after = run.model.clone();
+        for op in &ops {
+            apply(&mut after, op);
+        }
+        // Now and then a transaction that is abandoned after doing its work: by its own
+        // error, or because the pool has no room for an allocation it makes after
+        // freeing and writing. Either way nothing of it may take effect.
+        let abandon = match rng.random_range(0..12) {
+            0 => Some(false),
+            1 => Some(true),
+            _ => None,
+        };
+        {
+            let mut e = lock(expected);
+            e.capture = reopen;
+            e.captured = None;
+            e.before = run.model.clone();
+            e.after = if abandon.is_some() {
+                run.model.clone()
+            } else {
+                after.clone()
+            };
+        }
+        let free_bytes = run.pool.stats().log.chunks_free * config.chunk_size;
+        let result = run.pool.transaction(|tx| {
+            let made = apply_in_tx(tx, root, &ops)?;
+            match abandon {
+                Some(false) => Err(Abandon::UserAbort),
+                Some(true) => {
+                    // More than the free log space, less than the pool: it fails at commit.
+                    tx.alloc_bytes(free_bytes + config.chunk_size)?;
+                    Ok(made)
+                }
+                None => Ok(made),
+            }
+        });
+        match (result, abandon) {
+            (Ok(made), None) => {
+                for (slot, p) in made {
+                    run.ptrs[slot] = p;
+                }
+                run.model = after;
+            }
+            (Err(Abandon::UserAbort), Some(false)) => run.aborted += 1,
+            (Err(Abandon::Pool(Error::PoolFull)), _) => run.pool_full += 1,
+            (Ok(_), Some(_)) => return Err(format!("transaction {i} should have failed")),
+            (Err(e), _) => return Err(format!("transaction {i} failed: {e:?}")),
+        }
+        if reopen {
+            crash_mid_commit(config, sim, expected, run)?;
+        }
+    }
+    Ok(())
+}
+
+/// Crashes in the middle of the last commit: goes on with a pool recovered from one of
+/// the crash images of its last fence, chosen so that recovery has something to drop
+/// when there is one. Logs resume where they ended, and chunks the crashed commit had
+/// taken are reused later with its stale bytes in them.
+fn crash_mid_commit(
+    config: &Config,
+    sim: SimConfig,
+    expected: &Arc<Mutex<Expected>>,
+    run: &mut Run,
+) -> Result<(), String> {
+    let simulator = run
+        .pool
+        .media()
+        .crash_simulator()
+        .ok_or("not simulation media")?;
+    run.fences += simulator.fences();
+    simulator.take_fence_hook();
+    let captured = lock(expected).captured.take();
+    let image = captured.unwrap_or_else(|| simulator.persisted_image());
+    let pool = Pool::open_image(image, config, sim).map_err(|e| format!("reopen: {e}"))?;
+    let (state, ptrs) = read_state(&pool)?;
+    let e = lock(expected);
+    if state != e.before && state != e.after {
+        return Err("the reopened pool is neither before nor after its last commit".into());
+    }
+    drop(e);
+    run.model = state;
+    run.ptrs = ptrs;
+    install_hook(&pool, expected, config)?;
+    run.pool = pool;
+    run.reopened += 1;
+    Ok(())
+}
+
+/// Runs the operations in a transaction; returns the slots whose object changed.
+#[allow(clippy::type_complexity)]
+fn apply_in_tx(
+    tx: &mut logheap::Tx<'_>,
+    root: PPtr<Table>,
+    ops: &[Op],
+) -> Result<Vec<(usize, Option<(u64, u64)>)>, Abandon> {
+    let mut table = tx.read(root)?;
+    let mut made = Vec::new();
+    for op in ops {
+        match op {
+            Op::Alloc { slot, data } => {
+                let home = tx.alloc_bytes(data.len() as u64)?;
+                tx.write_bytes(home, data)?;
+                table[*slot] = Slot {
+                    ptr: home,
+                    len: data.len() as u64,
+                };
+                made.push((*slot, Some((home, data.len() as u64))));
+            }
+            Op::Free { slot } => {
+                tx.free(PPtr::<u8>::from_offset(table[*slot].ptr))?;
+                table[*slot] = Slot::default();
+                made.push((*slot, None));
+            }
+            Op::Write { slot, offset, data } => {
+                tx.write_bytes(table[*slot].ptr + *offset as u64, data)?;
+            }
+            Op::Span {
+                first,
+                from_end,
+                data,
+                ..
+            } => {
+                let s = table[*first];
+                tx.write_bytes(s.ptr + s.len - *from_end as u64, data)?;
+            }
+        }
+    }
+    tx.write(root, &table)?;
+    Ok(made)
 }
 
 /// Chooses one transaction's operations from the current state.
@@ -367,7 +543,7 @@ fn apply(model: &mut Model, op: &Op) {
 /// Opens one crash image and compares it with the expected states.
 fn check_image(image: Vec<u8>, config: &Config, e: &mut Expected, fence: u64) {
     e.images += 1;
-    if let Err(why) = recovered_matches(image, config, &e.before, &e.after) {
+    if let Err(why) = recovered_matches(image, config, e) {
         e.violations += 1;
         if e.first_violation.is_none() {
             e.first_violation = Some(format!("at fence {fence}: {why}"));
@@ -375,33 +551,84 @@ fn check_image(image: Vec<u8>, config: &Config, e: &mut Expected, fence: u64) {
     }
 }
 
-fn recovered_matches(
-    image: Vec<u8>,
-    config: &Config,
-    before: &Model,
-    after: &Model,
-) -> Result<(), String> {
-    let pool = Pool::open_image(image, config, SimConfig::default())
-        .map_err(|e| format!("the image does not open: {e}"))?;
+/// The table's objects, and their (home, length), of a recovered pool.
+fn read_state(pool: &Pool) -> Result<(Model, Placement), String> {
     let root: PPtr<Table> = pool.root().map_err(|e| e.to_string())?;
-    let (state, mut referenced) = pool
-        .read(|tx| {
-            let table = tx.read(root)?;
-            let mut state: Model = Vec::with_capacity(SLOTS);
-            let mut referenced = Vec::new();
-            for s in table {
-                if s.ptr == 0 {
-                    state.push(None);
-                    continue;
-                }
-                let mut bytes = vec![0u8; s.len.min(1 << 20) as usize];
-                tx.read_bytes(s.ptr, &mut bytes)?;
-                state.push(Some(bytes));
-                referenced.push((s.ptr, s.len));
+    pool.read(|tx| {
+        let table = tx.read(root)?;
+        let mut state: Model = Vec::with_capacity(SLOTS);
+        let mut ptrs = Vec::with_capacity(SLOTS);
+        for s in table {
+            if s.ptr == 0 {
+                state.push(None);
+                ptrs.push(None);
+                continue;
             }
-            Ok::<_, Error>((state, referenced))
-        })
-        .map_err(|e| format!("reading the recovered pool failed: {e}"))?;
+            let mut bytes = vec![0u8; s.len.min(1 << 20) as usize];
+            tx.read_bytes(s.ptr, &mut bytes)?;
+            state.push(Some(bytes));
+            ptrs.push(Some((s.ptr, s.len)));
+        }
+        Ok::<_, Error>((state, ptrs))
+    })
+    .map_err(|e| format!("reading the recovered pool failed: {e}"))
+}
+
+/// Opens `image` (running recovery) and checks it holds `before` or `after` with exactly
+/// the allocations that state references. Recovery's own writes are crash-tested too:
+/// when it wrote something (erased a torn commit), every crash image of its fences (a
+/// sample) must recover to the same state again.
+fn recovered_matches(image: Vec<u8>, config: &Config, e: &mut Expected) -> Result<(), String> {
+    let (before, after) = (&e.before, &e.after);
+    let nested = SimConfig {
+        max_images_per_fence: 6,
+        random_images: 2,
+        ..SimConfig::default()
+    };
+    let file = PoolFile::open_image(image, &config.media, nested)
+        .map_err(|e| format!("the image does not open: {e}"))?;
+    let during_recovery = Arc::new(Mutex::new(Vec::new()));
+    let sink = during_recovery.clone();
+    if let Some(simulator) = file.media().crash_simulator() {
+        simulator.set_fence_hook(Box::new(move |point| {
+            sink.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(point.images())
+        }));
+    }
+    let pool =
+        Pool::from_file(file, config).map_err(|e| format!("the image does not open: {e}"))?;
+    if let Some(simulator) = pool.media().crash_simulator() {
+        simulator.take_fence_hook();
+    }
+    let state = matches_model(&pool, before, after)?;
+    let report = pool.stats().log.recovery;
+    let repaired = report.dropped_transactions + report.chunks_reclaimed > 0;
+    e.repairs += repaired as u64;
+    if repaired
+        && e.recovery_crashes_every > 0
+        && e.repairs.is_multiple_of(e.recovery_crashes_every)
+    {
+        let images =
+            std::mem::take(&mut *during_recovery.lock().unwrap_or_else(|p| p.into_inner()));
+        for image in images {
+            let again = Pool::open_image(image, config, SimConfig::default()).map_err(|e| {
+                format!("a crash during recovery left an image that does not open: {e}")
+            })?;
+            let second = matches_model(&again, before, after)
+                .map_err(|e| format!("after a crash during recovery: {e}"))?;
+            if second != state {
+                return Err("a crash during recovery changed what recovery recovers".into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks a recovered pool holds `before` or `after`, with exactly the allocations that
+/// state references; returns the state.
+fn matches_model(pool: &Pool, before: &Model, after: &Model) -> Result<Model, String> {
+    let (state, ptrs) = read_state(pool)?;
     if state != *before && state != *after {
         let differing: Vec<usize> = (0..SLOTS)
             .filter(|&i| state[i] != before[i] && state[i] != after[i])
@@ -410,6 +637,7 @@ fn recovered_matches(
             "the recovered state is neither before nor after; slots {differing:?} differ"
         ));
     }
+    let mut referenced: Vec<(u64, u64)> = ptrs.into_iter().flatten().collect();
     referenced.sort_unstable();
     let allocations = pool.allocations();
     if allocations != referenced {
@@ -419,5 +647,5 @@ fn recovered_matches(
             referenced.len()
         ));
     }
-    Ok(())
+    Ok(state)
 }

@@ -111,9 +111,18 @@ fn crashtest_checks_over_a_thousand_images_without_violation() {
     assert!(ok, "{v}");
     assert!(v["images"].as_u64().unwrap() >= 1000, "{v}");
     assert_eq!(v["violations"], 0, "{v}");
-    // One fence per transaction plus the three of pool creation (header, superblock,
-    // generation mark).
-    assert_eq!(v["fences"], 203, "{v}");
+    // The error paths ran under the simulator: aborts, and transactions that freed and
+    // wrote and then found no room for their log blocks.
+    assert!(v["aborted"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["pool_full"].as_u64().unwrap() > 0, "{v}");
+}
+
+#[test]
+fn crashtest_goes_on_from_crashes_in_the_middle_of_commits() {
+    let (ok, v) = crashtest_engine("log", 120, &["--reopen-every", "25"]);
+    assert!(ok, "{v}");
+    assert!(v["reopened"].as_u64().unwrap() >= 4, "{v}");
+    assert_eq!(v["violations"], 0, "{v}");
 }
 
 #[test]

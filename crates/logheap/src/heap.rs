@@ -92,6 +92,14 @@ impl Pool {
         Pool::start(PoolFile::open_image(image, &config.media, sim)?, &config)
     }
 
+    /// Starts the pool's engine on a pool file opened with [`PoolFile::open`] or
+    /// [`PoolFile::open_image`] (running recovery as [`open`](Pool::open) would). With a
+    /// crash simulator's fence hook installed on the file's media first, this crash-tests
+    /// recovery itself.
+    pub fn from_file(file: PoolFile, config: &Config) -> Result<Pool> {
+        Pool::start(file, config)
+    }
+
     fn start(file: PoolFile, config: &Config) -> Result<Pool> {
         check_engine(file.header().engine)?;
         let engine = LogEngine::open(&file, config.mapping, config.fault)?;

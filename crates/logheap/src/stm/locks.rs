@@ -18,10 +18,14 @@ pub(crate) struct LockTable {
 impl LockTable {
     /// A table of `2^bits` locks.
     pub(crate) fn new(bits: u32) -> LockTable {
-        LockTable {
-            words: (0..1usize << bits).map(|_| AtomicU64::new(0)).collect(),
-            bits,
-        }
+        // `vec![0; n]` asks the allocator for zeroed memory, which for a large table is
+        // fresh pages that are zero without being written (a collected iterator of
+        // `AtomicU64::new(0)` writes all of them: 8 MiB per open pool).
+        let words = vec![0u64; 1usize << bits].into_boxed_slice();
+        // SAFETY: `AtomicU64` has the same size, alignment and bit validity as `u64`, so
+        // the slice may be reinterpreted, and the box still owns the same allocation.
+        let words = unsafe { Box::from_raw(Box::into_raw(words) as *mut [AtomicU64]) };
+        LockTable { words, bits }
     }
 
     /// The lock index of a stripe.

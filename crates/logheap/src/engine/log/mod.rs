@@ -43,8 +43,10 @@ use crate::stm::{is_locked, version_of};
 pub(crate) const ROOT_HOME: u64 = 4096;
 /// Chunk generations reserved (durably) at each open; see [`LogEngine::open`].
 const GENERATION_RESERVATION: u64 = 1 << 40;
-/// log2 of the number of versioned locks.
-const LOCK_BITS: u32 = 20;
+/// log2 of the number of versioned locks: one lock per 256 bytes of pool (live data is
+/// at most the pool, so at most four of its 64-byte stripes share a lock), within these
+/// bounds.
+const LOCK_BITS: std::ops::RangeInclusive<u32> = 12..=20;
 
 /// Per-attempt state of one transaction.
 #[derive(Debug)]
@@ -275,7 +277,12 @@ impl LogEngine {
             geometry,
             root: ROOT_HOME..ROOT_HOME + root_size,
             clock: VersionClock::starting_after(recovered.report.max_version),
-            locks: LockTable::new(LOCK_BITS),
+            locks: LockTable::new(
+                (file.header().pool_size / 256)
+                    .max(1)
+                    .ilog2()
+                    .clamp(*LOCK_BITS.start(), *LOCK_BITS.end()),
+            ),
             mapping,
             allocator: Mutex::new(recovered.allocator),
             chunks,

@@ -31,12 +31,20 @@ pub(crate) fn replay(
     mapping: &Mapping,
     problems: &mut Vec<Damage>,
 ) -> Replayed {
-    // Within a version: frees, then allocations, then updates.
-    let mut order: Vec<(u64, std::cmp::Reverse<u8>, usize, usize)> = Vec::new();
+    // Within a version: frees, then allocation records, then the allocations' initial
+    // data (which may sit in another chunk than its record), then updates.
+    let phases = |kind: LogKind| match kind {
+        LogKind::Dealloc => [Some(Phase::Frees), None],
+        LogKind::Alloc => [Some(Phase::Allocations), Some(Phase::InitialData)],
+        LogKind::Update => [Some(Phase::Updates), None],
+    };
+    let mut order: Vec<(u64, Phase, usize, usize)> = Vec::new();
     for (ci, ch) in scan.chunks.iter().enumerate() {
         for (bi, b) in ch.blocks.iter().enumerate() {
             if !verdict.uncommitted.contains(&b.version) {
-                order.push((b.version, std::cmp::Reverse(ch.header.kind as u8), ci, bi));
+                for phase in phases(ch.header.kind).into_iter().flatten() {
+                    order.push((b.version, phase, ci, bi));
+                }
             }
         }
     }
@@ -44,11 +52,16 @@ pub(crate) fn replay(
 
     let mut live = vec![0i64; geometry.count as usize];
     let mut allocations: BTreeMap<u64, u64> = BTreeMap::new();
-    for &(version, _, ci, bi) in &order {
+    for &(version, phase, ci, bi) in &order {
         let ch = &scan.chunks[ci];
         let kind = ch.header.kind;
         let base = geometry.offset(ch.index);
-        for e in &ch.blocks[bi].entries {
+        let entries = ch.blocks[bi].entries.iter().filter(|e| match phase {
+            Phase::Allocations => e.tombstone,
+            Phase::InitialData => !e.tombstone,
+            Phase::Frees | Phase::Updates => true,
+        });
+        for e in entries {
             let data = base + e.data as u64;
             let damage =
                 |reason: String| Damage::in_log(data, log_name(ch.header.owner, kind), reason);
@@ -153,6 +166,15 @@ pub(crate) fn replay(
         HomeAllocator::new()
     });
     Replayed { allocator, live }
+}
+
+/// The order of replay within one transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Phase {
+    Frees,
+    Allocations,
+    InitialData,
+    Updates,
 }
 
 /// A live allocation overlapping `[start, end)`, if any.

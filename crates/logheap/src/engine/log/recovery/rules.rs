@@ -422,26 +422,32 @@ fn check_unfinished_extent(
     unfinished: &BTreeMap<u32, (Option<u64>, u64)>,
 ) -> Vec<Damage> {
     let mut problems = Vec::new();
-    let kind_of_chunk: HashMap<u32, (u32, LogKind)> = scan
-        .chunks
-        .iter()
-        .map(|c| (c.index, (c.header.owner, c.header.kind)))
-        .collect();
+    // Where each chunk of a log is: (kind, position in its chain).
+    let mut place: HashMap<u32, (LogKind, usize)> = HashMap::new();
+    for log in &v.logs {
+        for (pos, &ci) in log.chunks.iter().enumerate() {
+            place.insert(scan.chunks[ci].index, (log.kind, pos));
+        }
+    }
     let next = |k: LogKind| LogKind::ALL[(k.index() + 1) % LogKind::ALL.len()];
     for (&owner, &(version, _)) in unfinished {
         let Some(version) = version else { continue };
         let mut skipped: HashSet<LogKind> = HashSet::new();
         for log in v.logs.iter().filter(|l| l.owner == owner) {
-            for &ci in &log.chunks {
+            for (pos, &ci) in log.chunks.iter().enumerate() {
                 let ch = &scan.chunks[ci];
                 for b in ch.blocks.iter().filter(|b| b.version == version) {
-                    let target = (b.peer >= geometry.start
-                        && b.peer < geometry.offset(geometry.count))
-                    .then(|| kind_of_chunk.get(&geometry.chunk_of(b.peer)))
-                    .flatten();
-                    let Some(&(_, to)) = target else { continue };
-                    let here = geometry.offset(ch.index) + b.offset as u64;
-                    let backward = to == log.kind && b.peer <= here;
+                    let inside =
+                        b.peer >= geometry.start && b.peer < geometry.offset(geometry.count);
+                    let Some(&(to, to_pos)) = inside
+                        .then(|| place.get(&geometry.chunk_of(b.peer)))
+                        .flatten()
+                    else {
+                        continue;
+                    };
+                    let to_offset = b.peer - geometry.offset(geometry.chunk_of(b.peer));
+                    // Back to an earlier place in the same log: the cycle's close.
+                    let backward = to == log.kind && (to_pos, to_offset) <= (pos, b.offset as u64);
                     if to != log.kind || backward {
                         let mut k = next(log.kind);
                         while k != to {
