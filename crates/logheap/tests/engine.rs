@@ -508,3 +508,78 @@ fn a_dropped_transaction_is_erased_not_met_again() {
     }
     assert!(tried > 0, "no crash image held a partial commit");
 }
+
+/// A transaction with more entries than one block can count (65,535) and entries of the
+/// largest size: it spans several blocks, survives every sampled crash image of its
+/// commit as all or nothing, and reads back whole after a crash and after a clean close.
+#[test]
+fn the_largest_transactions_fill_blocks_to_their_limits() {
+    use std::sync::{Arc, Mutex};
+    let config = config().size(64 << 20).chunk_size(2 << 20);
+    let sim = logheap::media::SimConfig {
+        max_images_per_fence: 8,
+        random_images: 2,
+        ..Default::default()
+    };
+    let pool = Pool::create_sim(&config, sim).unwrap();
+    let (scattered, big) = pool
+        .transaction(|tx| Ok::<_, Error>((tx.alloc_bytes(160_000)?, tx.alloc_bytes(200_000)?)))
+        .unwrap();
+    let outcomes = Arc::new(Mutex::new(Vec::new()));
+    let o = outcomes.clone();
+    let simulator = pool.media().crash_simulator().unwrap();
+    simulator.set_fence_hook(Box::new(move |point| {
+        for image in point.images() {
+            let p = Pool::open_image(image, &config, Default::default()).unwrap();
+            let mut a = vec![0u8; 160_000];
+            let mut b = vec![0u8; 200_000];
+            p.read(|tx| {
+                tx.read_bytes(scattered, &mut a)?;
+                tx.read_bytes(big, &mut b)
+            })
+            .unwrap();
+            o.lock().unwrap().push((a, b));
+        }
+    }));
+    // 70,000 one-byte writes two bytes apart: entries that cannot merge. And one write of
+    // 200,000 bytes: entries of the largest size.
+    let byte = |i: usize| (i % 251) as u8 + 1;
+    pool.transaction(|tx| {
+        for i in 0..70_000usize {
+            tx.write_bytes(scattered + 2 * i as u64, &[byte(i)])?;
+        }
+        let data: Vec<u8> = (0..200_000).map(byte).collect();
+        tx.write_bytes(big, &data)
+    })
+    .unwrap();
+    simulator.take_fence_hook();
+    let mut want_a = vec![0u8; 160_000];
+    for i in 0..70_000 {
+        want_a[2 * i] = byte(i);
+    }
+    let want_b: Vec<u8> = (0..200_000).map(byte).collect();
+    let outcomes = outcomes.lock().unwrap();
+    assert!(outcomes.len() >= 4, "{} images", outcomes.len());
+    for (a, b) in outcomes.iter() {
+        let none = a.iter().all(|&x| x == 0) && b.iter().all(|&x| x == 0);
+        let all = *a == want_a && *b == want_b;
+        assert!(none || all, "a crash image holds part of the transaction");
+    }
+    assert!(outcomes.iter().any(|(a, _)| *a == want_a));
+    // After a crash, and after a clean close.
+    let image = pool.media().crash_simulator().unwrap().persisted_image();
+    let reopened = Pool::open_image(image, &config, Default::default()).unwrap();
+    let mut a = vec![0u8; 160_000];
+    reopened.read(|tx| tx.read_bytes(scattered, &mut a)).unwrap();
+    assert!(a == want_a);
+    let media = reopened.media().clone();
+    reopened.close().unwrap();
+    let image = media.crash_simulator().unwrap().persisted_image();
+    let clean = Pool::open_image(image, &config, Default::default()).unwrap();
+    assert!(clean.was_clean());
+    let mut b = vec![0u8; 200_000];
+    assert!(!clean.read(|tx| Ok::<_, Error>(tx.is_read_only())).map(|r| !r).unwrap());
+    clean.read(|tx| tx.read_bytes(big, &mut b)).unwrap();
+    assert!(b == want_b);
+    assert!(!clean.transaction(|tx| Ok::<_, Error>(tx.is_read_only())).unwrap());
+}
