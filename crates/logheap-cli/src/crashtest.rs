@@ -172,6 +172,8 @@ struct Run {
     aborted: u64,
     pool_full: u64,
     reopened: u64,
+    /// The size of an object a failed transaction freed, for the next to allocate.
+    reuse_size: Option<usize>,
 }
 
 /// The crash test opens thousands of pool images of a few MiB each. glibc's malloc
@@ -231,6 +233,7 @@ fn crashtest(args: &Args) -> Result<Outcome, Box<dyn std::error::Error>> {
         aborted: 0,
         pool_full: 0,
         reopened: 0,
+        reuse_size: None,
     };
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     // A failure of the workload itself (an image that cannot be reopened, a transaction
@@ -316,19 +319,35 @@ fn workload(
     for i in 0..args.txs {
         let reopen =
             args.reopen_every > 0 && i > 0 && i % args.reopen_every == 0 && config.fault.is_none();
-        let ops = plan(rng, &run.model, &run.ptrs);
-        let mut after = run.model.clone();
-        for op in &ops {
-            apply(&mut after, op);
-        }
         // Now and then a transaction that is abandoned after doing its work: by its own
         // error, or because the pool has no room for an allocation it makes after
-        // freeing and writing. Either way nothing of it may take effect.
+        // freeing an object and writing. Either way nothing of it may take effect; the
+        // next transaction allocates an object of the size that was freed, which would
+        // land on the still live object if the failed free had been let through.
         let abandon = match rng.random_range(0..12) {
             0 => Some(false),
             1 => Some(true),
             _ => None,
         };
+        let mut ops = plan(rng, &run.model, &run.ptrs);
+        if let Some(size) = run.reuse_size.take()
+            && let Some(slot) = (0..SLOTS).find(|&s| run.model[s].is_none() && !ops.iter().any(|o| o.slot() == s))
+        {
+            ops.push(Op::Alloc {
+                slot,
+                data: random_bytes(rng, size),
+            });
+        }
+        if abandon == Some(true)
+            && let Some(slot) = (0..SLOTS).find(|&s| run.model[s].is_some() && !ops.iter().any(|o| o.slot() == s))
+        {
+            ops.push(Op::Free { slot });
+            run.reuse_size = run.model[slot].as_ref().map(|o| o.len());
+        }
+        let mut after = run.model.clone();
+        for op in &ops {
+            apply(&mut after, op);
+        }
         {
             let mut e = lock(expected);
             e.capture = reopen;
@@ -447,6 +466,16 @@ fn apply_in_tx(
     }
     tx.write(root, &table)?;
     Ok(made)
+}
+
+impl Op {
+    /// The slot the operation changes first.
+    fn slot(&self) -> usize {
+        match self {
+            Op::Alloc { slot, .. } | Op::Free { slot } | Op::Write { slot, .. } => *slot,
+            Op::Span { first, .. } => *first,
+        }
+    }
 }
 
 /// Chooses one transaction's operations from the current state.
