@@ -331,7 +331,8 @@ fn workload(
         };
         let mut ops = plan(rng, &run.model, &run.ptrs);
         if let Some(size) = run.reuse_size.take()
-            && let Some(slot) = (0..SLOTS).find(|&s| run.model[s].is_none() && !ops.iter().any(|o| o.slot() == s))
+            && let Some(slot) =
+                (0..SLOTS).find(|&s| run.model[s].is_none() && !ops.iter().any(|o| o.slot() == s))
         {
             ops.push(Op::Alloc {
                 slot,
@@ -339,7 +340,8 @@ fn workload(
             });
         }
         if abandon == Some(true)
-            && let Some(slot) = (0..SLOTS).find(|&s| run.model[s].is_some() && !ops.iter().any(|o| o.slot() == s))
+            && let Some(slot) =
+                (0..SLOTS).find(|&s| run.model[s].is_some() && !ops.iter().any(|o| o.slot() == s))
         {
             ops.push(Op::Free { slot });
             run.reuse_size = run.model[slot].as_ref().map(|o| o.len());

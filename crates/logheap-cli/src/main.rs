@@ -7,6 +7,7 @@ mod crashtest;
 mod create;
 mod inspect;
 mod size;
+mod torture;
 
 use std::process::ExitCode;
 
@@ -33,6 +34,11 @@ enum Command {
     Check(check::Args),
     /// Print a pool file's header, state and logs without opening it.
     Inspect(inspect::Args),
+    /// Kill tests: kill a child running transactions on a pool file with SIGKILL, again
+    /// and again, and check every acknowledged transaction survives.
+    Torture(torture::Args),
+    #[command(hide = true)]
+    TortureChild(torture::ChildArgs),
     /// Check crash consistency: every crash image of a workload must recover to the
     /// state before or after the transaction in flight.
     Crashtest(crashtest::Args),
@@ -47,6 +53,8 @@ fn main() -> ExitCode {
         Command::Calibrate(args) => calibrate::run(&args),
         Command::Inspect(args) => inspect::run(&args),
         Command::Crashtest(args) => crashtest::run(&args),
+        Command::Torture(args) => torture::run(&args),
+        Command::TortureChild(args) => torture::child(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

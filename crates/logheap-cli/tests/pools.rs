@@ -176,3 +176,47 @@ fn inspect_shows_the_logs() {
         "{text}"
     );
 }
+
+/// Kill tests: a child running transactions on a pool file is killed with SIGKILL 150
+/// times (pmem on tmpfs, some of them during its recovery) and 60 times (msync on an
+/// ordinary file); every acknowledged transaction must be there after each kill.
+#[test]
+fn torture_loses_no_acknowledged_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    for (durability, kills, place) in [
+        ("pmem", "150", std::path::PathBuf::from("/dev/shm")),
+        ("msync", "60", dir.path().to_path_buf()),
+    ] {
+        let place = if place.is_dir() {
+            place
+        } else {
+            dir.path().to_path_buf()
+        };
+        let out = logheap(
+            &[
+                "torture",
+                "--kills",
+                kills,
+                "--durability",
+                durability,
+                "--json",
+                "--dir",
+            ]
+            .map(std::ffi::OsStr::new)
+            .into_iter()
+            .chain([place.as_os_str()])
+            .collect::<Vec<_>>(),
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["kills"].as_u64(), kills.parse().ok(), "{v}");
+        assert_eq!(v["lost"], 0, "{v}");
+        assert!(v["acknowledged"].as_u64().unwrap() > 100, "{v}");
+        assert!(v["committed"].as_u64() >= v["acknowledged"].as_u64(), "{v}");
+        assert!(v["kills_before_first_ack"].as_u64().unwrap() > 0, "{v}");
+    }
+}

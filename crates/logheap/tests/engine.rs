@@ -570,7 +570,9 @@ fn the_largest_transactions_fill_blocks_to_their_limits() {
     let image = pool.media().crash_simulator().unwrap().persisted_image();
     let reopened = Pool::open_image(image, &config, Default::default()).unwrap();
     let mut a = vec![0u8; 160_000];
-    reopened.read(|tx| tx.read_bytes(scattered, &mut a)).unwrap();
+    reopened
+        .read(|tx| tx.read_bytes(scattered, &mut a))
+        .unwrap();
     assert!(a == want_a);
     let media = reopened.media().clone();
     reopened.close().unwrap();
@@ -578,8 +580,17 @@ fn the_largest_transactions_fill_blocks_to_their_limits() {
     let clean = Pool::open_image(image, &config, Default::default()).unwrap();
     assert!(clean.was_clean());
     let mut b = vec![0u8; 200_000];
-    assert!(!clean.read(|tx| Ok::<_, Error>(tx.is_read_only())).map(|r| !r).unwrap());
+    assert!(
+        !clean
+            .read(|tx| Ok::<_, Error>(tx.is_read_only()))
+            .map(|r| !r)
+            .unwrap()
+    );
     clean.read(|tx| tx.read_bytes(big, &mut b)).unwrap();
     assert!(b == want_b);
-    assert!(!clean.transaction(|tx| Ok::<_, Error>(tx.is_read_only())).unwrap());
+    assert!(
+        !clean
+            .transaction(|tx| Ok::<_, Error>(tx.is_read_only()))
+            .unwrap()
+    );
 }
