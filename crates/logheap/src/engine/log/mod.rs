@@ -235,18 +235,9 @@ impl LogEngine {
         // Accepted: from here on the pool is written.
         file.mark_open();
         recovered.repair(&media, &geometry);
+        // Both are at most GENERATION_LIMIT (checked before), far below overflow.
         let base = marks.generation.max(recovered.max_generation);
-        let reserved = base
-            .checked_add(GENERATION_RESERVATION)
-            .filter(|r| *r < u64::MAX >> 1)
-            .ok_or_else(|| Error::Corrupt {
-                path: file.path().into(),
-                offset: layout.superblock.start,
-                reason: format!(
-                    "the chunk generation mark {} is beyond any reachable value",
-                    marks.generation
-                ),
-            })?;
+        let reserved = base + GENERATION_RESERVATION;
         superblock.write_generation(&media, reserved);
 
         let chunks = ChunkPool::new(
@@ -308,6 +299,15 @@ impl LogEngine {
         let geometry = ChunkGeometry::new(layout.data.start, layout.data.end, header.chunk_size);
         let superblock = superblock_of(layout);
         let mut problems = Vec::new();
+        if layout.root.end - layout.root.start > HEAP_START - ROOT_HOME {
+            problems.push(Damage::at(
+                56,
+                format!(
+                    "the root area is larger than the log engine's {} bytes",
+                    HEAP_START - ROOT_HOME
+                ),
+            ));
+        }
         let marks = superblock.read_marks(media, clean).unwrap_or_else(|d| {
             problems.push(d);
             // Without a trustworthy count, read every chunk.

@@ -40,6 +40,8 @@ const CLOSE: usize = 64;
 const CLOSE_MAGIC: [u8; 8] = *b"LHCLOSE\0";
 const CLOSE_LEN: usize = 64;
 const CLOSE_CRC_AT: usize = 60;
+/// The largest chunk generation (and generation mark) a log can reach.
+pub(crate) const GENERATION_LIMIT: u64 = u64::MAX >> 2;
 /// Bytes of the superblock the log engine uses.
 pub(crate) const SUPERBLOCK_BYTES: usize = CLOSE + CLOSE_LEN;
 
@@ -103,6 +105,16 @@ impl Superblock {
                 format!(
                     "the two copies of the chunk generation mark differ ({} and {}) after a clean close",
                     g[0], g[1]
+                ),
+            ));
+        }
+        // Generations are reserved in steps far below 2^62; a mark beyond is damage.
+        if g[0].max(g[1]) > GENERATION_LIMIT {
+            return Err(Damage::at(
+                (self.at + GENERATION) as u64,
+                format!(
+                    "the chunk generation mark {} is beyond any reachable value",
+                    g[0].max(g[1])
                 ),
             ));
         }
