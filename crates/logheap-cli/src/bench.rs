@@ -125,6 +125,74 @@ fn plan(args: &Args) -> Vec<(String, Workload, usize)> {
     runs
 }
 
+/// Refuses a plan that cannot run, before anything runs: no threads, or an engine that
+/// does not exist (naming those that do).
+fn check_plan(runs: &[(String, Workload, usize)]) -> Result<(), String> {
+    for (engine, _, threads) in runs {
+        if *threads == 0 {
+            return Err("--threads 0: a run needs at least one thread".into());
+        }
+        if let Err(e) = logheap::Config::default().engine_name(engine) {
+            let known: Vec<String> = MappingConfig::LADDER
+                .iter()
+                .map(|(n, _)| match *n {
+                    "full" => "log".to_string(),
+                    n => format!("log-{n}"),
+                })
+                .collect();
+            return Err(format!(
+                "--engine {engine}: {e}; the engines built are {}",
+                known.join(", ")
+            ));
+        }
+        let built = logheap::Config::default()
+            .engine_name(engine)
+            .is_ok_and(|c| c.engine == logheap::EngineKind::Log);
+        if !built {
+            return Err(format!(
+                "--engine {engine}: that engine is not built yet (log and its ablation are)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The results directory: `out` when given (it must not be a file), else a new
+/// directory `bench-results/<unix time>[-n]` that no other run uses.
+fn results_dir(out: Option<&std::path::Path>) -> Result<PathBuf, String> {
+    if let Some(out) = out {
+        if out.exists() && !out.is_dir() {
+            return Err(format!(
+                "--out {}: that is a file; give a directory for the results",
+                out.display()
+            ));
+        }
+        std::fs::create_dir_all(out).map_err(|e| format!("--out {}: {e}", out.display()))?;
+        return Ok(out.to_path_buf());
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let parent = PathBuf::from("bench-results");
+    std::fs::create_dir_all(&parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    // `create_dir` fails when the directory exists, so two runs started in the same
+    // second take different names.
+    for n in 0u32.. {
+        let name = match n {
+            0 => now.to_string(),
+            n => format!("{now}-{n}"),
+        };
+        let dir = parent.join(name);
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(format!("{}: {e}", dir.display())),
+        }
+    }
+    Err("no free results directory name".into())
+}
+
 /// The paper's sizes scaled down, if needed, to what this machine's available memory
 /// holds (pool data on tmpfs and the DRAM mapping, about 2 KiB per element at 128 B).
 fn fit_in_memory(elements: u64, ops: u64, value_size: usize) -> (u64, u64) {
@@ -186,15 +254,9 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         (args.elements, args.ops)
     };
-    let out = args.out.clone().unwrap_or_else(|| {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        PathBuf::from("bench-results").join(now.to_string())
-    });
-    std::fs::create_dir_all(&out)?;
     let runs = plan(args);
+    check_plan(&runs)?;
+    let out = results_dir(args.out.as_deref())?;
     let mut jsonl = std::fs::File::create(out.join("results.jsonl"))?;
     let mut results = Vec::new();
     let bar = ProgressBar::new(runs.len() as u64).with_style(

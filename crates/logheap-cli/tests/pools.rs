@@ -220,3 +220,64 @@ fn torture_loses_no_acknowledged_transaction() {
         assert!(v["kills_before_first_ack"].as_u64().unwrap() > 0, "{v}");
     }
 }
+
+#[test]
+fn bench_refuses_bad_plans_before_running_and_never_shares_a_results_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let bench = |extra: &[&str]| {
+        let mut args = vec![
+            "bench",
+            "--workload",
+            "sps",
+            "--ops",
+            "50",
+            "--elements",
+            "50",
+        ];
+        args.extend_from_slice(extra);
+        Command::new(env!("CARGO_BIN_EXE_logheap"))
+            .args(&args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let err = |o: &Output| String::from_utf8_lossy(&o.stderr).to_string();
+    let zero = bench(&["--threads", "0"]);
+    assert!(
+        !zero.status.success() && err(&zero).contains("--threads 0"),
+        "{}",
+        err(&zero)
+    );
+    let unknown = bench(&["--engine", "lsm"]);
+    assert!(err(&unknown).contains("lsm") && err(&unknown).contains("log-2l-gu-c"));
+    let file = dir.path().join("taken");
+    std::fs::write(&file, "x").unwrap();
+    let out = bench(&["--out", file.to_str().unwrap()]);
+    assert!(
+        err(&out).contains("taken") && err(&out).contains("is a file"),
+        "{}",
+        err(&out)
+    );
+    assert!(!dir.path().join("bench-results").exists(), "nothing ran");
+    // Two runs at once: two results directories.
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| bench(&["--engine", "log", "--emulation", "off"]));
+        let b = s.spawn(|| bench(&["--engine", "log", "--emulation", "off"]));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert!(a.status.success() && b.status.success());
+    let last = |o: &Output| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .last()
+            .unwrap()
+            .to_string()
+    };
+    assert_ne!(last(&a), last(&b));
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("bench-results"))
+            .unwrap()
+            .count(),
+        2
+    );
+}
