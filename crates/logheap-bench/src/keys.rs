@@ -1,4 +1,4 @@
-//! Key streams of the workloads (000_70bf7223c84ebbe9.txt §5): uniform random keys for
+//! Key streams of the workloads ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §5): uniform random keys for
 //! the insert workloads, and Zipf-distributed keys for the update workloads, skewed so
 //! that about 90% of operations hit 15% of the keys.
 

@@ -1,4 +1,4 @@
-//! The evaluation of 000_70bf7223c84ebbe9.txt §5 on logheap: workloads on persistent
+//! The evaluation of "Log-structured Non-volatile Main Memory" (USENIX ATC 2017) §5 on logheap: workloads on persistent
 //! collections, a harness that runs them on a fresh pool and measures transactions and
 //! persistence traffic, and reports.
 //!

@@ -1,4 +1,4 @@
-//! The workloads of 000_70bf7223c84ebbe9.txt §5: SPS (random swaps in a large array),
+//! The workloads of "Log-structured Non-volatile Main Memory" (USENIX ATC 2017) §5: SPS (random swaps in a large array),
 //! and RBTree, B+Tree, HashTable and KVStore, each with an insert workload (uniform
 //! random keys) and an update workload (Zipf keys: look the key up, delete it if found,
 //! else insert it). KVStore is the hash table with variable-size values.

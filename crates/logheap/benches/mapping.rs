@@ -1,5 +1,5 @@
 //! Micro-benchmarks of the hot paths, for each address-mapping configuration of the
-//! paper's ablation (000_70bf7223c84ebbe9.txt §5.2):
+//! paper's ablation ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §5.2):
 //!
 //! - `lookup_hit`: reading 8 bytes just read before (a node-cache hit where caches are on);
 //! - `lookup_miss`: reading 8 bytes of one of 100 000 objects in a scattered order (node

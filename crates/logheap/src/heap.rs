@@ -61,6 +61,19 @@ impl Pool {
         Pool::start(file, config)
     }
 
+    /// Opens the pool at `path` when it exists (with `config`'s media and mapping
+    /// settings, as [`open_with`](Pool::open_with)), else creates it with `config`.
+    pub fn open_or_create(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
+        match Pool::open_with(path.as_ref(), config) {
+            Err(Error::NotFound { .. }) => match Pool::create(path.as_ref(), config) {
+                // Another process created it meanwhile.
+                Err(Error::AlreadyExists { .. }) => Pool::open_with(path, config),
+                created => created,
+            },
+            opened => opened,
+        }
+    }
+
     /// Opens the pool at `path` with the default settings, recovering it if its last
     /// close was not clean.
     pub fn open(path: impl AsRef<Path>) -> Result<Pool> {

@@ -6,12 +6,15 @@
 //! ```
 //! use logheap::{pfield, Config, PPtr, Pool};
 //!
-//! #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+//! // Stored types are plain data. The derives come with logheap (no other dependency
+//! // needed); the attribute tells them where.
+//! #[derive(Clone, Copy, logheap::Pod, logheap::Zeroable)]
+//! #[bytemuck(crate = "logheap::bytemuck")]
 //! #[repr(C)]
 //! struct Node { key: u64, next: PPtr<Node> }
 //!
 //! let dir = tempfile::tempdir()?;
-//! let pool = Pool::create(dir.path().join("list.pool"), &Config::default().size(8 << 20))?;
+//! let pool = Pool::open_or_create(dir.path().join("list.pool"), &Config::default().size(8 << 20))?;
 //! let head: PPtr<PPtr<Node>> = pool.root()?;
 //! pool.transaction(|tx| {
 //!     let old = tx.read(head)?;
@@ -29,6 +32,7 @@
 //!
 //! The crate is built in layers, bottom up:
 //!
+//! - [`check`]: read-only verification of a pool file (`logheap check`).
 //! - [`media`]: mapped bytes and persistence (flush, fence, non-temporal copies),
 //!   durability modes, NVM emulation, traffic counters and the crash-simulation media.
 //!   Every persistent store of the layers above goes through it.
@@ -50,6 +54,10 @@ mod ptr;
 mod stm;
 mod tx;
 
+/// The `bytemuck` crate, whose `Pod` and `Zeroable` derives make a type storable: derive
+/// them as `logheap::Pod` and `logheap::Zeroable` with `#[bytemuck(crate =
+/// "logheap::bytemuck")]` on the type, or depend on `bytemuck` (feature `derive`).
+pub use bytemuck;
 pub use bytemuck::{Pod, Zeroable};
 pub use config::{Config, Fault};
 pub use engine::{Damage, EngineKind, MappingConfig};

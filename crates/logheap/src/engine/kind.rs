@@ -7,13 +7,13 @@ use std::str::FromStr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EngineKind {
-    /// Log-structured: the log is the home of the data (000_70bf7223c84ebbe9.txt).
+    /// Log-structured: the log is the home of the data ("Log-structured Non-volatile Main Memory", USENIX ATC 2017).
     Log,
     /// Redo logging with in-place home data (Mnemosyne-style baseline).
     Redo,
     /// Undo logging with in-place home data (PMDK-style baseline, 004 hybrid).
     Undo,
-    /// Endurance-aware out-of-place update (003).
+    /// Endurance-aware out-of-place update ("endurance-aware out-of-place update", EAOOP).
     Oop,
 }
 

@@ -1,4 +1,4 @@
-//! NVM latency and bandwidth emulation (000_70bf7223c84ebbe9.txt, section 5).
+//! NVM latency and bandwidth emulation ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §5).
 //!
 //! DRAM (or tmpfs) stands in for persistent memory. To see how an engine would behave
 //! on slower NVM, each persist barrier (fence) waits

@@ -1,4 +1,4 @@
-//! Concurrency control, TinySTM / TL2 style (000_70bf7223c84ebbe9.txt §4.1 runs on
+//! Concurrency control, TinySTM / TL2 style ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §4.1 runs on
 //! TinySTM): a global version clock, a table of versioned locks over 64-byte address
 //! stripes, reads validated against the transaction's snapshot (extended when possible),
 //! writes buffered until commit, commit-time locking with try-lock and abort (so no

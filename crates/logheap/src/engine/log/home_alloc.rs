@@ -1,4 +1,4 @@
-//! The home-space allocator (000_70bf7223c84ebbe9.txt §4.1).
+//! The home-space allocator ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §4.1).
 //!
 //! Home space is virtual (47-bit offsets), so fragmentation there costs nothing physical.
 //! Small objects (up to 4 KiB) come from size classes carved out of 64 KiB-aligned

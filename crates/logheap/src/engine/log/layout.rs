@@ -1,4 +1,4 @@
-//! Byte layout of the log (000_70bf7223c84ebbe9.txt §4.2), all little-endian.
+//! Byte layout of the log ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §4.2), all little-endian.
 //!
 //! **Chunk header** (64 bytes: one cache line, at the start of every chunk), as eight
 //! words: magic `LHC1` (4), log kind (1), flags (1; bit 0: the payload was all zeros

@@ -1,4 +1,4 @@
-//! The log-structured engine (000_70bf7223c84ebbe9.txt): the log is the home of the data.
+//! The log-structured engine ("Log-structured Non-volatile Main Memory", USENIX ATC 2017): the log is the home of the data.
 //!
 //! Every allocation and store of a committing transaction is appended to the committer's
 //! logs (update, allocation, deallocation) as transaction blocks, made durable with one
@@ -816,7 +816,7 @@ impl<'a> CommitData<'a> {
     }
 }
 
-/// Group update (000_70bf7223c84ebbe9.txt §3.2): merges address-contiguous parts (sorted,
+/// Group update ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §3.2): merges address-contiguous parts (sorted,
 /// non-overlapping) into single buffers, so each run becomes one log entry and one
 /// mapping update.
 fn merge_contiguous(parts: Vec<(u64, &[u8])>) -> Vec<(u64, Vec<u8>)> {

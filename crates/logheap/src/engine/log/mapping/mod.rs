@@ -1,4 +1,4 @@
-//! The home-to-log address mapping (000_70bf7223c84ebbe9.txt §3.2, §4.3), with the
+//! The home-to-log address mapping ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §3.2, §4.3), with the
 //! paper's optimisations each switchable in [`MappingConfig`]:
 //!
 //! - **two-layer mapping** ([`directory`]): home space cut into fixed partitions (4 KiB by

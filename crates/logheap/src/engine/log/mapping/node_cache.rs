@@ -1,4 +1,4 @@
-//! Thread-local tree node caches (000_70bf7223c84ebbe9.txt §3.2).
+//! Thread-local tree node caches ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §3.2).
 //!
 //! A set-associative cache from home addresses to mapping nodes. The set is chosen from
 //! the address's high bits (`addr >> 6`), so addresses in one 64-byte neighbourhood share

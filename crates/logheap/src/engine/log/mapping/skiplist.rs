@@ -1,4 +1,4 @@
-//! One partition's skip list of mapping nodes (000_70bf7223c84ebbe9.txt §3.2, §4.3):
+//! One partition's skip list of mapping nodes ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §3.2, §4.3):
 //! non-overlapping `{home, len} -> {log, version}` nodes sorted by home.
 //!
 //! One writer at a time (the partition's writer lock); readers need no lock:
