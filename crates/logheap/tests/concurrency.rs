@@ -18,7 +18,7 @@ fn pool(mapping: MappingConfig) -> (tempfile::TempDir, Pool) {
 #[test]
 fn shared_counter_loses_no_increment() {
     for (_, mapping) in MappingConfig::LADDER {
-        let (_dir, pool) = pool(mapping);
+        let (dir, pool) = pool(mapping);
         let counter: PPtr<u64> = pool.root().unwrap();
         let threads = 4;
         let per_thread = 1000;
@@ -46,6 +46,19 @@ fn shared_counter_loses_no_increment() {
             c.fences,
             threads * per_thread,
             "one fence per committed write transaction"
+        );
+        // The clean-close record counts what every thread appended: the pool reopens.
+        pool.close().unwrap();
+        let pool = Pool::open_with(
+            dir.path().join("c.pool"),
+            &Config::default().mapping(mapping),
+        )
+        .unwrap();
+        assert!(pool.was_clean());
+        assert_eq!(pool.stats().log.recovery.transactions, threads * per_thread);
+        assert_eq!(
+            pool.read(|tx| tx.read(counter)).unwrap(),
+            threads * per_thread
         );
     }
 }

@@ -225,6 +225,26 @@ pub(crate) struct LogSet {
     pub tails: [LogTail; 3],
     /// Where blocks are encoded before they are written (reused by every commit).
     pub scratch: Vec<u8>,
+    /// What this open appended through the set (counted here, where only the committer
+    /// holding the set writes, rather than in counters every committer shares).
+    pub appended: Appended,
+}
+
+/// Transactions and blocks appended, and the largest version.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Appended {
+    pub transactions: u64,
+    pub blocks: u64,
+    pub max_version: u64,
+}
+
+impl Appended {
+    /// Counts one appended transaction of `blocks` blocks at `version`.
+    pub(crate) fn record(&mut self, blocks: usize, version: u64) {
+        self.transactions += 1;
+        self.blocks += blocks as u64;
+        self.max_version = self.max_version.max(version);
+    }
 }
 
 impl LogSet {
@@ -233,6 +253,7 @@ impl LogSet {
             id,
             tails: [LogTail::default(); 3],
             scratch: Vec::new(),
+            appended: Appended::default(),
         }
     }
 

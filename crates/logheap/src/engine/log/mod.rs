@@ -130,18 +130,11 @@ pub(crate) struct LogEngine {
     next_log_set: AtomicU32,
     next_tx_id: AtomicU64,
     superblock: Superblock,
-    /// What the log holds, for the clean-close record.
-    in_log: LogCounts,
+    /// What the log held after recovery (the log sets count what is appended since), for
+    /// the clean-close record.
+    recovered_log: CloseRecord,
     report: RecoveryReport,
     fault: Option<Fault>,
-}
-
-/// What the log holds: committed transactions, their blocks, the largest version.
-#[derive(Debug)]
-struct LogCounts {
-    transactions: AtomicU64,
-    blocks: AtomicU64,
-    max_version: AtomicU64,
 }
 
 fn superblock_of(layout: &PoolLayout) -> Superblock {
@@ -281,11 +274,7 @@ impl LogEngine {
             next_log_set: AtomicU32::new(recovered.max_owner + 1),
             next_tx_id: AtomicU64::new(1),
             superblock,
-            in_log: LogCounts {
-                transactions: AtomicU64::new(recovered.in_log.transactions),
-                blocks: AtomicU64::new(recovered.in_log.blocks),
-                max_version: AtomicU64::new(recovered.in_log.max_version),
-            },
+            recovered_log: recovered.in_log,
             report: recovered.report,
             fault,
             media,
@@ -333,12 +322,20 @@ impl LogEngine {
     /// Prepares a clean close: records what the log holds, durably, so the next open can
     /// check it finds exactly that. The caller then marks the pool closed.
     pub(crate) fn close(&self) {
+        // No commit is in progress (closing takes the pool): every log set is here.
+        let sets = lock(&self.log_sets);
+        let base = self.recovered_log;
         let record = CloseRecord {
-            max_version: self.in_log.max_version.load(Ordering::Relaxed),
-            transactions: self.in_log.transactions.load(Ordering::Relaxed),
-            blocks: self.in_log.blocks.load(Ordering::Relaxed),
+            max_version: sets
+                .iter()
+                .map(|s| s.appended.max_version)
+                .fold(base.max_version, u64::max),
+            transactions: base.transactions
+                + sets.iter().map(|s| s.appended.transactions).sum::<u64>(),
+            blocks: base.blocks + sets.iter().map(|s| s.appended.blocks).sum::<u64>(),
             chunks_in_use: self.chunks.in_use(),
         };
+        drop(sets);
         self.superblock.write_close_record(&self.media, &record);
     }
 
@@ -597,20 +594,16 @@ impl LogEngine {
             version,
             self.fault.is_none(),
         );
+        if let Ok((_, blocks)) = &placed {
+            set.appended.record(*blocks, version);
+        }
         lock(&self.log_sets).push(set);
         drop(entries);
         drop(data);
-        let Ok((placed, blocks)) = placed else {
+        let Ok((placed, _)) = placed else {
             held.restore(&self.locks);
             return Err(Error::PoolFull);
         };
-        self.in_log.transactions.fetch_add(1, Ordering::Relaxed);
-        self.in_log
-            .blocks
-            .fetch_add(blocks as u64, Ordering::Relaxed);
-        self.in_log
-            .max_version
-            .fetch_max(version, Ordering::Relaxed);
         {
             let map = &self.mapping;
             let chunks = &self.chunks;
