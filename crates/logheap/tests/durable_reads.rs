@@ -121,7 +121,10 @@ fn readers_only_see_durable_data() {
             }
         }
     });
-    assert_eq!(not_durable, 0, "{not_durable} of {reads} reads saw data not yet durable");
+    assert_eq!(
+        not_durable, 0,
+        "{not_durable} of {reads} reads saw data not yet durable"
+    );
 }
 
 /// A small write in the middle of a large mapping node splits it; readers of the
