@@ -189,3 +189,41 @@ fn concurrent_inserts_into_one_list_lose_none() {
         );
     }
 }
+
+/// A transaction that read x, then finds y changed by a commit that also changed x,
+/// cannot extend its snapshot: it must restart rather than see the old x with the new y.
+/// The interleaving is forced (no timing), so this runs the same way every time.
+#[test]
+fn a_snapshot_is_extended_only_while_what_it_read_is_unchanged() {
+    use std::sync::Barrier;
+    let (_dir, pool) = pool(MappingConfig::FULL);
+    // Two words in different 64-byte stripes: different locks.
+    let x: PPtr<u64> = pool.root().unwrap();
+    let y = PPtr::<u64>::from_offset(x.offset() + 128);
+    let (read_x, committed) = (Barrier::new(2), Barrier::new(2));
+    let mut attempts = 0;
+    let seen = std::thread::scope(|s| {
+        s.spawn(|| {
+            read_x.wait();
+            pool.transaction(|tx| {
+                tx.write(x, &1)?;
+                tx.write(y, &1)
+            })
+            .unwrap();
+            committed.wait();
+        });
+        pool.read(|tx| {
+            attempts += 1;
+            let a = tx.read(x)?;
+            if attempts == 1 {
+                read_x.wait();
+                committed.wait();
+            }
+            let b = tx.read(y)?;
+            Ok::<_, Error>((a, b))
+        })
+        .unwrap()
+    });
+    assert_eq!(seen, (1, 1), "a torn snapshot");
+    assert_eq!(attempts, 2, "the first attempt had to restart");
+}
