@@ -124,12 +124,14 @@ impl ChunkPool {
         // A chunk that was never in a log is usually all zeros: then its blocks need no
         // end mark after them (the zeros are one). Reused chunks hold stale bytes. One
         // read of the chunk tells, once per chunk's turn in a log.
-        let mut payload = vec![0u8; self.geometry.size as usize - CHUNK_HEADER];
-        self.media.read(
-            self.geometry.offset(chunk) as usize + CHUNK_HEADER,
-            &mut payload,
-        );
-        let zero_payload = payload.iter().all(|&b| b == 0);
+        let start = self.geometry.offset(chunk) as usize + CHUNK_HEADER;
+        let end = self.geometry.offset(chunk + 1) as usize;
+        let mut piece = [0u8; 512];
+        let zero_payload = (start..end).step_by(piece.len()).all(|at| {
+            let piece = &mut piece[..(end - at).min(512)];
+            self.media.read(at, piece);
+            piece.iter().all(|&b| b == 0)
+        });
         Some(TakenChunk {
             chunk,
             generation: self.next_generation.fetch_add(1, Ordering::Relaxed),
