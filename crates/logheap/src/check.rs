@@ -12,7 +12,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::engine::EngineKind;
-use crate::engine::log::{LogEngine, log_kind_name};
+pub use crate::engine::LogSummary;
+use crate::engine::log::LogEngine;
 use crate::engine::{Damage, RecoveryReport};
 use crate::error::{Error, Result};
 use crate::pool::{Header, PoolFile, ReadOnlyPool};
@@ -46,21 +47,6 @@ impl CheckReport {
     pub fn is_sound(&self) -> bool {
         self.problems.is_empty()
     }
-}
-
-/// One log of a pool.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct LogSummary {
-    /// The log set (one committer's logs).
-    pub log_set: u32,
-    /// `update`, `allocation` or `deallocation`.
-    pub kind: &'static str,
-    /// Chunks in the log.
-    pub chunks: u64,
-    /// Valid transaction blocks.
-    pub blocks: u64,
-    /// Bytes of the log's data still mapped (not overwritten or freed since).
-    pub live_bytes: u64,
 }
 
 /// Checks the pool file at `path`, read-only.
@@ -120,17 +106,7 @@ fn examine(path: &Path, opened: Result<ReadOnlyPool>) -> Result<CheckReport> {
     report.header = Some(pool.header.clone());
     report.clean = Some(pool.state.clean);
     report.recovery = Some(found.report);
-    report.logs = found
-        .logs
-        .iter()
-        .map(|&(log_set, kind, chunks, blocks, live_bytes)| LogSummary {
-            log_set,
-            kind: log_kind_name(kind),
-            chunks,
-            blocks,
-            live_bytes,
-        })
-        .collect();
+    report.logs = found.logs;
     report.allocations = found.allocations;
     report.allocated_bytes = found.allocated_bytes;
     report.live_log_bytes = found.live_log_bytes;

@@ -5,4 +5,6 @@ mod kind;
 pub(crate) mod log;
 
 pub use kind::EngineKind;
-pub use log::{Damage, DroppedTransaction, LogEngineStats, MappingConfig, RecoveryReport};
+pub use log::{
+    Damage, DroppedTransaction, LogEngineStats, LogSummary, MappingConfig, RecoveryReport,
+};

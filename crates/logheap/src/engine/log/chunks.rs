@@ -28,6 +28,12 @@ impl ChunkGeometry {
         ChunkGeometry { start, size, count }
     }
 
+    /// The chunks of a pool with `header`.
+    pub(crate) fn of(header: &crate::pool::Header) -> ChunkGeometry {
+        let data = &header.layout.data;
+        ChunkGeometry::new(data.start, data.end, header.chunk_size)
+    }
+
     /// Pool offset of chunk `c`.
     pub(crate) fn offset(&self, c: u32) -> u64 {
         self.start + c as u64 * self.size

@@ -23,8 +23,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub use mapping::MappingConfig;
-pub use recovery::{Damage, DroppedTransaction, RecoveryReport};
-pub(crate) use recovery::{Examination, log_kind_name};
+pub(crate) use recovery::Examination;
+pub use recovery::{Damage, DroppedTransaction, LogSummary, RecoveryReport};
 
 use self::chunks::{ChunkGeometry, ChunkPool, LogSet};
 use self::home_alloc::{AllocError, HEAP_START, HomeAllocator};
@@ -176,9 +176,8 @@ impl LogEngine {
     /// chunks count as formatted (a new file is zeros); more are formatted as the logs
     /// grow.
     pub(crate) fn format(media: &Media, header: &Header) {
-        let layout = &header.layout;
-        let geometry = ChunkGeometry::new(layout.data.start, layout.data.end, header.chunk_size);
-        superblock_of(layout).format(media, geometry.count.min(chunks::FORMAT_STEP_MIN));
+        let geometry = ChunkGeometry::of(header);
+        superblock_of(&header.layout).format(media, geometry.count.min(chunks::FORMAT_STEP_MIN));
     }
 
     /// Opens the engine on a pool file: reads the log and recovers the mapping, allocator
@@ -205,8 +204,7 @@ impl LogEngine {
                 HEAP_START - ROOT_HOME
             )));
         }
-        let geometry =
-            ChunkGeometry::new(layout.data.start, layout.data.end, file.header().chunk_size);
+        let geometry = ChunkGeometry::of(file.header());
         let superblock = superblock_of(layout);
         let corrupt = |problems: Vec<Damage>| corrupt(file.path(), problems);
         let clean = file.was_clean();
@@ -285,7 +283,7 @@ impl LogEngine {
     /// check`). `clean`: the pool was closed cleanly.
     pub(crate) fn examine(media: &Media, header: &Header, clean: bool) -> Examination {
         let layout = &header.layout;
-        let geometry = ChunkGeometry::new(layout.data.start, layout.data.end, header.chunk_size);
+        let geometry = ChunkGeometry::of(header);
         let superblock = superblock_of(layout);
         let mut problems = Vec::new();
         if layout.root.end - layout.root.start > HEAP_START - ROOT_HOME {

@@ -54,7 +54,7 @@ use super::mapping::Mapping;
 use super::superblock::{CloseRecord, Marks};
 use crate::media::Media;
 
-pub(crate) use rules::log_kind_name;
+use rules::log_kind_name;
 
 /// What recovery found when the pool was opened.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -127,6 +127,21 @@ impl fmt::Display for Damage {
     }
 }
 
+/// One log of a pool, as `logheap check` and `inspect` show it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LogSummary {
+    /// The log set (one committer's logs).
+    pub log_set: u32,
+    /// `update`, `allocation` or `deallocation`.
+    pub kind: &'static str,
+    /// Chunks in the log.
+    pub chunks: u64,
+    /// Valid transaction blocks.
+    pub blocks: u64,
+    /// Bytes of the log's data still mapped (not overwritten or freed since).
+    pub live_bytes: u64,
+}
+
 /// The append position of one log of a previous run.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ResumedTail {
@@ -161,8 +176,7 @@ pub(crate) struct Recovery {
 #[derive(Debug)]
 pub(crate) struct Examination {
     pub report: RecoveryReport,
-    /// Per log: (log set, kind, chunks, blocks, live bytes).
-    pub logs: Vec<(u32, LogKind, u64, u64, u64)>,
+    pub logs: Vec<LogSummary>,
     pub allocations: u64,
     pub allocated_bytes: u64,
     pub live_log_bytes: u64,
@@ -355,13 +369,13 @@ pub(crate) fn examine(
             let chunks = log.chunks.iter().map(|&ci| &scan.chunks[ci]);
             let blocks = chunks.clone().map(|c| c.blocks.len() as u64).sum();
             let live_bytes: i64 = chunks.clone().map(|c| live[c.index as usize]).sum();
-            (
-                log.owner,
-                log.kind,
-                log.chunks.len() as u64,
+            LogSummary {
+                log_set: log.owner,
+                kind: log_kind_name(log.kind),
+                chunks: log.chunks.len() as u64,
                 blocks,
-                live_bytes.max(0) as u64,
-            )
+                live_bytes: live_bytes.max(0) as u64,
+            }
         })
         .collect();
     let allocations = replayed.allocator.allocations();

@@ -77,23 +77,24 @@ pub(crate) fn replay(
                 )));
                 continue;
             }
-            let record_len = || -> Result<u64, String> {
+            // Free records and allocation records hold one length: the object's.
+            let is_record = kind == LogKind::Dealloc || (kind == LogKind::Alloc && e.tombstone);
+            let len = if is_record {
                 if e.size != 8 {
-                    return Err(format!("a {kind:?} record holds {} bytes, not 8", e.size));
+                    problems.push(damage(format!(
+                        "a {kind:?} record holds {} bytes, not 8",
+                        e.size
+                    )));
+                    continue;
                 }
                 let mut b = [0u8; 8];
                 media.read(data as usize, &mut b);
-                Ok(u64_at(&b, 0))
+                u64_at(&b, 0)
+            } else {
+                0
             };
             match (kind, e.tombstone) {
                 (LogKind::Dealloc, _) => {
-                    let len = match record_len() {
-                        Ok(len) => len,
-                        Err(why) => {
-                            problems.push(damage(why));
-                            continue;
-                        }
-                    };
                     if allocations.get(&e.home) != Some(&len) {
                         problems.push(damage(format!(
                             "free record for {:#x}+{len}, which is not allocated",
@@ -105,13 +106,6 @@ pub(crate) fn replay(
                     mapping.remove(e.home, len, &mut displaced);
                 }
                 (LogKind::Alloc, true) => {
-                    let len = match record_len() {
-                        Ok(len) => len,
-                        Err(why) => {
-                            problems.push(damage(why));
-                            continue;
-                        }
-                    };
                     let end = e
                         .home
                         .checked_add(len)
