@@ -184,6 +184,7 @@ struct Run {
 fn keep_freed_memory() {
     const M_TRIM_THRESHOLD: i32 = -1;
     const M_MMAP_THRESHOLD: i32 = -3;
+    // SAFETY: the declaration matches glibc's `int mallopt(int param, int value)`.
     unsafe extern "C" {
         fn mallopt(param: i32, value: i32) -> i32;
     }
