@@ -133,7 +133,7 @@ fn check_plan(runs: &[(String, Workload, usize)]) -> Result<(), String> {
             return Err("--threads 0: a run needs at least one thread".into());
         }
         if let Err(e) = logheap::Config::default().engine_name(engine) {
-            let known: Vec<String> = MappingConfig::LADDER
+            let known: Vec<String> = MappingConfig::NAMED
                 .iter()
                 .map(|(n, _)| match *n {
                     "full" => "log".to_string(),

@@ -54,7 +54,7 @@ fn fixture(mapping: MappingConfig) -> Fixture {
 }
 
 fn benches(c: &mut Criterion) {
-    for (name, mapping) in MappingConfig::LADDER {
+    for (name, mapping) in MappingConfig::NAMED {
         let f = fixture(mapping);
         let mut group = c.benchmark_group(name);
         let hot = PPtr::<u64>::from_offset(f.objs[42].offset() + 8);

@@ -17,7 +17,7 @@ fn pool(mapping: MappingConfig) -> (tempfile::TempDir, Pool) {
 
 #[test]
 fn shared_counter_loses_no_increment() {
-    for (_, mapping) in MappingConfig::LADDER {
+    for (_, mapping) in MappingConfig::NAMED {
         let (dir, pool) = pool(mapping);
         let counter: PPtr<u64> = pool.root().unwrap();
         let threads = 4;
@@ -68,7 +68,7 @@ const INITIAL: u64 = 1000;
 
 #[test]
 fn transfers_keep_the_total_and_readers_never_see_a_torn_state() {
-    for (_, mapping) in MappingConfig::LADDER {
+    for (_, mapping) in MappingConfig::NAMED {
         let (_dir, pool) = pool(mapping);
         let accounts: PPtr<[u64; ACCOUNTS]> = pool.root().unwrap();
         pool.transaction(|tx| tx.write(accounts, &[INITIAL; ACCOUNTS]))
@@ -144,7 +144,7 @@ struct Node {
 
 #[test]
 fn concurrent_inserts_into_one_list_lose_none() {
-    for (_, mapping) in MappingConfig::LADDER {
+    for (_, mapping) in MappingConfig::NAMED {
         let (_dir, pool) = pool(mapping);
         let head: PPtr<PPtr<Node>> = pool.root().unwrap();
         let per_thread = 300u64;

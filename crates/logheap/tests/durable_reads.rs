@@ -14,7 +14,7 @@ const SIZE: usize = 192;
 /// never goes backwards (not stale).
 #[test]
 fn racing_readers_see_no_torn_or_stale_object() {
-    for (_, mapping) in MappingConfig::LADDER {
+    for (_, mapping) in MappingConfig::NAMED {
         eprintln!("mapping {mapping}");
         let dir = tempfile::tempdir().unwrap();
         let pool = Pool::create(
@@ -131,7 +131,7 @@ fn readers_only_see_durable_data() {
 /// untouched tail (whose stripes the writer does not lock) must never find it unmapped.
 #[test]
 fn splitting_a_node_never_hides_its_tail_from_readers() {
-    for (_, mapping) in MappingConfig::LADDER {
+    for (_, mapping) in MappingConfig::NAMED {
         let pool = Pool::create_sim(
             &Config::default().size(32 << 20).mapping(mapping),
             SimConfig::default(),

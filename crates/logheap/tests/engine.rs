@@ -18,7 +18,7 @@ fn file_pool(config: Config) -> (tempfile::TempDir, std::path::PathBuf, Pool) {
 
 /// Runs `test` once per mapping configuration of the paper's ablation.
 fn each_mapping(test: impl Fn(Config)) {
-    for (_, mapping) in MappingConfig::LADDER {
+    for (_, mapping) in MappingConfig::NAMED {
         test(config().mapping(mapping));
     }
 }

@@ -171,8 +171,8 @@ proptest! {
     #[test]
     fn random_operations_with_crashes_agree_with_the_model(
         ops in prop::collection::vec(op(), 1..60),
-        mapping in 0usize..5,
+        mapping in 0usize..logheap::MappingConfig::NAMED.len(),
     ) {
-        run(ops, logheap::MappingConfig::LADDER[mapping].1)?;
+        run(ops, logheap::MappingConfig::NAMED[mapping].1)?;
     }
 }

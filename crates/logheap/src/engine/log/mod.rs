@@ -461,11 +461,13 @@ impl LogEngine {
 
     /// Copies the committed bytes of `[home, home + buf.len())`; unmapped bytes are zero.
     fn read_committed(&self, home: u64, buf: &mut [u8]) {
-        buf.fill(0);
-        self.mapping.lookup(home, buf.len() as u64, |p| {
-            let at = (p.home - home) as usize;
-            self.media
-                .read(p.log as usize, &mut buf[at..at + p.len as usize]);
+        self.mapping.lookup(home, buf.len() as u64, |x| {
+            let at = (x.home - home) as usize;
+            let dst = &mut buf[at..at + x.len as usize];
+            match x.log {
+                Some(log) => self.media.read(log as usize, dst),
+                None => dst.fill(0),
+            }
         });
     }
 
@@ -612,7 +614,7 @@ impl LogEngine {
                 map.remove(home, size, &mut displaced);
             }
             for p in &placed {
-                map.insert(p.home, p.len, p.log, version, &mut displaced);
+                map.insert(p.home, p.len, p.log, &mut displaced);
                 chunks.add_live(geometry.chunk_of(p.log), p.len as i64);
             }
         }

@@ -2,8 +2,10 @@
 //! paper's optimisations each switchable in [`MappingConfig`]:
 //!
 //! - **two-layer mapping** ([`directory`]): home space cut into fixed partitions (4 KiB by
-//!   default) found by a shift, each with its own small skip list; off, one skip list
-//!   covers the whole space (the paper's *Base*);
+//!   default) found by a shift, each with its own small index; off, one skip list covers
+//!   the whole space (the paper's *Base*). A partition's index is a compact sorted array
+//!   ([`sorted_array`], 16 bytes per mapped range) by default, or a skip list as in the
+//!   paper ([`PartitionIndex`]);
 //! - **group update**: applied at commit by the engine (contiguous writes of a
 //!   transaction become one log entry and one mapping update);
 //! - **tree node caches** ([`node_cache`]): per-thread set-associative caches of nodes;
@@ -16,6 +18,7 @@
 mod directory;
 mod node_cache;
 mod skiplist;
+mod sorted_array;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +29,7 @@ use crossbeam_utils::CachePadded;
 use self::directory::Directory;
 use self::node_cache::{CacheCounters, CacheHandle};
 use self::skiplist::SkipList;
+use self::sorted_array::SortedArray;
 use super::layout::HOME_LIMIT;
 
 /// Which address-mapping optimisations of the paper are on.
@@ -41,6 +45,22 @@ pub struct MappingConfig {
     pub node_cache: bool,
     /// Readers take no lock (else a readers-writer lock per partition).
     pub lock_free_reads: bool,
+    /// The index of each partition when two-layer (one skip list covers everything
+    /// otherwise).
+    #[serde(default)]
+    pub index: PartitionIndex,
+}
+
+/// How one partition of a two-layer mapping indexes its ranges.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PartitionIndex {
+    /// A sorted array of packed 16-byte entries under a sequence lock: compact, one
+    /// binary search per lookup, in-place updates (the default).
+    #[default]
+    SortedArray,
+    /// A skip list of nodes, as in the paper.
+    SkipList,
 }
 
 impl MappingConfig {
@@ -51,6 +71,7 @@ impl MappingConfig {
         group_update: false,
         node_cache: false,
         lock_free_reads: false,
+        index: PartitionIndex::SortedArray,
     };
     /// Base + two-layer mapping (*2L*).
     pub const TWO_LAYER: MappingConfig = MappingConfig {
@@ -72,7 +93,13 @@ impl MappingConfig {
         lock_free_reads: true,
         ..Self::TWO_LAYER_GU_C
     };
-    /// The named configurations, in the order of the paper's ablation.
+    /// Everything, with the paper's skip list in each partition instead of the sorted
+    /// array (*full-skiplist*).
+    pub const FULL_SKIPLIST: MappingConfig = MappingConfig {
+        index: PartitionIndex::SkipList,
+        ..Self::FULL
+    };
+    /// The named configurations of the paper's ablation, in its order.
     pub const LADDER: [(&'static str, MappingConfig); 5] = [
         ("base", Self::BASE),
         ("2l", Self::TWO_LAYER),
@@ -80,10 +107,20 @@ impl MappingConfig {
         ("2l-gu-c", Self::TWO_LAYER_GU_C),
         ("full", Self::FULL),
     ];
+    /// Every named configuration: the ladder, then `full-skiplist`.
+    pub const NAMED: [(&'static str, MappingConfig); 6] = [
+        Self::LADDER[0],
+        Self::LADDER[1],
+        Self::LADDER[2],
+        Self::LADDER[3],
+        Self::LADDER[4],
+        ("full-skiplist", Self::FULL_SKIPLIST),
+    ];
 
-    /// The configuration called `name` (`base`, `2l`, `2l-gu`, `2l-gu-c`, `full`).
+    /// The configuration called `name` (`base`, `2l`, `2l-gu`, `2l-gu-c`, `full`,
+    /// `full-skiplist`).
     pub fn named(name: &str) -> Option<MappingConfig> {
-        Self::LADDER
+        Self::NAMED
             .iter()
             .find(|(n, _)| *n == name)
             .map(|&(_, c)| c)
@@ -92,17 +129,23 @@ impl MappingConfig {
     /// The configuration's name, or a description of its switches when it is not one
     /// of the named ones.
     pub fn label(&self) -> String {
-        match Self::LADDER.iter().find(|(_, c)| c == self) {
+        match Self::NAMED.iter().find(|(_, c)| c == self) {
             Some((n, _)) => (*n).to_string(),
             None => format!(
-                "2l={}({}B),gu={},c={},lf={}",
+                "2l={}({}B,{:?}),gu={},c={},lf={}",
                 self.two_layer,
                 self.partition_size,
+                self.index,
                 self.group_update,
                 self.node_cache,
                 self.lock_free_reads
             ),
         }
+    }
+
+    /// Whether partitions are sorted arrays (two-layer with that index).
+    fn sorted_arrays(&self) -> bool {
+        self.two_layer && self.index == PartitionIndex::SortedArray
     }
 
     /// Why this configuration is invalid, if it is.
@@ -129,7 +172,7 @@ impl fmt::Display for MappingConfig {
     }
 }
 
-/// A mapped piece of a looked-up range: `len` bytes at `home` live at pool offset `log`.
+/// A mapped piece of a range: `len` bytes at `home` live at pool offset `log`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Piece {
     pub home: u64,
@@ -137,10 +180,26 @@ pub(crate) struct Piece {
     pub log: u64,
 }
 
-/// One partition: its skip list and, for locked reads, its readers-writer lock.
-#[derive(Debug, Default)]
+/// A piece of a looked-up range: `len` bytes at `home`, mapped to pool offset `log`, or
+/// unmapped (`None`: they read as zeros).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Extent {
+    pub home: u64,
+    pub len: u64,
+    pub log: Option<u64>,
+}
+
+/// A partition's index.
+#[derive(Debug)]
+enum Index {
+    Sorted(SortedArray),
+    Skip(Box<SkipList>),
+}
+
+/// One partition: its index and, for locked reads, its readers-writer lock.
+#[derive(Debug)]
 struct Partition {
-    list: SkipList,
+    index: Index,
     rw: RwLock<()>,
 }
 
@@ -200,6 +259,18 @@ impl Mapping {
         c
     }
 
+    /// Partition `p`, made empty on first use.
+    fn partition(&self, p: u64) -> &Partition {
+        self.partitions.get_or_make(p, || Partition {
+            index: if self.config.sorted_arrays() {
+                Index::Sorted(SortedArray::new(p << self.shift))
+            } else {
+                Index::Skip(Box::default())
+            },
+            rw: RwLock::new(()),
+        })
+    }
+
     /// The partitions overlapping `[home, end)` as `(partition, start, end)`.
     fn split(&self, home: u64, end: u64) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
         let shift = self.shift;
@@ -210,8 +281,10 @@ impl Mapping {
         })
     }
 
-    /// Calls `f` with every mapped piece of `[home, home + len)`, in address order.
-    pub(crate) fn lookup(&self, home: u64, len: u64, mut f: impl FnMut(Piece)) {
+    /// Calls `f` with every byte of `[home, home + len)`, in address order, as mapped
+    /// extents and unmapped holes. Each byte is reported once, except when a writer
+    /// races the lookup: then a later report of the same bytes supersedes the earlier.
+    pub(crate) fn lookup(&self, home: u64, len: u64, mut f: impl FnMut(Extent)) {
         if len == 0 {
             return;
         }
@@ -226,62 +299,104 @@ impl Mapping {
         let mut at = home;
         while at < end {
             if let Some(v) = cache.as_ref().and_then(|c| c.get(at)) {
-                let stop = v.end().min(end);
-                f(Piece {
+                let stop = (v.home + v.len).min(end);
+                f(Extent {
                     home: at,
                     len: stop - at,
-                    log: v.log + (at - v.home),
+                    log: Some(v.log + (at - v.home)),
                 });
                 at = stop;
                 continue;
             }
             let p = at >> self.shift;
             let stop = ((p + 1) << self.shift).min(end);
-            if let Some(part) = self.partitions.get(p) {
-                let _read = (!self.config.lock_free_reads)
-                    .then(|| part.rw.read().unwrap_or_else(|e| e.into_inner()));
-                let mut first = true;
-                part.list.for_each_overlapping(at, stop, |node, v| {
-                    if first && let Some(c) = &cache {
-                        if let Some((seq, sv)) = node.snapshot()
-                            && sv == v
-                        {
-                            c.put(at.max(v.home), node, seq);
-                        }
-                        first = false;
-                    }
-                    let s = v.home.max(at);
-                    let e = v.end().min(stop);
-                    f(Piece {
-                        home: s,
-                        len: e - s,
-                        log: v.log + (s - v.home),
-                    });
+            let Some(part) = self.partitions.get(p) else {
+                f(Extent {
+                    home: at,
+                    len: stop - at,
+                    log: None,
                 });
+                at = stop;
+                continue;
+            };
+            let _read = (!self.config.lock_free_reads)
+                .then(|| part.rw.read().unwrap_or_else(|e| e.into_inner()));
+            match &part.index {
+                Index::Sorted(array) => array.read(at, stop, &mut f, &mut |whole, seq| {
+                    if let Some(c) = &cache {
+                        c.put(at.max(whole.home), array.seq_word(), seq, whole);
+                    }
+                }),
+                Index::Skip(list) => {
+                    let mut first = true;
+                    let mut pos = at;
+                    list.for_each_overlapping(at, stop, |node, v| {
+                        if first && let Some(c) = &cache {
+                            if let Some((seq, sv)) = node.snapshot()
+                                && sv == v
+                            {
+                                c.put(
+                                    at.max(v.home),
+                                    node.seq_word(),
+                                    seq,
+                                    Piece {
+                                        home: v.home,
+                                        len: v.len,
+                                        log: v.log,
+                                    },
+                                );
+                            }
+                            first = false;
+                        }
+                        let s = v.home.max(at);
+                        let e = v.end().min(stop);
+                        if s > pos {
+                            f(Extent {
+                                home: pos,
+                                len: s - pos,
+                                log: None,
+                            });
+                        }
+                        f(Extent {
+                            home: s,
+                            len: e - s,
+                            log: Some(v.log + (s - v.home)),
+                        });
+                        pos = e;
+                    });
+                    if pos < stop {
+                        f(Extent {
+                            home: pos,
+                            len: stop - pos,
+                            log: None,
+                        });
+                    }
+                }
             }
             at = stop;
         }
     }
 
-    /// Maps `[home, home + len)` to `log` at `version`, reporting displaced bytes.
+    /// Maps `[home, home + len)` to `log`, reporting displaced bytes.
     pub(crate) fn insert(
         &self,
         home: u64,
         len: u64,
         log: u64,
-        version: u64,
         displaced: &mut impl FnMut(u64, u64),
     ) {
         if len == 0 {
             return;
         }
         for (p, s, e) in self.split(home, home + len) {
-            let part = self.partitions.get_or_make(p, Partition::default);
+            let part = self.partition(p);
             let _excl = (!self.config.lock_free_reads)
                 .then(|| part.rw.write().unwrap_or_else(|e| e.into_inner()));
-            part.list
-                .writer()
-                .insert(s, e - s, log + (s - home), version, displaced);
+            let log = log + (s - home);
+            match &part.index {
+                Index::Sorted(array) => array.writer().insert(s, e - s, log, displaced),
+                Index::Skip(list) => list.writer().insert(s, e - s, log, displaced),
+            }
         }
     }
 
@@ -294,7 +409,12 @@ impl Mapping {
             if let Some(part) = self.partitions.get(p) {
                 let _excl = (!self.config.lock_free_reads)
                     .then(|| part.rw.write().unwrap_or_else(|e| e.into_inner()));
-                part.list.writer().clear(s, e, displaced);
+                match &part.index {
+                    Index::Sorted(array) => array.writer().clear(s, e, displaced),
+                    Index::Skip(list) => {
+                        list.writer().clear(s, e, displaced);
+                    }
+                }
             }
         }
     }
@@ -305,21 +425,29 @@ impl Mapping {
         for part in self.partitions.partitions() {
             let _read = (!self.config.lock_free_reads)
                 .then(|| part.rw.read().unwrap_or_else(|e| e.into_inner()));
-            part.list.for_each_overlapping(0, u64::MAX, |_, v| {
-                f(Piece {
-                    home: v.home,
-                    len: v.len,
-                    log: v.log,
-                })
-            });
+            match &part.index {
+                Index::Sorted(array) => {
+                    array.for_each(&mut |home, len, log| f(Piece { home, len, log }))
+                }
+                Index::Skip(list) => list.for_each_overlapping(0, u64::MAX, |_, v| {
+                    f(Piece {
+                        home: v.home,
+                        len: v.len,
+                        log: v.log,
+                    })
+                }),
+            }
         }
     }
 
-    /// Number of mapping nodes.
+    /// Number of mapped ranges (skip-list nodes or sorted-array entries).
     pub(crate) fn nodes(&self) -> u64 {
         self.partitions
             .partitions()
-            .map(|p| p.list.len() as u64)
+            .map(|p| match &p.index {
+                Index::Sorted(array) => array.len() as u64,
+                Index::Skip(list) => list.len() as u64,
+            })
             .sum()
     }
 
@@ -328,12 +456,19 @@ impl Mapping {
         self.partitions.partitions().count() as u64
     }
 
-    /// DRAM held by the mapping: directory, partitions, nodes, and node caches.
+    /// DRAM held by the mapping: directory, partitions, nodes or entries, and node
+    /// caches.
     pub(crate) fn dram_bytes(&self) -> u64 {
         let parts: usize = self
             .partitions
             .partitions()
-            .map(|p| std::mem::size_of::<Partition>() + p.list.dram_bytes())
+            .map(|p| {
+                std::mem::size_of::<Partition>()
+                    + match &p.index {
+                        Index::Sorted(array) => array.dram_bytes(),
+                        Index::Skip(list) => std::mem::size_of::<SkipList>() + list.dram_bytes(),
+                    }
+            })
             .sum();
         let caches = self.cache_figures().caches as usize * node_cache::CACHE_BYTES;
         (self.partitions.dram_bytes() + parts + caches) as u64
@@ -361,14 +496,16 @@ mod tests {
 
     fn lookup_bytes(m: &Mapping, home: u64, len: u64) -> Vec<Option<u64>> {
         let mut out = vec![None; len as usize];
-        let mut last_end = home;
-        m.lookup(home, len, |p| {
-            assert!(p.home >= last_end, "pieces overlap or are out of order");
-            last_end = p.home + p.len;
-            for i in 0..p.len {
-                out[(p.home - home + i) as usize] = Some(p.log + i);
+        let mut next = home;
+        m.lookup(home, len, |x| {
+            assert_eq!(x.home, next, "extents leave a gap or overlap");
+            assert!(x.len > 0, "an empty extent");
+            next = x.home + x.len;
+            for i in 0..x.len {
+                out[(x.home - home + i) as usize] = x.log.map(|l| l + i);
             }
         });
+        assert_eq!(next, home + len, "extents stop short");
         out
     }
 
@@ -378,9 +515,9 @@ mod tests {
         #[test]
         fn mapping_matches_a_byte_model(
             ops in prop::collection::vec((any::<bool>(), 0u64..2000, 1u64..300), 1..150),
-            config in 0usize..5,
+            config in 0usize..MappingConfig::NAMED.len(),
         ) {
-            let mut cfg = MappingConfig::LADDER[config].1;
+            let mut cfg = MappingConfig::NAMED[config].1;
             cfg.partition_size = 256; // small partitions, so ranges cross them
             let m = Mapping::new(cfg);
             let base = 1u64 << 20;
@@ -391,7 +528,7 @@ mod tests {
                 let before = model[home as usize..(home + len) as usize].iter().filter(|x| x.is_some()).count() as u64;
                 if is_insert {
                     let log = 1_000_000 * (i as u64 + 1);
-                    m.insert(base + home, len, log, i as u64, &mut displaced);
+                    m.insert(base + home, len, log, &mut displaced);
                     for k in 0..len {
                         model[(home + k) as usize] = Some(log + k);
                     }
@@ -413,12 +550,12 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_the_cache_hits() {
-        for (name, c) in MappingConfig::LADDER {
+        for (name, c) in MappingConfig::NAMED {
             assert_eq!(MappingConfig::named(name), Some(c));
             assert_eq!(c.label(), name);
         }
         let m = Mapping::new(MappingConfig::FULL);
-        m.insert(1 << 20, 128, 5000, 1, &mut |_, _| {});
+        m.insert(1 << 20, 128, 5000, &mut |_, _| {});
         for _ in 0..10 {
             m.lookup((1 << 20) + 8, 8, |_| {});
         }

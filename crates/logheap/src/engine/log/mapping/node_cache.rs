@@ -1,11 +1,15 @@
 //! Thread-local tree node caches ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §3.2).
 //!
-//! A set-associative cache from home addresses to mapping nodes. The set is chosen from
+//! A set-associative cache from home addresses to mapped ranges. The set is chosen from
 //! the address's high bits (`addr >> 6`), so addresses in one 64-byte neighbourhood share
-//! a set and are checked against the nodes cached there: a plain hash of the address
-//! would send `0x1008` and `0x1000` to different buckets and miss the node covering both.
-//! A hit is validated by the node's sequence word, read before and after its fields, so
-//! a node removed or reused since it was cached is never used.
+//! a set and are checked against the ranges cached there: a plain hash of the address
+//! would send `0x1008` and `0x1000` to different buckets and miss the range covering both.
+//!
+//! An entry keeps the range it maps and the *sequence word* that guards it: a skip-list
+//! node's (unchanged while the node lives) or a sorted-array partition's (unchanged while
+//! none of its entries change). A hit is validated by reading that one word: equal to the
+//! cached value, the range is still mapped as cached. Sequence words live as long as the
+//! mapping (nodes are type-stable, partitions are never freed before it).
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,22 +17,28 @@ use std::sync::{Arc, Weak};
 
 use crossbeam_utils::CachePadded;
 
-use super::skiplist::{Node, NodeView};
+use super::Piece;
 
-const SET_BITS: u32 = 12;
+const SET_BITS: u32 = 11;
 const WAYS: usize = 4;
 /// DRAM of one thread's cache.
-pub(crate) const CACHE_BYTES: usize = (1 << SET_BITS) * (WAYS * 16 + 1);
+pub(crate) const CACHE_BYTES: usize = (1 << SET_BITS) * (WAYS * std::mem::size_of::<Entry>() + 1);
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
-    node: *const Node,
+    word: *const AtomicU64,
     seq: u64,
+    range: Piece,
 }
 
 const EMPTY: Entry = Entry {
-    node: std::ptr::null(),
+    word: std::ptr::null(),
     seq: 1,
+    range: Piece {
+        home: 0,
+        len: 0,
+        log: 0,
+    },
 };
 
 /// Hit and miss counts of one thread's cache, summed by the mapping.
@@ -95,23 +105,20 @@ pub(crate) struct CacheHandle<'m> {
 }
 
 impl CacheHandle<'_> {
-    /// The cached node covering `addr`, validated, or `None` (a miss).
-    pub(crate) fn get(&self, addr: u64) -> Option<NodeView> {
+    /// The cached range covering `addr`, validated, or `None` (a miss).
+    pub(crate) fn get(&self, addr: u64) -> Option<Piece> {
         with_cache(self.id, self.alive, self.register, |c| {
             let set = set_of(addr);
             for e in &c.sets[set] {
-                if e.node.is_null() {
+                if e.word.is_null() || addr < e.range.home || addr >= e.range.home + e.range.len {
                     continue;
                 }
-                // SAFETY: cached pointers point at type-stable nodes of this mapping,
-                // which is alive (we were called through it); fields are atomics.
-                let node = unsafe { &*e.node };
-                if let Some(v) = node.snapshot_if(e.seq)
-                    && v.home <= addr
-                    && addr < v.end()
-                {
+                // SAFETY: cached words belong to type-stable nodes or to partitions of
+                // this mapping, which is alive (we were called through it).
+                let seq = unsafe { &*e.word }.load(Ordering::Acquire);
+                if seq == e.seq {
                     bump(&c.counters.hits);
-                    return Some(v);
+                    return Some(e.range);
                 }
             }
             bump(&c.counters.misses);
@@ -119,12 +126,13 @@ impl CacheHandle<'_> {
         })
     }
 
-    /// Caches `node` (incarnation `seq`) for the neighbourhood of `addr` (FIFO).
-    pub(crate) fn put(&self, addr: u64, node: &Node, seq: u64) {
+    /// Caches `range`, valid while `word` holds `seq`, for the neighbourhood of `addr`
+    /// (FIFO).
+    pub(crate) fn put(&self, addr: u64, word: &AtomicU64, seq: u64, range: Piece) {
         with_cache(self.id, self.alive, self.register, |c| {
             let set = set_of(addr);
             let way = c.next_way[set] as usize % WAYS;
-            c.sets[set][way] = Entry { node, seq };
+            c.sets[set][way] = Entry { word, seq, range };
             c.next_way[set] = ((way + 1) % WAYS) as u8;
         })
     }

@@ -1,5 +1,5 @@
 //! One partition's skip list of mapping nodes ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §3.2, §4.3):
-//! non-overlapping `{home, len} -> {log, version}` nodes sorted by home.
+//! non-overlapping `{home, len} -> log` nodes sorted by home.
 //!
 //! One writer at a time (the partition's writer lock); readers need no lock:
 //! - a node's fields never change while it is reachable: trimming or splitting a node
@@ -28,7 +28,6 @@ pub(crate) struct Node {
     home: AtomicU64,
     len: AtomicU64,
     log: AtomicU64,
-    version: AtomicU64,
     level: AtomicUsize,
     next: [AtomicPtr<Node>; MAX_LEVEL],
 }
@@ -39,7 +38,6 @@ pub(crate) struct NodeView {
     pub home: u64,
     pub len: u64,
     pub log: u64,
-    pub version: u64,
 }
 
 impl NodeView {
@@ -54,7 +52,6 @@ impl Node {
             home: self.home.load(Ordering::Relaxed),
             len: self.len.load(Ordering::Relaxed),
             log: self.log.load(Ordering::Relaxed),
-            version: self.version.load(Ordering::Relaxed),
         }
     }
 
@@ -69,9 +66,9 @@ impl Node {
         (self.seq.load(Ordering::Relaxed) == s1).then_some((s1, v))
     }
 
-    /// The view, if the node is still incarnation `seq`.
-    pub(crate) fn snapshot_if(&self, seq: u64) -> Option<NodeView> {
-        self.snapshot().and_then(|(s, v)| (s == seq).then_some(v))
+    /// The sequence word: unchanged exactly as long as the node maps the same range.
+    pub(crate) fn seq_word(&self) -> &AtomicU64 {
+        &self.seq
     }
 
     fn next(&self, level: usize) -> *mut Node {
@@ -255,7 +252,6 @@ impl Writer<'_> {
         n.home.store(v.home, Ordering::Relaxed);
         n.len.store(v.len, Ordering::Relaxed);
         n.log.store(v.log, Ordering::Relaxed);
-        n.version.store(v.version, Ordering::Relaxed);
         n.level.store(level, Ordering::Relaxed);
         for l in &n.next {
             l.store(std::ptr::null_mut(), Ordering::Relaxed);
@@ -417,7 +413,6 @@ impl Writer<'_> {
                         home: end,
                         len: v.end() - end,
                         log: v.log + (end - v.home),
-                        version: v.version,
                     });
                     self.replace_with_pair(p, left, right, &p_preds);
                     return list.predecessors(home);
@@ -448,7 +443,6 @@ impl Writer<'_> {
                     home: end,
                     len: v.end() - end,
                     log: v.log + (end - v.home),
-                    version: v.version,
                 });
                 self.replace(c, right, &preds);
                 break;
@@ -457,25 +451,19 @@ impl Writer<'_> {
         preds
     }
 
-    /// Maps `[home, home + len)` to `log` at `version`, reporting displaced bytes.
+    /// Maps `[home, home + len)` to `log`, reporting displaced bytes.
     pub(crate) fn insert(
         &mut self,
         home: u64,
         len: u64,
         log: u64,
-        version: u64,
         displaced: &mut impl FnMut(u64, u64),
     ) {
         if len == 0 {
             return;
         }
         let preds = self.clear(home, home + len, displaced);
-        let x = self.new_node(NodeView {
-            home,
-            len,
-            log,
-            version,
-        });
+        let x = self.new_node(NodeView { home, len, log });
         self.link(x, &preds);
     }
 }

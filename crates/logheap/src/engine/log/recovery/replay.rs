@@ -52,7 +52,7 @@ pub(crate) fn replay(
 
     let mut live = vec![0i64; geometry.count as usize];
     let mut allocations: BTreeMap<u64, u64> = BTreeMap::new();
-    for &(version, phase, ci, bi) in &order {
+    for &(_, phase, ci, bi) in &order {
         let ch = &scan.chunks[ci];
         let kind = ch.header.kind;
         let base = geometry.offset(ch.index);
@@ -139,11 +139,11 @@ pub(crate) fn replay(
                         )));
                         continue;
                     }
-                    mapping.insert(e.home, e.size as u64, data, version, &mut displaced);
+                    mapping.insert(e.home, e.size as u64, data, &mut displaced);
                     live[ch.index as usize] += e.size as i64;
                 }
                 (LogKind::Update, false) => {
-                    mapping.insert(e.home, e.size as u64, data, version, &mut displaced);
+                    mapping.insert(e.home, e.size as u64, data, &mut displaced);
                     live[ch.index as usize] += e.size as i64;
                 }
                 (LogKind::Update, true) => {
