@@ -18,6 +18,12 @@ pub struct Tx<'p> {
     pub(crate) state: TxState,
 }
 
+impl Drop for Tx<'_> {
+    fn drop(&mut self) {
+        LogEngine::finish(std::mem::take(&mut self.state));
+    }
+}
+
 impl<'p> Tx<'p> {
     pub(crate) fn new(engine: &'p LogEngine, read_only: bool) -> Tx<'p> {
         Tx {

@@ -77,15 +77,17 @@ pub(crate) struct StripeLocks {
 
 impl StripeLocks {
     /// Takes every lock in `indices` (sorted and deduplicated by the caller) for `owner`,
-    /// spinning briefly on a held one; on failure releases what it took.
+    /// spinning briefly on a held one; on failure releases what it took. `buffer` (its
+    /// contents ignored) holds the lock words; [`release`](Self::release) and
+    /// [`restore`](Self::restore) give it back for the next commit.
     pub(crate) fn acquire(
         table: &LockTable,
         indices: &[usize],
         owner: u64,
+        mut buffer: Vec<(usize, u64)>,
     ) -> Result<StripeLocks, Conflict> {
-        let mut locks = StripeLocks {
-            held: Vec::with_capacity(indices.len()),
-        };
+        buffer.clear();
+        let mut locks = StripeLocks { held: buffer };
         for &i in indices {
             let mut spins = 0;
             loop {
@@ -116,18 +118,21 @@ impl StripeLocks {
             .map(|k| version_of(self.held[k].1))
     }
 
-    /// Releases every lock with the new commit version.
-    pub(crate) fn release(self, table: &LockTable, version: u64) {
-        for (i, _) in self.held {
+    /// Releases every lock with the new commit version; returns the buffer.
+    pub(crate) fn release(self, table: &LockTable, version: u64) -> Vec<(usize, u64)> {
+        for &(i, _) in &self.held {
             table.store(i, version << 1);
         }
+        self.held
     }
 
-    /// Releases every lock with the word it had before (the commit did not happen).
-    pub(crate) fn restore(self, table: &LockTable) {
-        for (i, previous) in self.held {
+    /// Releases every lock with the word it had before (the commit did not happen);
+    /// returns the buffer.
+    pub(crate) fn restore(self, table: &LockTable) -> Vec<(usize, u64)> {
+        for &(i, previous) in &self.held {
             table.store(i, previous);
         }
+        self.held
     }
 }
 
@@ -138,18 +143,21 @@ mod tests {
     #[test]
     fn acquire_release_and_conflict() {
         let t = LockTable::new(10);
-        let a = StripeLocks::acquire(&t, &[1, 5, 9], 7).unwrap();
+        let a = StripeLocks::acquire(&t, &[1, 5, 9], 7, Vec::new()).unwrap();
         assert!(is_locked(t.load(5)));
         assert_eq!(a.previous_version(5), Some(0));
         assert_eq!(a.previous_version(6), None);
-        assert_eq!(StripeLocks::acquire(&t, &[0, 5], 8).err(), Some(Conflict));
+        assert_eq!(
+            StripeLocks::acquire(&t, &[0, 5], 8, Vec::new()).err(),
+            Some(Conflict)
+        );
         assert!(
             !is_locked(t.load(0)),
             "a failed acquire releases what it took"
         );
         a.release(&t, 42);
         assert_eq!(version_of(t.load(9)), 42);
-        let b = StripeLocks::acquire(&t, &[9], 8).unwrap();
+        let b = StripeLocks::acquire(&t, &[9], 8, Vec::new()).unwrap();
         b.restore(&t);
         assert_eq!(version_of(t.load(9)), 42);
     }

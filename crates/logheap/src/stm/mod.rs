@@ -12,7 +12,7 @@ mod write_set;
 
 pub(crate) use clock::VersionClock;
 pub(crate) use locks::{LockTable, StripeLocks, is_locked, version_of};
-pub(crate) use write_set::WriteSet;
+pub(crate) use write_set::{ResolveScratch, Span, WriteSet};
 
 /// Address stripe size covered by one versioned lock.
 pub(crate) const STRIPE_SHIFT: u32 = 6;

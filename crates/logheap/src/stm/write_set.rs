@@ -1,10 +1,10 @@
 //! A transaction's buffered writes.
 //!
 //! Writes are kept in program order; reads overlay them so a transaction sees its own
-//! writes. At commit, [`WriteSet::resolve`] turns them into non-overlapping pieces in which
+//! writes. At commit, [`WriteSet::resolve_into`] turns them into non-overlapping pieces in which
 //! later bytes win, so no byte reaches the log twice.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BinaryHeap};
 
 /// One buffered write.
 #[derive(Debug, Clone, Copy)]
@@ -29,13 +29,6 @@ pub(crate) struct WriteSet {
 
 /// Below this many writes, a read scans them all (cheaper than the index).
 const SCAN_LIMIT: usize = 16;
-
-/// A resolved, non-overlapping piece of the write set: `bytes` go to `home`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Piece<'a> {
-    pub home: u64,
-    pub bytes: &'a [u8],
-}
 
 impl WriteSet {
     /// Whether nothing was written.
@@ -111,43 +104,94 @@ impl WriteSet {
         self.writes.iter().map(|w| (w.home, w.len))
     }
 
-    /// The final bytes of the transaction as non-overlapping pieces sorted by address;
-    /// later writes win.
-    pub(crate) fn resolve(&self) -> Vec<Piece<'_>> {
-        // start -> (end, offset of `start` in bytes)
-        let mut map: BTreeMap<u64, (u64, usize)> = BTreeMap::new();
-        for w in &self.writes {
-            if w.len == 0 {
-                continue;
-            }
-            let (start, end) = (w.home, w.home + w.len);
-            // Trim or split the piece that starts before `start` and reaches into it.
-            if let Some((&s, &(e, at))) = map.range(..start).next_back()
-                && e > start
-            {
-                map.insert(s, (start, at));
-                if e > end {
-                    map.insert(end, (e, at + (end - s) as usize));
-                }
-            }
-            // Remove or trim pieces starting inside [start, end).
-            let inside: Vec<u64> = map.range(start..end).map(|(&s, _)| s).collect();
-            for s in inside {
-                if let Some((e, at)) = map.remove(&s)
-                    && e > end
-                {
-                    map.insert(end, (e, at + (end - s) as usize));
-                }
-            }
-            map.insert(start, (end, w.at));
-        }
-        map.into_iter()
-            .map(|(s, (e, at))| Piece {
-                home: s,
-                bytes: &self.bytes[at..at + (e - s) as usize],
-            })
-            .collect()
+    /// The bytes of every write, in program order (spans index into them).
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.bytes
     }
+
+    /// The final bytes of the transaction as non-overlapping spans sorted by address,
+    /// into `out` (cleared first); later writes win. Allocates nothing once `scratch`
+    /// and `out` have grown to the transaction sizes seen before.
+    pub(crate) fn resolve_into(&self, scratch: &mut ResolveScratch, out: &mut Vec<Span>) {
+        out.clear();
+        let writes = &self.writes;
+        let order = &mut scratch.order;
+        order.clear();
+        order.extend((0..writes.len() as u32).filter(|&i| writes[i as usize].len > 0));
+        order.sort_unstable_by_key(|&i| (writes[i as usize].home, i));
+        let end = |i: u32| writes[i as usize].home + writes[i as usize].len;
+        if order
+            .windows(2)
+            .all(|w| end(w[0]) <= writes[w[1] as usize].home)
+        {
+            // No two writes overlap (the common case): each is a span.
+            out.extend(order.iter().map(|&i| {
+                let w = writes[i as usize];
+                Span {
+                    home: w.home,
+                    len: w.len,
+                    at: w.at,
+                }
+            }));
+            return;
+        }
+        // Sweep the boundaries of all writes; between two neighbouring boundaries the
+        // bytes are the latest covering write's (the top of a heap keyed by program
+        // order, from which writes that ended are dropped when they surface).
+        let bounds = &mut scratch.bounds;
+        bounds.clear();
+        for &i in order.iter() {
+            bounds.push(writes[i as usize].home);
+            bounds.push(end(i));
+        }
+        bounds.sort_unstable();
+        bounds.dedup();
+        let active = &mut scratch.active;
+        active.clear();
+        let mut next = 0;
+        let mut last: Option<u32> = None;
+        for pair in bounds.windows(2) {
+            let (b, c) = (pair[0], pair[1]);
+            while next < order.len() && writes[order[next] as usize].home == b {
+                active.push(order[next]);
+                next += 1;
+            }
+            while active.peek().is_some_and(|&i| end(i) <= b) {
+                active.pop();
+            }
+            let Some(&i) = active.peek() else {
+                last = None;
+                continue;
+            };
+            let w = writes[i as usize];
+            match out.last_mut() {
+                Some(prev) if last == Some(i) && prev.home + prev.len == b => prev.len += c - b,
+                _ => out.push(Span {
+                    home: b,
+                    len: c - b,
+                    at: w.at + (b - w.home) as usize,
+                }),
+            }
+            last = Some(i);
+        }
+    }
+}
+
+/// A resolved, non-overlapping span of the write set: `len` bytes for `home`, at offset
+/// `at` of [`WriteSet::bytes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Span {
+    pub home: u64,
+    pub len: u64,
+    pub at: usize,
+}
+
+/// Buffers of [`WriteSet::resolve_into`], reused from one commit to the next.
+#[derive(Debug, Default)]
+pub(crate) struct ResolveScratch {
+    order: Vec<u32>,
+    bounds: Vec<u64>,
+    active: BinaryHeap<u32>,
 }
 
 #[cfg(test)]
@@ -181,12 +225,47 @@ mod tests {
         }
     }
 
-    fn image(pieces: &[Piece<'_>], len: usize) -> Vec<u8> {
+    fn resolve(ws: &WriteSet) -> Vec<Span> {
+        let mut out = Vec::new();
+        ws.resolve_into(&mut ResolveScratch::default(), &mut out);
+        for pair in out.windows(2) {
+            assert!(pair[0].home + pair[0].len <= pair[1].home, "{pair:?}");
+        }
+        assert!(out.iter().all(|s| s.len > 0));
+        out
+    }
+
+    fn image(ws: &WriteSet, spans: &[Span], len: usize) -> Vec<u8> {
         let mut v = vec![0u8; len];
-        for p in pieces {
-            v[p.home as usize..p.home as usize + p.bytes.len()].copy_from_slice(p.bytes);
+        for s in spans {
+            v[s.home as usize..(s.home + s.len) as usize]
+                .copy_from_slice(&ws.bytes()[s.at..s.at + s.len as usize]);
         }
         v
+    }
+
+    #[test]
+    fn resolve_matches_a_byte_model_for_random_overlaps() {
+        let mut x = 99u64;
+        for round in 0..200u64 {
+            let mut ws = WriteSet::default();
+            let mut model = vec![0u8; 300];
+            for i in 0..(1 + round % 40) {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let home = (x >> 33) % 250;
+                let len = (x >> 20) % 50;
+                let fill = (i % 250) as u8 + 1;
+                ws.push(home, &vec![fill; len as usize]);
+                model[home as usize..(home + len) as usize].fill(fill);
+            }
+            let spans = resolve(&ws);
+            assert_eq!(image(&ws, &spans, 300), model, "round {round}");
+            // Written bytes are exactly the spans' bytes.
+            let covered: u64 = spans.iter().map(|s| s.len).sum();
+            assert_eq!(covered, model.iter().filter(|&&b| b != 0).count() as u64);
+        }
     }
 
     #[test]
@@ -197,13 +276,10 @@ mod tests {
         ws.push(25, &[3; 10]); // trims the tail, extends
         ws.push(0, &[4; 12]); // trims the head
         ws.push(40, &[5; 4]);
-        let pieces = ws.resolve();
-        for pair in pieces.windows(2) {
-            assert!(pair[0].home + pair[0].bytes.len() as u64 <= pair[1].home);
-        }
+        let spans = resolve(&ws);
         let mut expected = vec![0u8; 50];
         ws.overlay(0, &mut expected);
-        assert_eq!(image(&pieces, 50), expected);
+        assert_eq!(image(&ws, &spans, 50), expected);
         assert_eq!(&expected[..12], &[4; 12]);
         assert_eq!(&expected[12..15], &[1; 3]);
         assert_eq!(&expected[15..20], &[2; 5]);

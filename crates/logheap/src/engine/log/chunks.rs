@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::layout::{CHUNK_HEADER, ChunkHeader, LogKind};
+use super::log_writer::Plan;
 use super::superblock::Superblock;
 use crate::media::Media;
 
@@ -233,6 +234,8 @@ pub(crate) struct LogSet {
     pub tails: [LogTail; 3],
     /// Where blocks are encoded before they are written (reused by every commit).
     pub scratch: Vec<u8>,
+    /// Where commits are planned (reused by every commit).
+    pub plan: Plan,
     /// What this open appended through the set (counted here, where only the committer
     /// holding the set writes, rather than in counters every committer shares).
     pub appended: Appended,
@@ -261,6 +264,7 @@ impl LogSet {
             id,
             tails: [LogTail::default(); 3],
             scratch: Vec::new(),
+            plan: Plan::default(),
             appended: Appended::default(),
         }
     }

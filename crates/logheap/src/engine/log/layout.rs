@@ -198,16 +198,16 @@ fn entry_word(home: u64, tombstone: bool, size: usize) -> u64 {
 }
 
 /// Encodes a block into `out` (cleared first).
-pub(crate) fn encode_block(
+pub(crate) fn encode_block<'a>(
     out: &mut Vec<u8>,
     chunk: u32,
     generation: u64,
     version: u64,
     peer: u64,
-    entries: &[EntryRef<'_>],
+    entries: impl ExactSizeIterator<Item = EntryRef<'a>> + Clone,
 ) {
     out.clear();
-    let len: usize = entries.iter().map(|e| ENTRY_HEADER + e.data.len()).sum();
+    let len: usize = entries.clone().map(|e| ENTRY_HEADER + e.data.len()).sum();
     out.extend_from_slice(&version.to_le_bytes());
     out.extend_from_slice(&(peer | (entries.len() as u64) << 48).to_le_bytes());
     out.extend_from_slice(&(len as u32).to_le_bytes());
@@ -415,7 +415,7 @@ mod tests {
             },
         ];
         let mut buf = Vec::new();
-        encode_block(&mut buf, 5, 11, 42, 0x1234_5678, &entries);
+        encode_block(&mut buf, 5, 11, 42, 0x1234_5678, entries.iter().copied());
         assert_eq!(buf.len(), block_size(2, 138));
         assert_eq!(buf.len() % BLOCK_ALIGN, 0);
         let mut chunk = vec![0u8; 1024];

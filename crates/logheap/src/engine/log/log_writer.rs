@@ -6,9 +6,10 @@
 //! written with non-temporal stores and made durable by a single fence.
 
 use super::chunks::{ChunkGeometry, ChunkPool, LogSet, TailChunk, TakenChunk, payload_start};
+use super::commit_data::Staged;
 use super::layout::{
-    ChunkHeader, END_MARK, ENTRY_HEADER, EntryRef, LogKind, MAX_BLOCK_ENTRIES, PREAMBLE,
-    block_size, encode_block,
+    ChunkHeader, END_MARK, ENTRY_HEADER, LogKind, MAX_BLOCK_ENTRIES, PREAMBLE, block_size,
+    encode_block,
 };
 use crate::media::Media;
 
@@ -28,7 +29,8 @@ pub(crate) struct Placed {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct OutOfChunks;
 
-struct PlannedBlock<'a> {
+#[derive(Debug)]
+struct PlannedBlock {
     kind: LogKind,
     chunk: u32,
     generation: u64,
@@ -36,24 +38,26 @@ struct PlannedBlock<'a> {
     /// The rest of the chunk after the block is known to be zero.
     zero_rest: bool,
     new_header: Option<ChunkHeader>,
-    entries: Vec<EntryRef<'a>>,
+    /// The block's entries: `Plan::entries[first..first + count]`, holding `data` bytes.
+    first: usize,
+    count: usize,
+    data: usize,
 }
 
-/// What planning a transaction produces.
-#[derive(Default)]
-struct Plan<'a> {
-    blocks: Vec<PlannedBlock<'a>>,
+impl PlannedBlock {
+    fn size(&self) -> usize {
+        block_size(self.count, self.data)
+    }
+}
+
+/// What planning a transaction produces; kept in its log set and reused.
+#[derive(Debug, Default)]
+pub(crate) struct Plan {
+    blocks: Vec<PlannedBlock>,
+    /// Entries of all blocks, block after block (split entries in their parts).
+    entries: Vec<Staged>,
     /// Chunks taken from the pool.
     taken: Vec<TakenChunk>,
-}
-
-impl PlannedBlock<'_> {
-    fn size(&self) -> usize {
-        block_size(
-            self.entries.len(),
-            self.entries.iter().map(|e| e.data.len()).sum(),
-        )
-    }
 }
 
 /// Appends transactions to log sets on one media.
@@ -70,21 +74,21 @@ fn seal(geometry: &ChunkGeometry, t: &mut TailChunk) {
 
 impl LogWriter<'_> {
     /// Plans one log's blocks, advancing `tail`; new chunks and seals go into `plan`.
-    fn plan_log<'a>(
+    fn plan_log(
         &self,
         kind: LogKind,
         set: &LogSet,
         tail: &mut Option<TailChunk>,
-        entries: &[EntryRef<'a>],
-        plan: &mut Plan<'a>,
+        entries: &[Staged],
+        plan: &mut Plan,
     ) -> Result<(), OutOfChunks> {
         let (geometry, pool) = (self.geometry, self.pool);
         let chunk_size = geometry.size as usize;
-        let mut block: Option<PlannedBlock<'a>> = None;
+        let mut block: Option<PlannedBlock> = None;
         let mut new_header: Option<ChunkHeader> = None;
-        let close = |block: &mut Option<PlannedBlock<'a>>,
+        let close = |block: &mut Option<PlannedBlock>,
                      tail: &mut Option<TailChunk>,
-                     out: &mut Vec<PlannedBlock<'a>>| {
+                     out: &mut Vec<PlannedBlock>| {
             if let Some(b) = block.take() {
                 if let Some(t) = tail.as_mut() {
                     t.offset += b.size() as u32;
@@ -96,7 +100,7 @@ impl LogWriter<'_> {
             let mut e = *entry;
             loop {
                 if block.is_none() {
-                    let need = block_size(1, e.data.len().min(MIN_SPLIT));
+                    let need = block_size(1, e.len.min(MIN_SPLIT));
                     let fits = tail.is_some_and(|t| t.offset as usize + need <= chunk_size);
                     if !fits {
                         let taken = pool.take().ok_or(OutOfChunks)?;
@@ -122,15 +126,18 @@ impl LogWriter<'_> {
                         offset: t.offset,
                         zero_rest: t.zero_rest,
                         new_header: new_header.take(),
-                        entries: Vec::new(),
+                        first: plan.entries.len(),
+                        count: 0,
+                        data: 0,
                     });
                 }
                 let b = block.as_mut().expect("a block was just opened");
                 let room = chunk_size - b.offset as usize;
-                let data: usize = b.entries.iter().map(|x| x.data.len()).sum();
-                let n = b.entries.len();
-                if n < MAX_BLOCK_ENTRIES && block_size(n + 1, data + e.data.len()) <= room {
-                    b.entries.push(e);
+                let (n, data) = (b.count, b.data);
+                if n < MAX_BLOCK_ENTRIES && block_size(n + 1, data + e.len) <= room {
+                    plan.entries.push(e);
+                    b.count += 1;
+                    b.data += e.len;
                     break;
                 }
                 if n >= MAX_BLOCK_ENTRIES {
@@ -142,16 +149,15 @@ impl LogWriter<'_> {
                 // (a new block here would only have less room than this one had).
                 let fixed = PREAMBLE + (n + 1) * ENTRY_HEADER + data;
                 let split = room.saturating_sub(fixed);
-                if !e.tombstone && split >= MIN_SPLIT && split < e.data.len() {
-                    b.entries.push(EntryRef {
-                        home: e.home,
-                        tombstone: false,
-                        data: &e.data[..split],
-                    });
-                    e = EntryRef {
+                if !e.tombstone && split >= MIN_SPLIT && split < e.len {
+                    plan.entries.push(Staged { len: split, ..e });
+                    b.count += 1;
+                    b.data += split;
+                    e = Staged {
                         home: e.home + split as u64,
                         tombstone: false,
-                        data: &e.data[split..],
+                        at: e.at + split,
+                        len: e.len - split,
                     };
                 }
                 close(&mut block, tail, &mut plan.blocks);
@@ -164,20 +170,27 @@ impl LogWriter<'_> {
         Ok(())
     }
 
-    /// Writes one transaction's entries (per log: update, allocation, deallocation) at
-    /// `version` and makes them durable with one fence (`fence` is false only for fault
-    /// injection). Returns where each data entry's bytes went and the number of blocks
+    /// Writes one transaction's staged entries (per log: update, allocation,
+    /// deallocation; their bytes in `staging`) at `version` and makes them durable with
+    /// one fence (`fence` is false only for fault injection). Puts where each data
+    /// entry's bytes went into `placed` (cleared first) and returns the number of blocks
     /// written. On [`OutOfChunks`] nothing was written and the log set is unchanged.
     pub(crate) fn append(
         &self,
         set: &mut LogSet,
-        logs: [&[EntryRef<'_>]; 3],
+        logs: [&[Staged]; 3],
+        staging: &[u8],
         version: u64,
         fence: bool,
-    ) -> Result<(Vec<Placed>, usize), OutOfChunks> {
+        placed: &mut Vec<Placed>,
+    ) -> Result<usize, OutOfChunks> {
         let (media, geometry, pool) = (self.media, self.geometry, self.pool);
         let mut tails = set.tails.map(|t| t.current);
-        let mut plan = Plan::default();
+        let mut plan = std::mem::take(&mut set.plan);
+        plan.blocks.clear();
+        plan.entries.clear();
+        plan.taken.clear();
+        placed.clear();
         for kind in LogKind::ALL {
             let entries = logs[kind.index()];
             if entries.is_empty() {
@@ -185,13 +198,13 @@ impl LogWriter<'_> {
             }
             let tail = &mut tails[kind.index()];
             if let Err(e) = self.plan_log(kind, set, tail, entries, &mut plan) {
-                pool.give_back(plan.taken);
+                pool.give_back(plan.taken.drain(..));
+                set.plan = plan;
                 return Err(e);
             }
         }
-        let blocks = plan.blocks;
-        let address = |b: &PlannedBlock<'_>| geometry.offset(b.chunk) + b.offset as u64;
-        let mut placed = Vec::new();
+        let blocks = &plan.blocks;
+        let address = |b: &PlannedBlock| geometry.offset(b.chunk) + b.offset as u64;
         for (i, b) in blocks.iter().enumerate() {
             let chunk_at = geometry.offset(b.chunk);
             if let Some(h) = &b.new_header {
@@ -199,13 +212,14 @@ impl LogWriter<'_> {
             }
             let at = address(b);
             let peer = address(&blocks[(i + 1) % blocks.len()]);
+            let entries = &plan.entries[b.first..b.first + b.count];
             encode_block(
                 &mut set.scratch,
                 b.chunk,
                 b.generation,
                 version,
                 peer,
-                &b.entries,
+                entries.iter().map(|s| s.entry(staging)),
             );
             // The last block of the commit in a chunk is followed by an end mark, unless
             // it fills the chunk or the rest of the chunk is zeros. (The blocks of one log
@@ -217,17 +231,17 @@ impl LogWriter<'_> {
             }
             media.write_nt(at as usize, &set.scratch);
             let mut data_at = at + PREAMBLE as u64;
-            for e in &b.entries {
+            for e in entries {
                 data_at += ENTRY_HEADER as u64;
                 if !e.tombstone {
                     placed.push(Placed {
                         kind: b.kind,
                         home: e.home,
-                        len: e.data.len() as u64,
+                        len: e.len as u64,
                         log: data_at,
                     });
                 }
-                data_at += e.data.len() as u64;
+                data_at += e.len as u64;
             }
         }
         if fence {
@@ -236,6 +250,8 @@ impl LogWriter<'_> {
         for kind in LogKind::ALL {
             set.tails[kind.index()].current = tails[kind.index()];
         }
-        Ok((placed, blocks.len()))
+        let count = plan.blocks.len();
+        set.plan = plan;
+        Ok(count)
     }
 }

@@ -11,6 +11,7 @@
 //! allocator), [`recovery`].
 
 mod chunks;
+mod commit_data;
 mod home_alloc;
 mod layout;
 mod log_writer;
@@ -27,8 +28,9 @@ pub(crate) use recovery::Examination;
 pub use recovery::{Damage, DroppedTransaction, LogSummary, RecoveryReport};
 
 use self::chunks::{ChunkGeometry, ChunkPool, LogSet};
+use self::commit_data::CommitBuffers;
 use self::home_alloc::{AllocError, HEAP_START, HomeAllocator};
-use self::layout::{EntryRef, HOME_LIMIT, MAX_ENTRY_DATA};
+use self::layout::HOME_LIMIT;
 use self::log_writer::LogWriter;
 use self::mapping::Mapping;
 use self::superblock::{CloseRecord, Superblock};
@@ -48,8 +50,9 @@ const GENERATION_RESERVATION: u64 = 1 << 40;
 /// bounds.
 const LOCK_BITS: std::ops::RangeInclusive<u32> = 12..=20;
 
-/// Per-attempt state of one transaction.
-#[derive(Debug)]
+/// Per-attempt state of one transaction. Its buffers are reused from one transaction
+/// of a thread to the next ([`LogEngine::begin`], [`LogEngine::finish`]).
+#[derive(Debug, Default)]
 pub(crate) struct TxState {
     id: u64,
     rv: u64,
@@ -65,6 +68,13 @@ pub(crate) struct TxState {
     /// A read or free found a conflict: the attempt must be retried.
     conflicted: bool,
     stripe_words: Vec<(usize, u64)>,
+    /// Buffers of the commit path.
+    buffers: CommitBuffers,
+}
+
+thread_local! {
+    /// A finished transaction's state, kept for the thread's next transaction.
+    static SPARE_STATE: std::cell::Cell<Option<TxState>> = const { std::cell::Cell::new(None) };
 }
 
 impl TxState {
@@ -347,20 +357,25 @@ impl LogEngine {
         &self.media
     }
 
-    /// Starts a transaction attempt.
+    /// Starts a transaction (its first attempt), on the buffers the thread's last
+    /// transaction left if there are any.
     pub(crate) fn begin(&self, read_only: bool) -> TxState {
-        TxState {
-            id: self.next_tx_id.fetch_add(1, Ordering::Relaxed),
-            rv: self.clock.now(),
-            read_only,
-            reads: Vec::new(),
-            writes: WriteSet::default(),
-            allocs: Vec::new(),
-            alloc_then_freed: Vec::new(),
-            frees: Vec::new(),
-            conflicted: false,
-            stripe_words: Vec::new(),
-        }
+        let mut tx = SPARE_STATE.take().unwrap_or_default();
+        tx.id = self.next_tx_id.fetch_add(1, Ordering::Relaxed);
+        tx.rv = self.clock.now();
+        tx.read_only = read_only;
+        tx
+    }
+
+    /// Ends a transaction: keeps its buffers, emptied, for the thread's next one.
+    pub(crate) fn finish(mut tx: TxState) {
+        tx.reads.clear();
+        tx.writes.clear();
+        tx.allocs.clear();
+        tx.alloc_then_freed.clear();
+        tx.frees.clear();
+        tx.conflicted = false;
+        SPARE_STATE.set(Some(tx));
     }
 
     /// Ends an attempt that will not commit: releases its allocations.
@@ -552,32 +567,45 @@ impl LogEngine {
             self.media.count_transaction(false);
             return Ok(());
         }
-        let mut indices: Vec<usize> = tx
+        let mut buffers = std::mem::take(&mut tx.buffers);
+        let result = self.commit_with(tx, &mut buffers);
+        tx.buffers = buffers;
+        result
+    }
+
+    /// [`commit`](Self::commit) of a transaction that wrote, with its buffers.
+    fn commit_with(&self, tx: &mut TxState, b: &mut CommitBuffers) -> Result<()> {
+        b.indices.clear();
+        let ranges = tx
             .writes
             .ranges()
             .chain(tx.allocs.iter().copied())
-            .chain(tx.frees.iter().copied())
-            .flat_map(|(h, l)| stripes(h, l))
-            .map(|s| self.locks.index(s))
-            .collect();
-        indices.sort_unstable();
-        indices.dedup();
+            .chain(tx.frees.iter().copied());
+        for (home, len) in ranges {
+            b.indices
+                .extend(stripes(home, len).map(|s| self.locks.index(s)));
+        }
+        b.indices.sort_unstable();
+        b.indices.dedup();
         let held =
-            StripeLocks::acquire(&self.locks, &indices, tx.id).map_err(|_| Self::conflict(tx))?;
+            StripeLocks::acquire(&self.locks, &b.indices, tx.id, std::mem::take(&mut b.held))
+                .map_err(|_| Self::conflict(tx))?;
         let version = self.clock.tick();
         if version != tx.rv + 1 && !self.reads_valid(tx, Some(&held)) {
-            held.restore(&self.locks);
+            b.held = held.restore(&self.locks);
             return Err(Self::conflict(tx));
         }
         tx.allocs.sort_unstable();
-        let data = CommitData::build(tx, self.mapping.config().group_update);
-        let payload = data.payload_bytes();
-        let entries = data.entries();
-        if entries.iter().all(|e| e.is_empty()) {
+        let payload = b.stage(
+            &tx.writes,
+            &tx.allocs,
+            &tx.frees,
+            &tx.alloc_then_freed,
+            self.mapping.config().group_update,
+        );
+        if b.is_empty() {
             // Everything written was freed again by the transaction: nothing to log.
-            drop(entries);
-            drop(data);
-            held.restore(&self.locks);
+            b.held = held.restore(&self.locks);
             self.release_freed_allocs(tx);
             self.media.count_transaction(false);
             return Ok(());
@@ -588,22 +616,23 @@ impl LogEngine {
             geometry: &self.geometry,
             pool: &self.chunks,
         };
-        let placed = writer.append(
+        let [update, alloc, dealloc] = &b.logs;
+        let appended = writer.append(
             &mut set,
-            [&entries[0], &entries[1], &entries[2]],
+            [update, alloc, dealloc],
+            &b.staging,
             version,
             self.fault.is_none(),
+            &mut b.placed,
         );
-        if let Ok((_, blocks)) = &placed {
-            set.appended.record(*blocks, version);
+        if let Ok(blocks) = appended {
+            set.appended.record(blocks, version);
         }
         lock(&self.log_sets).push(set);
-        drop(entries);
-        drop(data);
-        let Ok((placed, _)) = placed else {
-            held.restore(&self.locks);
+        if appended.is_err() {
+            b.held = held.restore(&self.locks);
             return Err(Error::PoolFull);
-        };
+        }
         {
             let map = &self.mapping;
             let chunks = &self.chunks;
@@ -613,7 +642,7 @@ impl LogEngine {
             for &(home, size) in &tx.frees {
                 map.remove(home, size, &mut displaced);
             }
-            for p in &placed {
+            for p in &b.placed {
                 map.insert(p.home, p.len, p.log, &mut displaced);
                 chunks.add_live(geometry.chunk_of(p.log), p.len as i64);
             }
@@ -633,7 +662,7 @@ impl LogEngine {
                 let _ = a.free(home);
             }
         }
-        held.release(&self.locks, version);
+        b.held = held.release(&self.locks, version);
         if self.fault == Some(Fault::PublishBeforeFence) {
             self.media.fence();
         }
@@ -683,169 +712,4 @@ impl LogEngine {
     pub(crate) fn path(&self) -> &std::path::Path {
         &self.path
     }
-}
-
-/// What one commit logs: update pieces borrowed from the write set, and the allocation
-/// images and record bytes it owns.
-struct CommitData<'a> {
-    update_parts: Vec<(u64, &'a [u8])>,
-    /// With group update: contiguous update parts merged into one buffer each.
-    merged: Vec<(u64, Vec<u8>)>,
-    allocs: &'a [(u64, u64)],
-    frees: &'a [(u64, u64)],
-    images: Vec<Vec<u8>>,
-    records: Vec<[u8; 8]>,
-}
-
-/// Splits `data` for `home` into entries of at most [`MAX_ENTRY_DATA`] bytes.
-fn push_data<'a>(out: &mut Vec<EntryRef<'a>>, home: u64, data: &'a [u8]) {
-    for (k, part) in data.chunks(MAX_ENTRY_DATA).enumerate() {
-        out.push(EntryRef {
-            home: home + (k * MAX_ENTRY_DATA) as u64,
-            tombstone: false,
-            data: part,
-        });
-    }
-}
-
-impl<'a> CommitData<'a> {
-    /// Sorts out the transaction's writes, allocations and frees: writes into objects
-    /// allocated by the transaction become part of their allocation image; writes into
-    /// objects it frees are dropped; no byte is logged twice.
-    fn build(tx: &'a TxState, group_update: bool) -> CommitData<'a> {
-        let pieces = tx.writes.resolve();
-        // Allocation images: initial bytes (zeros) overlaid with the writes into them.
-        let mut images: Vec<Vec<u8>> = tx
-            .allocs
-            .iter()
-            .map(|&(_, size)| vec![0u8; size as usize])
-            .collect();
-        let mut excluded: Vec<(u64, u64)> = tx
-            .frees
-            .iter()
-            .chain(tx.alloc_then_freed.iter())
-            .copied()
-            .collect();
-        excluded.sort_unstable();
-        let mut update_parts: Vec<(u64, &'a [u8])> = Vec::new();
-        for p in &pieces {
-            let mut rest: Vec<(u64, &'a [u8])> = vec![(p.home, p.bytes)];
-            for (k, &(ah, asize)) in tx.allocs.iter().enumerate() {
-                rest = cut(rest, ah, asize, |home, bytes| {
-                    let at = (home - ah) as usize;
-                    images[k][at..at + bytes.len()].copy_from_slice(bytes);
-                });
-            }
-            for &(fh, fsize) in &excluded {
-                rest = cut(rest, fh, fsize, |_, _| {});
-            }
-            update_parts.extend(rest);
-        }
-        let records = tx
-            .allocs
-            .iter()
-            .chain(tx.frees.iter())
-            .map(|&(_, size)| size.to_le_bytes())
-            .collect();
-        let merged = if group_update {
-            merge_contiguous(std::mem::take(&mut update_parts))
-        } else {
-            Vec::new()
-        };
-        CommitData {
-            update_parts,
-            merged,
-            allocs: &tx.allocs,
-            frees: &tx.frees,
-            images,
-            records,
-        }
-    }
-
-    /// The application's payload: the distinct bytes the transaction changes (its
-    /// resolved writes outside new objects, plus every new object whole). Rewrites of
-    /// the same bytes count once, so write amplification compares media traffic with
-    /// the state change it makes durable.
-    fn payload_bytes(&self) -> u64 {
-        let updates: usize = self
-            .update_parts
-            .iter()
-            .map(|(_, b)| b.len())
-            .sum::<usize>()
-            + self.merged.iter().map(|(_, b)| b.len()).sum::<usize>();
-        updates as u64 + self.images.iter().map(|i| i.len() as u64).sum::<u64>()
-    }
-
-    /// The entries of the update, allocation and deallocation logs.
-    fn entries(&self) -> [Vec<EntryRef<'_>>; 3] {
-        let mut update = Vec::new();
-        for &(home, bytes) in &self.update_parts {
-            push_data(&mut update, home, bytes);
-        }
-        for (home, bytes) in &self.merged {
-            push_data(&mut update, *home, bytes);
-        }
-        let mut alloc = Vec::new();
-        for (k, &(home, _)) in self.allocs.iter().enumerate() {
-            alloc.push(EntryRef {
-                home,
-                tombstone: true,
-                data: &self.records[k],
-            });
-            push_data(&mut alloc, home, &self.images[k]);
-        }
-        let n = self.allocs.len();
-        let dealloc = self
-            .frees
-            .iter()
-            .enumerate()
-            .map(|(k, &(home, _))| EntryRef {
-                home,
-                tombstone: true,
-                data: &self.records[n + k],
-            })
-            .collect();
-        [update, alloc, dealloc]
-    }
-}
-
-/// Group update ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §3.2): merges address-contiguous parts (sorted,
-/// non-overlapping) into single buffers, so each run becomes one log entry and one
-/// mapping update.
-fn merge_contiguous(parts: Vec<(u64, &[u8])>) -> Vec<(u64, Vec<u8>)> {
-    let mut out: Vec<(u64, Vec<u8>)> = Vec::new();
-    for (home, bytes) in parts {
-        match out.last_mut() {
-            Some((h, buf)) if *h + buf.len() as u64 == home => buf.extend_from_slice(bytes),
-            _ => out.push((home, bytes.to_vec())),
-        }
-    }
-    out
-}
-
-/// Removes `[start, start + len)` from each part, calling `inside` with the removed bytes.
-fn cut<'a>(
-    parts: Vec<(u64, &'a [u8])>,
-    start: u64,
-    len: u64,
-    mut inside: impl FnMut(u64, &'a [u8]),
-) -> Vec<(u64, &'a [u8])> {
-    let end = start + len;
-    let mut out = Vec::with_capacity(parts.len());
-    for (home, bytes) in parts {
-        let pend = home + bytes.len() as u64;
-        let (s, e) = (home.max(start), pend.min(end));
-        if s >= e {
-            out.push((home, bytes));
-            continue;
-        }
-        inside(s, &bytes[(s - home) as usize..(e - home) as usize]);
-        if home < s {
-            out.push((home, &bytes[..(s - home) as usize]));
-        }
-        if e < pend {
-            out.push((e, &bytes[(e - home) as usize..]));
-        }
-    }
-    out
 }

@@ -475,7 +475,7 @@ mod tests {
         };
         media.write(0, &header.encode());
         let mut block = Vec::new();
-        encode_block(&mut block, 0, 5, 9, 64, entries);
+        encode_block(&mut block, 0, 5, 9, 64, entries.iter().copied());
         media.write(64, &block);
         let marks = Marks {
             generation: 0,

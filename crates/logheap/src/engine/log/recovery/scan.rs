@@ -135,7 +135,7 @@ mod tests {
                 tombstone: false,
                 data: &data,
             }];
-            encode_block(&mut buf, 2, generation, version, 64, &e);
+            encode_block(&mut buf, 2, generation, version, 64, e.iter().copied());
             bytes[at..at + buf.len()].copy_from_slice(&buf);
         }
         bytes
