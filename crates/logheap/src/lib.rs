@@ -60,7 +60,7 @@ mod tx;
 pub use bytemuck;
 pub use bytemuck::{Pod, Zeroable};
 pub use config::{Config, Fault};
-pub use engine::{Damage, EngineKind, MappingConfig};
+pub use engine::{Damage, EngineKind, MappingConfig, PartitionIndex};
 pub use error::{Error, Result};
 pub use heap::{Pool, Stats};
 pub use media::{Durability, Emulation, FlushInstruction, Media, MediaConfig, MediaCounters};

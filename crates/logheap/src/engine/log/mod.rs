@@ -23,7 +23,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-pub use mapping::MappingConfig;
+pub use mapping::{MappingConfig, PartitionIndex};
 pub(crate) use recovery::Examination;
 pub use recovery::{Damage, DroppedTransaction, LogSummary, RecoveryReport};
 
