@@ -1,6 +1,8 @@
 //! Plots in the style of the paper's figures, as SVG and PNG (plotters): grouped bar
 //! charts of throughput relative to Base (Fig. 4), node-cache hit ratios (Fig. 5),
-//! one against two threads (Fig. 6), and write traffic per transaction.
+//! one against two threads (Fig. 6), and write traffic per transaction; and, with the
+//! PMDK peer engine, throughput of every engine relative to PMDK's. Every engine that
+//! ran, `pmdk` included, is a series of each chart that has its figure.
 //!
 //! Text needs a TrueType font: the first of a few usual system fonts that exists is
 //! loaded once (Debian: `fonts-dejavu-core`). Without one no plot is drawn and the
@@ -266,16 +268,40 @@ pub fn draw_all(
             },
         )?);
     }
-    // (d) Write traffic per transaction.
-    files.extend(save(
-        dir,
-        "write-traffic",
-        &Bars {
-            title: "Write traffic per transaction (64 B x lines flushed + non-temporal bytes)",
-            y_label: "media bytes / transaction",
-            categories: names,
-            series: per_engine(&|r: &RunResult| Some(r.media_bytes_per_tx)),
-        },
-    )?);
+    // (d) Write traffic per transaction (engines that measure it).
+    let traffic: Vec<(String, Vec<Option<f64>>)> =
+        per_engine(&|r: &RunResult| r.media_bytes_per_tx)
+            .into_iter()
+            .filter(|(_, v)| v.iter().any(Option::is_some))
+            .collect();
+    if !traffic.is_empty() {
+        files.extend(save(
+            dir,
+            "write-traffic",
+            &Bars {
+                title: "Write traffic per transaction (64 B x lines flushed + non-temporal bytes)",
+                y_label: "media bytes / transaction",
+                categories: names.clone(),
+                series: traffic,
+            },
+        )?);
+    }
+    // (e) Throughput relative to the PMDK peer engine.
+    let pmdk = crate::pmdk::ENGINE;
+    let versus = per_engine(&|r: &RunResult| {
+        find(results, pmdk, r.workload, 1).map(|p| r.tx_per_s / p.tx_per_s.max(1e-9))
+    });
+    if versus.iter().any(|(_, v)| v.iter().any(Option::is_some)) {
+        files.extend(save(
+            dir,
+            "vs-pmdk",
+            &Bars {
+                title: "Throughput relative to PMDK (libpmemobj), one thread",
+                y_label: "throughput / PMDK",
+                categories: names,
+                series: versus,
+            },
+        )?);
+    }
     Ok(files)
 }

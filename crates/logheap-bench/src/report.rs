@@ -1,5 +1,5 @@
 //! Reports: one JSON object per run, and a Markdown table of throughput with ratios to
-//! the Base mapping configuration.
+//! the Base mapping configuration and to the PMDK peer engine.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -7,7 +7,8 @@ use std::fmt::Write as _;
 use crate::harness::RunResult;
 
 /// The Markdown report of a set of runs: throughput per workload and engine (with the
-/// ratio to `log-base` where it ran), and write traffic per transaction.
+/// ratios to `log-base` and to `pmdk` where they ran), and write traffic per
+/// transaction (`-` where an engine does not measure a figure).
 pub fn markdown(results: &[RunResult]) -> String {
     let mut engines: Vec<String> = Vec::new();
     for r in results {
@@ -29,26 +30,51 @@ pub fn markdown(results: &[RunResult]) -> String {
             .or_default()
             .insert(r.engine.clone(), r);
     }
+    let pmdk = crate::pmdk::ENGINE;
+    let pmdk_ran = engines.iter().any(|e| e == pmdk);
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "### Throughput (transactions per second; ratio to log-base)\n"
+        "### Throughput (transactions per second; {})\n",
+        if pmdk_ran {
+            "ratios to log-base and to pmdk"
+        } else {
+            "ratio to log-base"
+        }
     );
     let _ = writeln!(out, "| workload | threads | {} |", engines.join(" | "));
     let _ = writeln!(out, "|---|---|{}", "---|".repeat(engines.len()));
     for ((_, w, threads), by_engine) in &rows {
         let base = by_engine.get("log-base").map(|r| r.tx_per_s);
+        let peer = by_engine.get(pmdk).map(|r| r.tx_per_s);
         let cells: Vec<String> = engines
             .iter()
             .map(|e| match by_engine.get(e) {
                 None => "".into(),
-                Some(r) => match base {
-                    Some(b) if b > 0.0 => format!("{:.0} ({:.2}x)", r.tx_per_s, r.tx_per_s / b),
-                    _ => format!("{:.0}", r.tx_per_s),
-                },
+                Some(r) => {
+                    let mut ratios = Vec::new();
+                    if let Some(b) = base.filter(|&b| b > 0.0) {
+                        let label = if pmdk_ran { " log-base" } else { "" };
+                        ratios.push(format!("{:.2}x{label}", r.tx_per_s / b));
+                    }
+                    if let Some(p) = peer.filter(|&p| p > 0.0 && e != pmdk) {
+                        ratios.push(format!("{:.2}x pmdk", r.tx_per_s / p));
+                    }
+                    if ratios.is_empty() {
+                        format!("{:.0}", r.tx_per_s)
+                    } else {
+                        format!("{:.0} ({})", r.tx_per_s, ratios.join(", "))
+                    }
+                }
             })
             .collect();
         let _ = writeln!(out, "| {w} | {threads} | {} |", cells.join(" | "));
+    }
+    if pmdk_ran && results.iter().any(|r| r.emulated) {
+        let _ = writeln!(
+            out,
+            "\npmdk ran without NVM emulation (libpmemobj has no hook at its fences), the other engines with it: compare them with `--emulation off`."
+        );
     }
     let _ = writeln!(
         out,
@@ -62,23 +88,27 @@ pub fn markdown(results: &[RunResult]) -> String {
             if let Some(r) = by_engine.get(e) {
                 let _ = writeln!(
                     out,
-                    "| {w} | {e} | {:.2} | {:.2} | {:.0} | {:.0} | {} | {:.3} | {} | {} | {} |",
-                    r.fences_per_tx,
-                    r.lines_flushed_per_tx,
-                    r.media_bytes_per_tx,
-                    r.payload_bytes_per_tx,
-                    r.write_amplification
-                        .map_or("-".into(), |x| format!("{x:.2}")),
+                    "| {w} | {e} | {} | {} | {} | {} | {} | {:.3} | {} | {} | {} |",
+                    fixed(r.fences_per_tx, 2),
+                    fixed(r.lines_flushed_per_tx, 2),
+                    fixed(r.media_bytes_per_tx, 0),
+                    fixed(r.payload_bytes_per_tx, 0),
+                    fixed(r.write_amplification, 2),
                     r.aborts_per_tx,
                     r.node_cache_hit_ratio
                         .map_or("-".into(), |x| format!("{:.1}%", 100.0 * x)),
-                    mib(r.dram_bytes),
-                    mib(r.pm_bytes_used),
+                    r.dram_bytes.map_or("-".into(), mib),
+                    r.pm_bytes_used.map_or("-".into(), mib),
                 );
             }
         }
     }
     out
+}
+
+/// `x` with `digits` decimals, or `-` when not measured.
+fn fixed(x: Option<f64>, digits: usize) -> String {
+    x.map_or("-".into(), |x| format!("{x:.digits$}"))
 }
 
 fn mib(bytes: u64) -> String {
