@@ -305,3 +305,51 @@ pub fn draw_all(
     }
     Ok(files)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(engine: &str, workload: Workload, tx_per_s: f64) -> RunResult {
+        let json = format!(
+            r#"{{"engine":"{engine}","config":"{engine}","workload":"{workload}","threads":1,"ops":100,"elements":100,"value_size":8,"emulated":false,"seconds":1.0,"tx_per_s":{tx_per_s},"aborts_per_tx":0.0,"preload_seconds":0.1}}"#
+        );
+        let mut r: RunResult = serde_json::from_str(&json).unwrap();
+        if engine != "pmdk" {
+            r.media_bytes_per_tx = Some(300.0);
+        }
+        r
+    }
+
+    #[test]
+    fn pmdk_is_a_series_and_has_its_own_relative_chart() {
+        let results: Vec<RunResult> = [Workload::Sps, Workload::RbtreeIns]
+            .into_iter()
+            .flat_map(|w| {
+                [
+                    result("log-base", w, 100.0),
+                    result("log", w, 150.0),
+                    result("pmdk", w, 120.0),
+                ]
+            })
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let files = match draw_all(&results, dir.path()) {
+            Err(e) if e.is::<NoFont>() => return,
+            other => other.unwrap(),
+        };
+        let names: Vec<String> = files
+            .iter()
+            .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        for stem in ["fig4-mapping-optimisations", "vs-pmdk", "write-traffic"] {
+            assert!(names.contains(&format!("{stem}.svg")), "{names:?}");
+        }
+        let fig4 =
+            std::fs::read_to_string(dir.path().join("fig4-mapping-optimisations.svg")).unwrap();
+        assert!(fig4.contains("pmdk"), "pmdk is a series of Fig. 4");
+        // pmdk measures no write traffic: it is not a series there.
+        let traffic = std::fs::read_to_string(dir.path().join("write-traffic.svg")).unwrap();
+        assert!(!traffic.contains("pmdk") && traffic.contains("log-base"));
+    }
+}

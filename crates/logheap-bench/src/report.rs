@@ -114,3 +114,111 @@ fn fixed(x: Option<f64>, digits: usize) -> String {
 fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Workload;
+
+    fn result(engine: &str, workload: Workload, threads: usize, tx_per_s: f64) -> RunResult {
+        let pmdk = engine == crate::pmdk::ENGINE;
+        let measured = |x: f64| (!pmdk).then_some(x);
+        RunResult {
+            engine: engine.into(),
+            config: engine.into(),
+            workload,
+            threads,
+            ops: 1000,
+            elements: 500,
+            value_size: 128,
+            emulated: false,
+            seconds: 1000.0 / tx_per_s,
+            tx_per_s,
+            fences_per_tx: measured(1.0),
+            fences_per_write_tx: measured(1.0),
+            lines_flushed_per_tx: measured(3.0),
+            nt_bytes_per_tx: measured(256.0),
+            media_bytes_per_tx: measured(448.0),
+            payload_bytes_per_tx: measured(150.0),
+            write_amplification: measured(2.99),
+            aborts_per_tx: 0.0,
+            node_cache_hit_ratio: None,
+            dram_bytes: (!pmdk).then_some(1 << 20),
+            pm_bytes_used: Some(2 << 20),
+            preload_seconds: 0.1,
+        }
+    }
+
+    #[test]
+    fn throughput_cells_carry_ratios_to_log_base_and_to_pmdk() {
+        let w = Workload::HashtableUpd;
+        let results = [
+            result("log-base", w, 1, 100_000.0),
+            result("log", w, 1, 200_000.0),
+            result("pmdk", w, 1, 400_000.0),
+            result("log", w, 2, 300_000.0),
+            result("pmdk", w, 2, 150_000.0),
+        ];
+        let md = markdown(&results);
+        assert!(md.contains("ratios to log-base and to pmdk"), "{md}");
+        assert!(
+            md.contains(
+                "| hashtable-upd | 1 | 100000 (1.00x log-base, 0.25x pmdk) | 200000 (2.00x log-base, 0.50x pmdk) | 400000 (4.00x log-base) |"
+            ),
+            "{md}"
+        );
+        // No log-base on two threads: the ratio to pmdk alone.
+        assert!(
+            md.contains("| hashtable-upd | 2 |  | 300000 (2.00x pmdk) | 150000 |"),
+            "{md}"
+        );
+        // What pmdk does not measure is "-", not 0.
+        assert!(
+            md.contains("| hashtable-upd | pmdk | - | - | - | - | - | 0.000 | - | - | 2.0 MiB |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| hashtable-upd | log | 1.00 | 3.00 | 448 | 150 | 2.99 |"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn without_pmdk_the_table_is_as_before() {
+        let w = Workload::Sps;
+        let md = markdown(&[result("log-base", w, 1, 100.0), result("log", w, 1, 150.0)]);
+        assert!(
+            md.contains("| sps | 1 | 100 (1.00x) | 150 (1.50x) |"),
+            "{md}"
+        );
+        assert!(!md.contains("pmdk"), "{md}");
+    }
+
+    #[test]
+    fn mixing_emulated_runs_with_pmdk_says_so() {
+        let w = Workload::Sps;
+        let mut log = result("log", w, 1, 100.0);
+        log.emulated = true;
+        let md = markdown(&[log, result("pmdk", w, 1, 150.0)]);
+        assert!(md.contains("pmdk ran without NVM emulation"), "{md}");
+    }
+
+    #[test]
+    fn results_written_before_pmdk_and_by_pmdk_both_parse() {
+        // A line from a results.jsonl of before this change: every figure a number.
+        let old = r#"{"engine":"log","config":"full","workload":"sps","threads":1,"ops":20000,"elements":50000,"value_size":128,"emulated":true,"seconds":0.5,"tx_per_s":40000.0,"fences_per_tx":1.0,"fences_per_write_tx":1.0,"lines_flushed_per_tx":0.5,"nt_bytes_per_tx":192.0,"media_bytes_per_tx":224.0,"payload_bytes_per_tx":16.0,"write_amplification":14.0,"aborts_per_tx":0.0,"node_cache_hit_ratio":0.9,"dram_bytes":1048576,"pm_bytes_used":2097152,"preload_seconds":0.3}"#;
+        let r: RunResult = serde_json::from_str(old).unwrap();
+        assert_eq!(r.fences_per_tx, Some(1.0));
+        assert_eq!(r.dram_bytes, Some(1 << 20));
+        let pmdk = result("pmdk", Workload::Sps, 1, 10.0);
+        let line = serde_json::to_string(&pmdk).unwrap();
+        assert!(line.contains(r#""fences_per_tx":null"#), "{line}");
+        let back: RunResult = serde_json::from_str(&line).unwrap();
+        assert_eq!(back.fences_per_tx, None);
+        assert_eq!(back.pm_bytes_used, Some(2 << 20));
+        // A figure left out reads as not measured.
+        let trimmed = old.replace(r#""dram_bytes":1048576,"#, "");
+        let r: RunResult = serde_json::from_str(&trimmed).unwrap();
+        assert_eq!(r.dram_bytes, None);
+    }
+}
