@@ -276,7 +276,7 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             eprintln!("{}", pmdk::UNAVAILABLE);
             runs.retain(|(e, _, _)| e != pmdk::ENGINE);
             if runs.is_empty() {
-                return Err("nothing else to run".into());
+                return Err("no other engine was asked for: nothing to run".into());
             }
             eprintln!("running the other engines");
         } else {
