@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::workload::{Prepared, Shape, Workload, preload_rng, thread_rng, thread_share};
 use logheap::{Config, Emulation, Pool};
+
+use crate::workload::{Prepared, Shape, Workload, preload_rng, thread_rng, thread_share};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -94,7 +95,8 @@ pub struct RunResult {
 }
 
 /// Pool size for a run: room for the preload and every measured transaction's log
-/// blocks (nothing is cleaned), on a sparse tmpfs file.
+/// blocks (nothing is cleaned), on a sparse tmpfs file. `pmdk` uses the same size, but
+/// `pmemobj_create` allocates the whole file up front.
 pub(crate) fn pool_size(spec: &RunSpec) -> u64 {
     let per_item = 4 * (spec.value_size as u64 + 512);
     (256 << 20) + (spec.elements + spec.ops) * per_item
