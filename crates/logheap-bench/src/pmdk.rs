@@ -5,7 +5,7 @@
 //! array, a red-black tree, a B+ tree of fanout 16 and a chained hash table, mirroring
 //! logheap's collections), each operation one libpmemobj transaction. The operations
 //! themselves (keys, value lengths and bytes) are drawn here, in Rust, from the same
-//! [`OpStream`] as logheap's harness, and handed to C as arrays: the same seed gives
+//! [`OpStream`](crate::workload::OpStream) as logheap's harness, and handed to C as arrays: the same seed gives
 //! both engines the same operations.
 //!
 //! The C code is built by the crate's build script when `pkg-config` finds libpmemobj
@@ -56,7 +56,7 @@ pub(crate) fn run_reporting(
 ///
 /// libpmem reads the variable at its first `pmem_is_pmem`, which `pmemobj_create` calls:
 /// setting it later changes nothing. Call this while the process has one thread (the
-/// CLI does, before running anything); [`PmdkStore::create`] calls it too.
+/// CLI does, before running anything); creating a `PmdkStore` calls it too.
 pub fn prepare_environment() {
     #[cfg(logheap_pmdk)]
     imp::force_pmem();
