@@ -5,8 +5,8 @@
 //! array, a red-black tree, a B+ tree of fanout 16 and a chained hash table, mirroring
 //! logheap's collections), each operation one libpmemobj transaction. The operations
 //! themselves (keys, value lengths and bytes) are drawn here, in Rust, from the same
-//! [`OpStream`](crate::workload::OpStream) as logheap's harness, and handed to C as arrays: the same seed gives
-//! both engines the same operations.
+//! [`OpStream`](crate::workload::OpStream) as logheap's harness, and handed to C as
+//! arrays: the same seed gives both engines the same operations.
 //!
 //! The C code is built by the crate's build script when `pkg-config` finds libpmemobj
 //! (Debian: `libpmemobj-dev`), which sets `cfg(logheap_pmdk)`; without it
