@@ -5,15 +5,14 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use logheap::{Config, Emulation, Pool};
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
 
-use crate::workload::{Prepared, Shape, Workload};
+use crate::workload::{Prepared, Shape, Workload, preload_rng, thread_rng, thread_share};
 
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct RunSpec {
-    /// Engine name (`log`, `log-base`, `log-2l`, `log-2l-gu`, `log-2l-gu-c`, ...).
+    /// Engine name (`log`, `log-base`, `log-2l`, `log-2l-gu`, `log-2l-gu-c`, ...; `pmdk`
+    /// for PMDK's libpmemobj).
     pub engine: String,
     /// The workload.
     pub workload: Workload,
@@ -27,7 +26,7 @@ pub struct RunSpec {
     pub value_size: usize,
     /// Seed of every random choice.
     pub seed: u64,
-    /// NVM emulation at each fence (`None`: off).
+    /// NVM emulation at each fence (`None`: off; `pmdk` runs without it).
     pub emulation: Option<Emulation>,
     /// Directory for the pool file (default: `/dev/shm` when present).
     pub dir: Option<PathBuf>,
@@ -50,41 +49,55 @@ pub struct RunResult {
     pub elements: u64,
     /// Value size.
     pub value_size: usize,
-    /// Whether NVM emulation was on.
+    /// Whether NVM emulation was on (never for `pmdk`).
     pub emulated: bool,
     /// Wall time of the measured phase.
     pub seconds: f64,
     /// Committed transactions per second.
     pub tx_per_s: f64,
-    /// Fences per transaction.
-    pub fences_per_tx: f64,
-    /// Fences per transaction that wrote something.
-    pub fences_per_write_tx: f64,
-    /// Cache lines flushed per transaction.
-    pub lines_flushed_per_tx: f64,
-    /// Non-temporal bytes per transaction.
-    pub nt_bytes_per_tx: f64,
-    /// Media bytes (64 x lines + non-temporal bytes) per transaction.
-    pub media_bytes_per_tx: f64,
-    /// Payload bytes per transaction.
-    pub payload_bytes_per_tx: f64,
-    /// Media bytes / payload bytes.
+    /// Fences per transaction (`None`: not measured, as on `pmdk`).
+    #[serde(default)]
+    pub fences_per_tx: Option<f64>,
+    /// Fences per transaction that wrote something (`None`: not measured).
+    #[serde(default)]
+    pub fences_per_write_tx: Option<f64>,
+    /// Cache lines flushed per transaction (`None`: not measured).
+    #[serde(default)]
+    pub lines_flushed_per_tx: Option<f64>,
+    /// Non-temporal bytes per transaction (`None`: not measured).
+    #[serde(default)]
+    pub nt_bytes_per_tx: Option<f64>,
+    /// Media bytes (64 x lines + non-temporal bytes) per transaction (`None`: not
+    /// measured).
+    #[serde(default)]
+    pub media_bytes_per_tx: Option<f64>,
+    /// Payload bytes per transaction (`None`: not measured).
+    #[serde(default)]
+    pub payload_bytes_per_tx: Option<f64>,
+    /// Media bytes / payload bytes (`None`: not measured, or nothing written).
+    #[serde(default)]
     pub write_amplification: Option<f64>,
     /// Aborted attempts per committed transaction.
     pub aborts_per_tx: f64,
     /// Node-cache hit ratio in the measured phase (`None` without node caches).
+    #[serde(default)]
     pub node_cache_hit_ratio: Option<f64>,
-    /// DRAM held by the mapping (nodes, directory, node caches).
-    pub dram_bytes: u64,
-    /// Persistent memory in use (chunks holding log data).
-    pub pm_bytes_used: u64,
+    /// DRAM held by the mapping (nodes, directory, node caches); `None`: not measured
+    /// (`pmdk` has no such mapping).
+    #[serde(default)]
+    pub dram_bytes: Option<u64>,
+    /// Persistent memory in use: logheap, the chunks holding log data; `pmdk`, the
+    /// usable size of every live object (a heap walk after the measured phase).
+    #[serde(default)]
+    pub pm_bytes_used: Option<u64>,
     /// Time of the preload.
     pub preload_seconds: f64,
 }
 
 /// Pool size for a run: room for the preload and every measured transaction's log
-/// blocks (nothing is cleaned), on a sparse tmpfs file.
-fn pool_size(spec: &RunSpec) -> u64 {
+/// blocks (nothing is cleaned), on a sparse tmpfs file. `pmdk` uses the same size, but
+/// `pmemobj_create` allocates the whole file up front.
+pub(crate) fn pool_size(spec: &RunSpec) -> u64 {
     let per_item = 4 * (spec.value_size as u64 + 512);
     (256 << 20) + (spec.elements + spec.ops) * per_item
 }
@@ -94,20 +107,33 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, Box<dyn std::error::Error>> {
     run_reporting(spec, &|_| {})
 }
 
-/// [`run`], telling `phase` what it is doing ("preloading ...", "measuring ...").
-pub fn run_reporting(
-    spec: &RunSpec,
-    phase: &dyn Fn(&str),
-) -> Result<RunResult, Box<dyn std::error::Error>> {
+/// A fresh directory for a run's pool file, removed when dropped: under `spec.dir`,
+/// else `/dev/shm` when present, else the temporary directory.
+pub(crate) fn pool_dir(spec: &RunSpec) -> Result<tempfile::TempDir, String> {
     let parent: PathBuf = match &spec.dir {
         Some(d) => d.clone(),
         None if Path::new("/dev/shm").is_dir() => "/dev/shm".into(),
         None => std::env::temp_dir(),
     };
-    let dir = tempfile::Builder::new()
+    tempfile::Builder::new()
         .prefix("logheap-bench-")
         .tempdir_in(&parent)
-        .map_err(|e| format!("{}: cannot make a pool directory: {e}", parent.display()))?;
+        .map_err(|e| format!("{}: cannot make a pool directory: {e}", parent.display()))
+}
+
+/// [`run`], telling `phase` what it is doing ("preloading ...", "measuring ...").
+///
+/// The engine `pmdk` runs the same workloads on PMDK's libpmemobj ([`crate::pmdk`]);
+/// when this build has no PMDK it is an error saying so
+/// ([`pmdk::UNAVAILABLE`](crate::pmdk::UNAVAILABLE)).
+pub fn run_reporting(
+    spec: &RunSpec,
+    phase: &dyn Fn(&str),
+) -> Result<RunResult, Box<dyn std::error::Error>> {
+    if spec.engine == crate::pmdk::ENGINE {
+        return crate::pmdk::run_reporting(spec, phase);
+    }
+    let dir = pool_dir(spec)?;
     // The pool is sized for every log block the run writes (nothing is cleaned), far
     // beyond what it holds at any time: a sparse file, so it takes only what is written.
     let mut config = Config::default()
@@ -118,7 +144,7 @@ pub fn run_reporting(
         config = config.emulation(e);
     }
     let pool = Pool::create(dir.path().join("bench.pool"), &config)?;
-    let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
+    let mut rng = preload_rng(spec.seed);
     let start = Instant::now();
     let shape = Shape {
         elements: spec.elements,
@@ -136,11 +162,9 @@ pub fn run_reporting(
         let workers: Vec<_> = (0..threads)
             .map(|t| {
                 let (pool, prepared) = (&pool, &prepared);
-                let ops =
-                    spec.ops / threads as u64 + u64::from((t as u64) < spec.ops % threads as u64);
-                let seed = spec.seed.wrapping_add(1 + t as u64);
+                let ops = thread_share(spec.ops, threads, t);
                 s.spawn(move || {
-                    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+                    let mut rng = thread_rng(spec.seed, t);
                     (0..ops).try_for_each(|_| prepared.operate(pool, &mut rng))
                 })
             })
@@ -168,17 +192,17 @@ pub fn run_reporting(
         emulated: spec.emulation.is_some(),
         seconds,
         tx_per_s: c.transactions as f64 / seconds.max(1e-9),
-        fences_per_tx: per_tx(c.fences),
-        fences_per_write_tx: c.fences as f64 / c.write_transactions.max(1) as f64,
-        lines_flushed_per_tx: per_tx(c.lines_flushed),
-        nt_bytes_per_tx: per_tx(c.nt_bytes),
-        media_bytes_per_tx: per_tx(c.media_bytes()),
-        payload_bytes_per_tx: per_tx(c.payload_bytes),
+        fences_per_tx: Some(per_tx(c.fences)),
+        fences_per_write_tx: Some(c.fences as f64 / c.write_transactions.max(1) as f64),
+        lines_flushed_per_tx: Some(per_tx(c.lines_flushed)),
+        nt_bytes_per_tx: Some(per_tx(c.nt_bytes)),
+        media_bytes_per_tx: Some(per_tx(c.media_bytes())),
+        payload_bytes_per_tx: Some(per_tx(c.payload_bytes)),
         write_amplification: c.write_amplification(),
         aborts_per_tx: per_tx(c.aborts),
         node_cache_hit_ratio: (hits + misses > 0).then(|| hits as f64 / (hits + misses) as f64),
-        dram_bytes: after.log.mapping_dram_bytes,
-        pm_bytes_used: (after.log.chunks_total - after.log.chunks_free) * chunk,
+        dram_bytes: Some(after.log.mapping_dram_bytes),
+        pm_bytes_used: Some((after.log.chunks_total - after.log.chunks_free) * chunk),
         preload_seconds,
     };
     pool.close()?;

@@ -2,12 +2,15 @@
 //! collections, a harness that runs them on a fresh pool and measures transactions and
 //! persistence traffic, and reports.
 //!
-//! Any engine the library knows by name runs the same workloads (`RunSpec::engine`).
+//! Any engine the library knows by name runs the same workloads (`RunSpec::engine`), and
+//! so does the peer engine `pmdk`: the same workloads written in C on PMDK's libpmemobj
+//! ([`pmdk`]), built when `pkg-config` finds libpmemobj.
 #![warn(missing_docs)]
 
 pub mod harness;
 pub mod keys;
 pub mod plots;
+pub mod pmdk;
 pub mod report;
 pub mod workload;
 

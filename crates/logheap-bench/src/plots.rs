@@ -1,6 +1,8 @@
 //! Plots in the style of the paper's figures, as SVG and PNG (plotters): grouped bar
 //! charts of throughput relative to Base (Fig. 4), node-cache hit ratios (Fig. 5),
-//! one against two threads (Fig. 6), and write traffic per transaction.
+//! one against two threads (Fig. 6), and write traffic per transaction; and, with the
+//! PMDK peer engine, throughput of every engine relative to PMDK's. Every engine that
+//! ran, `pmdk` included, is a series of each chart that has its figure.
 //!
 //! Text needs a TrueType font: the first of a few usual system fonts that exists is
 //! loaded once (Debian: `fonts-dejavu-core`). Without one no plot is drawn and the
@@ -266,16 +268,88 @@ pub fn draw_all(
             },
         )?);
     }
-    // (d) Write traffic per transaction.
-    files.extend(save(
-        dir,
-        "write-traffic",
-        &Bars {
-            title: "Write traffic per transaction (64 B x lines flushed + non-temporal bytes)",
-            y_label: "media bytes / transaction",
-            categories: names,
-            series: per_engine(&|r: &RunResult| Some(r.media_bytes_per_tx)),
-        },
-    )?);
+    // (d) Write traffic per transaction (engines that measure it).
+    let traffic: Vec<(String, Vec<Option<f64>>)> =
+        per_engine(&|r: &RunResult| r.media_bytes_per_tx)
+            .into_iter()
+            .filter(|(_, v)| v.iter().any(Option::is_some))
+            .collect();
+    if !traffic.is_empty() {
+        files.extend(save(
+            dir,
+            "write-traffic",
+            &Bars {
+                title: "Write traffic per transaction (64 B x lines flushed + non-temporal bytes)",
+                y_label: "media bytes / transaction",
+                categories: names.clone(),
+                series: traffic,
+            },
+        )?);
+    }
+    // (e) Throughput relative to the PMDK peer engine.
+    let pmdk = crate::pmdk::ENGINE;
+    let versus = per_engine(&|r: &RunResult| {
+        find(results, pmdk, r.workload, 1).map(|p| r.tx_per_s / p.tx_per_s.max(1e-9))
+    });
+    if versus.iter().any(|(_, v)| v.iter().any(Option::is_some)) {
+        files.extend(save(
+            dir,
+            "vs-pmdk",
+            &Bars {
+                title: "Throughput relative to PMDK (libpmemobj), one thread",
+                y_label: "throughput / PMDK",
+                categories: names,
+                series: versus,
+            },
+        )?);
+    }
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(engine: &str, workload: Workload, tx_per_s: f64) -> RunResult {
+        let json = format!(
+            r#"{{"engine":"{engine}","config":"{engine}","workload":"{workload}","threads":1,"ops":100,"elements":100,"value_size":8,"emulated":false,"seconds":1.0,"tx_per_s":{tx_per_s},"aborts_per_tx":0.0,"preload_seconds":0.1}}"#
+        );
+        let mut r: RunResult = serde_json::from_str(&json).unwrap();
+        if engine != "pmdk" {
+            r.media_bytes_per_tx = Some(300.0);
+        }
+        r
+    }
+
+    #[test]
+    fn pmdk_is_a_series_and_has_its_own_relative_chart() {
+        let results: Vec<RunResult> = [Workload::Sps, Workload::RbtreeIns]
+            .into_iter()
+            .flat_map(|w| {
+                [
+                    result("log-base", w, 100.0),
+                    result("log", w, 150.0),
+                    result("pmdk", w, 120.0),
+                ]
+            })
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let files = match draw_all(&results, dir.path()) {
+            Err(e) if e.is::<NoFont>() => return,
+            other => other.unwrap(),
+        };
+        let names: Vec<String> = files
+            .iter()
+            .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        for stem in ["fig4-mapping-optimisations", "vs-pmdk", "write-traffic"] {
+            assert!(names.contains(&format!("{stem}.svg")), "{names:?}");
+        }
+        let fig4 =
+            std::fs::read_to_string(dir.path().join("fig4-mapping-optimisations.svg")).unwrap();
+        assert!(fig4.contains("pmdk"), "pmdk is a series of Fig. 4");
+        // pmdk measures no write traffic: it is not a series there.
+        let traffic = std::fs::read_to_string(dir.path().join("write-traffic.svg")).unwrap();
+        assert!(!traffic.contains("pmdk") && traffic.contains("log-base"));
+    }
 }

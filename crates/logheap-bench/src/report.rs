@@ -1,5 +1,5 @@
 //! Reports: one JSON object per run, and a Markdown table of throughput with ratios to
-//! the Base mapping configuration.
+//! the Base mapping configuration and to the PMDK peer engine.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -7,7 +7,8 @@ use std::fmt::Write as _;
 use crate::harness::RunResult;
 
 /// The Markdown report of a set of runs: throughput per workload and engine (with the
-/// ratio to `log-base` where it ran), and write traffic per transaction.
+/// ratios to `log-base` and to `pmdk` where they ran), and write traffic per
+/// transaction (`-` where an engine does not measure a figure).
 pub fn markdown(results: &[RunResult]) -> String {
     let mut engines: Vec<String> = Vec::new();
     for r in results {
@@ -29,26 +30,51 @@ pub fn markdown(results: &[RunResult]) -> String {
             .or_default()
             .insert(r.engine.clone(), r);
     }
+    let pmdk = crate::pmdk::ENGINE;
+    let pmdk_ran = engines.iter().any(|e| e == pmdk);
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "### Throughput (transactions per second; ratio to log-base)\n"
+        "### Throughput (transactions per second; {})\n",
+        if pmdk_ran {
+            "ratios to log-base and to pmdk"
+        } else {
+            "ratio to log-base"
+        }
     );
     let _ = writeln!(out, "| workload | threads | {} |", engines.join(" | "));
     let _ = writeln!(out, "|---|---|{}", "---|".repeat(engines.len()));
     for ((_, w, threads), by_engine) in &rows {
         let base = by_engine.get("log-base").map(|r| r.tx_per_s);
+        let peer = by_engine.get(pmdk).map(|r| r.tx_per_s);
         let cells: Vec<String> = engines
             .iter()
             .map(|e| match by_engine.get(e) {
                 None => "".into(),
-                Some(r) => match base {
-                    Some(b) if b > 0.0 => format!("{:.0} ({:.2}x)", r.tx_per_s, r.tx_per_s / b),
-                    _ => format!("{:.0}", r.tx_per_s),
-                },
+                Some(r) => {
+                    let mut ratios = Vec::new();
+                    if let Some(b) = base.filter(|&b| b > 0.0) {
+                        let label = if pmdk_ran { " log-base" } else { "" };
+                        ratios.push(format!("{:.2}x{label}", r.tx_per_s / b));
+                    }
+                    if let Some(p) = peer.filter(|&p| p > 0.0 && e != pmdk) {
+                        ratios.push(format!("{:.2}x pmdk", r.tx_per_s / p));
+                    }
+                    if ratios.is_empty() {
+                        format!("{:.0}", r.tx_per_s)
+                    } else {
+                        format!("{:.0} ({})", r.tx_per_s, ratios.join(", "))
+                    }
+                }
             })
             .collect();
         let _ = writeln!(out, "| {w} | {threads} | {} |", cells.join(" | "));
+    }
+    if pmdk_ran && results.iter().any(|r| r.emulated) {
+        let _ = writeln!(
+            out,
+            "\npmdk ran without NVM emulation (libpmemobj has no hook at its fences), the other engines with it: compare them with `--emulation off`."
+        );
     }
     let _ = writeln!(
         out,
@@ -62,18 +88,17 @@ pub fn markdown(results: &[RunResult]) -> String {
             if let Some(r) = by_engine.get(e) {
                 let _ = writeln!(
                     out,
-                    "| {w} | {e} | {:.2} | {:.2} | {:.0} | {:.0} | {} | {:.3} | {} | {} | {} |",
-                    r.fences_per_tx,
-                    r.lines_flushed_per_tx,
-                    r.media_bytes_per_tx,
-                    r.payload_bytes_per_tx,
-                    r.write_amplification
-                        .map_or("-".into(), |x| format!("{x:.2}")),
+                    "| {w} | {e} | {} | {} | {} | {} | {} | {:.3} | {} | {} | {} |",
+                    fixed(r.fences_per_tx, 2),
+                    fixed(r.lines_flushed_per_tx, 2),
+                    fixed(r.media_bytes_per_tx, 0),
+                    fixed(r.payload_bytes_per_tx, 0),
+                    fixed(r.write_amplification, 2),
                     r.aborts_per_tx,
                     r.node_cache_hit_ratio
                         .map_or("-".into(), |x| format!("{:.1}%", 100.0 * x)),
-                    mib(r.dram_bytes),
-                    mib(r.pm_bytes_used),
+                    r.dram_bytes.map_or("-".into(), mib),
+                    r.pm_bytes_used.map_or("-".into(), mib),
                 );
             }
         }
@@ -81,6 +106,119 @@ pub fn markdown(results: &[RunResult]) -> String {
     out
 }
 
+/// `x` with `digits` decimals, or `-` when not measured.
+fn fixed(x: Option<f64>, digits: usize) -> String {
+    x.map_or("-".into(), |x| format!("{x:.digits$}"))
+}
+
 fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Workload;
+
+    fn result(engine: &str, workload: Workload, threads: usize, tx_per_s: f64) -> RunResult {
+        let pmdk = engine == crate::pmdk::ENGINE;
+        let measured = |x: f64| (!pmdk).then_some(x);
+        RunResult {
+            engine: engine.into(),
+            config: engine.into(),
+            workload,
+            threads,
+            ops: 1000,
+            elements: 500,
+            value_size: 128,
+            emulated: false,
+            seconds: 1000.0 / tx_per_s,
+            tx_per_s,
+            fences_per_tx: measured(1.0),
+            fences_per_write_tx: measured(1.0),
+            lines_flushed_per_tx: measured(3.0),
+            nt_bytes_per_tx: measured(256.0),
+            media_bytes_per_tx: measured(448.0),
+            payload_bytes_per_tx: measured(150.0),
+            write_amplification: measured(2.99),
+            aborts_per_tx: 0.0,
+            node_cache_hit_ratio: None,
+            dram_bytes: (!pmdk).then_some(1 << 20),
+            pm_bytes_used: Some(2 << 20),
+            preload_seconds: 0.1,
+        }
+    }
+
+    #[test]
+    fn throughput_cells_carry_ratios_to_log_base_and_to_pmdk() {
+        let w = Workload::HashtableUpd;
+        let results = [
+            result("log-base", w, 1, 100_000.0),
+            result("log", w, 1, 200_000.0),
+            result("pmdk", w, 1, 400_000.0),
+            result("log", w, 2, 300_000.0),
+            result("pmdk", w, 2, 150_000.0),
+        ];
+        let md = markdown(&results);
+        assert!(md.contains("ratios to log-base and to pmdk"), "{md}");
+        assert!(
+            md.contains(
+                "| hashtable-upd | 1 | 100000 (1.00x log-base, 0.25x pmdk) | 200000 (2.00x log-base, 0.50x pmdk) | 400000 (4.00x log-base) |"
+            ),
+            "{md}"
+        );
+        // No log-base on two threads: the ratio to pmdk alone.
+        assert!(
+            md.contains("| hashtable-upd | 2 |  | 300000 (2.00x pmdk) | 150000 |"),
+            "{md}"
+        );
+        // What pmdk does not measure is "-", not 0.
+        assert!(
+            md.contains("| hashtable-upd | pmdk | - | - | - | - | - | 0.000 | - | - | 2.0 MiB |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| hashtable-upd | log | 1.00 | 3.00 | 448 | 150 | 2.99 |"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn without_pmdk_the_table_is_as_before() {
+        let w = Workload::Sps;
+        let md = markdown(&[result("log-base", w, 1, 100.0), result("log", w, 1, 150.0)]);
+        assert!(
+            md.contains("| sps | 1 | 100 (1.00x) | 150 (1.50x) |"),
+            "{md}"
+        );
+        assert!(!md.contains("pmdk"), "{md}");
+    }
+
+    #[test]
+    fn mixing_emulated_runs_with_pmdk_says_so() {
+        let w = Workload::Sps;
+        let mut log = result("log", w, 1, 100.0);
+        log.emulated = true;
+        let md = markdown(&[log, result("pmdk", w, 1, 150.0)]);
+        assert!(md.contains("pmdk ran without NVM emulation"), "{md}");
+    }
+
+    #[test]
+    fn results_written_before_pmdk_and_by_pmdk_both_parse() {
+        // A line from a results.jsonl of before this change: every figure a number.
+        let old = r#"{"engine":"log","config":"full","workload":"sps","threads":1,"ops":20000,"elements":50000,"value_size":128,"emulated":true,"seconds":0.5,"tx_per_s":40000.0,"fences_per_tx":1.0,"fences_per_write_tx":1.0,"lines_flushed_per_tx":0.5,"nt_bytes_per_tx":192.0,"media_bytes_per_tx":224.0,"payload_bytes_per_tx":16.0,"write_amplification":14.0,"aborts_per_tx":0.0,"node_cache_hit_ratio":0.9,"dram_bytes":1048576,"pm_bytes_used":2097152,"preload_seconds":0.3}"#;
+        let r: RunResult = serde_json::from_str(old).unwrap();
+        assert_eq!(r.fences_per_tx, Some(1.0));
+        assert_eq!(r.dram_bytes, Some(1 << 20));
+        let pmdk = result("pmdk", Workload::Sps, 1, 10.0);
+        let line = serde_json::to_string(&pmdk).unwrap();
+        assert!(line.contains(r#""fences_per_tx":null"#), "{line}");
+        let back: RunResult = serde_json::from_str(&line).unwrap();
+        assert_eq!(back.fences_per_tx, None);
+        assert_eq!(back.pm_bytes_used, Some(2 << 20));
+        // A figure left out reads as not measured.
+        let trimmed = old.replace(r#""dram_bytes":1048576,"#, "");
+        let r: RunResult = serde_json::from_str(&trimmed).unwrap();
+        assert_eq!(r.dram_bytes, None);
+    }
 }

@@ -8,7 +8,8 @@ use std::str::FromStr;
 
 use logheap::{Error, Pool, Tx};
 use logheap_collections::{Array, BpTree, HashMap, RbTree};
-use rand::Rng;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 use crate::keys::{ZipfKeys, scramble};
 
@@ -140,7 +141,7 @@ impl Store {
 }
 
 /// Sizes of a workload.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shape {
     /// Elements preloaded (and the size of the SPS array).
     pub elements: u64,
@@ -151,10 +152,8 @@ pub struct Shape {
 /// A workload prepared on a pool: its structure and key stream.
 #[derive(Debug, Clone)]
 pub struct Prepared {
-    workload: Workload,
-    shape: Shape,
+    stream: OpStream,
     target: Target,
-    zipf: Option<ZipfKeys>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -163,27 +162,164 @@ enum Target {
     Store(Store),
 }
 
-const PRELOAD_BATCH: u64 = 100;
+/// Operations per transaction of the preload.
+pub const PRELOAD_BATCH: u64 = 100;
 
-fn value_for(rng: &mut impl Rng, workload: Workload, size: usize) -> Vec<u8> {
-    let len = match workload {
-        Workload::KvstoreIns | Workload::KvstoreUpd => rng.random_range(size / 2..=size + size / 2),
-        _ => size,
-    };
-    let fill: u8 = rng.random();
-    vec![fill; len]
+/// One operation of a workload, as drawn from its random stream: what one transaction
+/// of the measured phase (or one insertion of the preload) does. `#[repr(C)]`: the PMDK
+/// peer engine reads arrays of these in C (`struct lh_op`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+pub struct Op {
+    /// The key; SPS: the first element swapped (the preload: the element set).
+    pub key: u64,
+    /// SPS: the second element swapped (the preload: the value, the element's index);
+    /// 0 otherwise.
+    pub other: u64,
+    /// The value's length in bytes (0 for SPS).
+    pub len: u64,
+    /// The value's bytes, all equal to this one.
+    pub fill: u8,
+}
+
+impl Op {
+    /// The value this operation writes (`len` bytes of `fill`; not for SPS).
+    pub fn value(&self) -> Vec<u8> {
+        vec![self.fill; self.len as usize]
+    }
+}
+
+/// The random stream of a workload's operations: the single definition of its keys,
+/// value lengths and value bytes, which logheap's harness and the PMDK peer engine both
+/// draw from (the same seed gives the same operations on every engine).
+#[derive(Debug, Clone)]
+pub struct OpStream {
+    workload: Workload,
+    shape: Shape,
+    zipf: Option<ZipfKeys>,
+}
+
+impl OpStream {
+    /// The stream of `workload` at `shape`.
+    pub fn new(workload: Workload, shape: Shape) -> OpStream {
+        let n = shape.elements.max(2);
+        OpStream {
+            workload,
+            shape,
+            // Update workloads draw keys from 2n ranks (see `preload_op`).
+            zipf: workload.is_update().then(|| ZipfKeys::new(2 * n)),
+        }
+    }
+
+    /// The workload.
+    pub fn workload(&self) -> Workload {
+        self.workload
+    }
+
+    /// Elements preloaded (and the SPS array's length): at least 2.
+    pub fn elements(&self) -> u64 {
+        self.shape.elements.max(2)
+    }
+
+    /// The hash table's bucket count (HashTable and KVStore): the elements rounded up to
+    /// a power of two.
+    pub fn buckets(&self) -> u64 {
+        self.elements().next_power_of_two()
+    }
+
+    /// Preload operation `i` (of [`elements`](Self::elements), drawn in order).
+    pub fn preload_op(&self, i: u64, rng: &mut impl Rng) -> Op {
+        if self.workload == Workload::Sps {
+            return Op {
+                key: i,
+                other: i,
+                len: 0,
+                fill: 0,
+            };
+        }
+        // Update workloads draw keys from 2n ranks; exactly half of them are present at
+        // the start: one of each pair of neighbouring ranks, chosen at random.
+        let key = if self.workload.is_update() {
+            scramble(2 * i + rng.random_range(0..2u64))
+        } else {
+            rng.random()
+        };
+        self.with_value(key, rng)
+    }
+
+    /// The next operation of the measured phase.
+    pub fn next_op(&self, rng: &mut impl Rng) -> Op {
+        if self.workload == Workload::Sps {
+            let n = self.elements();
+            let (i, j) = (rng.random_range(0..n), rng.random_range(0..n));
+            return Op {
+                key: i,
+                other: j,
+                len: 0,
+                fill: 0,
+            };
+        }
+        let key = match &self.zipf {
+            None => rng.random(),
+            Some(zipf) => zipf.next(rng),
+        };
+        self.with_value(key, rng)
+    }
+
+    fn with_value(&self, key: u64, rng: &mut impl Rng) -> Op {
+        let size = self.shape.value_size;
+        let len = match self.workload {
+            Workload::KvstoreIns | Workload::KvstoreUpd => {
+                rng.random_range(size / 2..=size + size / 2)
+            }
+            _ => size,
+        };
+        let fill: u8 = rng.random();
+        Op {
+            key,
+            other: 0,
+            len: len as u64,
+            fill,
+        }
+    }
+
+    /// The operations of thread `t` of `threads` in a measured phase of `ops`
+    /// transactions started from `seed` (each thread draws from its own generator).
+    pub fn thread_ops(&self, seed: u64, ops: u64, threads: usize, t: usize) -> Vec<Op> {
+        let mut rng = thread_rng(seed, t);
+        (0..thread_share(ops, threads, t))
+            .map(|_| self.next_op(&mut rng))
+            .collect()
+    }
+}
+
+/// How many of `ops` transactions thread `t` of `threads` runs.
+pub fn thread_share(ops: u64, threads: usize, t: usize) -> u64 {
+    let threads = threads.max(1) as u64;
+    ops / threads + u64::from((t as u64) < ops % threads)
+}
+
+/// The generator of thread `t` in a measured phase started from `seed`.
+pub fn thread_rng(seed: u64, t: usize) -> ChaCha8Rng {
+    ChaCha8Rng::seed_from_u64(seed.wrapping_add(1 + t as u64))
+}
+
+/// The generator of a run's preload.
+pub fn preload_rng(seed: u64) -> ChaCha8Rng {
+    ChaCha8Rng::seed_from_u64(seed)
 }
 
 impl Prepared {
     /// Creates the workload's structure on `pool` and preloads it (in transactions of
-    /// 100 operations).
+    /// [`PRELOAD_BATCH`] operations).
     pub fn preload(
         pool: &Pool,
         workload: Workload,
         shape: Shape,
         rng: &mut impl Rng,
     ) -> Result<Prepared, Error> {
-        let n = shape.elements.max(2);
+        let stream = OpStream::new(workload, shape);
+        let n = stream.elements();
         let target = pool.transaction(|tx| {
             Ok::<_, Error>(match workload {
                 Workload::Sps => Target::Array(Array::create(tx, n, 8)?),
@@ -193,35 +329,21 @@ impl Prepared {
                 Workload::BptreeIns | Workload::BptreeUpd => {
                     Target::Store(Store::Bp(BpTree::create(tx)?))
                 }
-                _ => Target::Store(Store::Hash(HashMap::create(tx, n.next_power_of_two())?)),
+                _ => Target::Store(Store::Hash(HashMap::create(tx, stream.buckets())?)),
             })
         })?;
-        // Update workloads draw keys from 2n ranks; exactly half of them are present at
-        // the start: one of each pair of neighbouring ranks, chosen at random.
-        let universe = 2 * n;
         let mut done = 0;
         while done < n {
             let batch = PRELOAD_BATCH.min(n - done);
-            let mut items: Vec<(u64, Vec<u8>)> = Vec::with_capacity(batch as usize);
-            for i in 0..batch {
-                items.push(match target {
-                    Target::Array(_) => (done + i, (done + i).to_le_bytes().to_vec()),
-                    Target::Store(_) => {
-                        let key = if workload.is_update() {
-                            scramble(2 * (done + i) + rng.random_range(0..2u64))
-                        } else {
-                            rng.random()
-                        };
-                        (key, value_for(rng, workload, shape.value_size))
-                    }
-                });
-            }
+            let items: Vec<Op> = (0..batch)
+                .map(|i| stream.preload_op(done + i, rng))
+                .collect();
             pool.transaction(|tx| {
-                for (k, v) in &items {
+                for op in &items {
                     match target {
-                        Target::Array(a) => a.set(tx, *k, v)?,
+                        Target::Array(a) => a.set(tx, op.key, &op.other.to_le_bytes())?,
                         Target::Store(s) => {
-                            s.insert(tx, *k, v)?;
+                            s.insert(tx, op.key, &op.value())?;
                         }
                     }
                 }
@@ -229,40 +351,39 @@ impl Prepared {
             })?;
             done += batch;
         }
-        Ok(Prepared {
-            workload,
-            shape,
-            target,
-            zipf: workload.is_update().then(|| ZipfKeys::new(universe)),
-        })
+        Ok(Prepared { stream, target })
     }
 
-    /// Runs one operation of the workload as one transaction.
+    /// The workload's operation stream.
+    pub fn stream(&self) -> &OpStream {
+        &self.stream
+    }
+
+    /// Runs the next operation of the workload (drawn from `rng`) as one transaction.
     pub fn operate(&self, pool: &Pool, rng: &mut impl Rng) -> Result<(), Error> {
+        let op = self.stream.next_op(rng);
+        self.apply(pool, &op)
+    }
+
+    /// Runs `op` as one transaction: SPS swaps two elements; insert workloads insert;
+    /// update workloads look the key up, then delete it if found, else insert it.
+    pub fn apply(&self, pool: &Pool, op: &Op) -> Result<(), Error> {
         match self.target {
-            Target::Array(a) => {
-                let n = self.shape.elements.max(2);
-                let (i, j) = (rng.random_range(0..n), rng.random_range(0..n));
-                pool.transaction(|tx| a.swap(tx, i, j))
-            }
-            Target::Store(s) => match &self.zipf {
-                None => {
-                    let key: u64 = rng.random();
-                    let value = value_for(rng, self.workload, self.shape.value_size);
-                    pool.transaction(|tx| s.insert(tx, key, &value).map(|_| ()))
-                }
-                Some(zipf) => {
-                    let key = zipf.next(rng);
-                    let value = value_for(rng, self.workload, self.shape.value_size);
+            Target::Array(a) => pool.transaction(|tx| a.swap(tx, op.key, op.other)),
+            Target::Store(s) => {
+                let value = op.value();
+                if self.stream.workload.is_update() {
                     pool.transaction(|tx| {
-                        if s.contains(tx, key)? {
-                            s.remove(tx, key).map(|_| ())
+                        if s.contains(tx, op.key)? {
+                            s.remove(tx, op.key).map(|_| ())
                         } else {
-                            s.insert(tx, key, &value).map(|_| ())
+                            s.insert(tx, op.key, &value).map(|_| ())
                         }
                     })
+                } else {
+                    pool.transaction(|tx| s.insert(tx, op.key, &value).map(|_| ()))
                 }
-            },
+            }
         }
     }
 }

@@ -3,14 +3,16 @@
 //! Without arguments it runs every workload on every configuration of the address-mapping
 //! ablation (Base, 2L, 2L-GU, 2L-GU-C, full) on one thread, and the update workloads of
 //! 2L-GU-C and full on two threads (the paper's Fig. 6), with the paper's NVM emulation
-//! (500 ns, 1 GB/s). It writes `results.jsonl` and `results.md` into a results directory
-//! named on its last line.
+//! (500 ns, 1 GB/s); and, when this build has PMDK, the same on the peer engine `pmdk`
+//! (libpmemobj: every workload on one thread, the update workloads on two). It writes
+//! `results.jsonl` and `results.md` into a results directory named on its last line.
 
 use std::io::Write as _;
 use std::path::PathBuf;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use logheap::{Emulation, MappingConfig};
+use logheap_bench::pmdk::{self, pmdk_available};
 use logheap_bench::{RunSpec, Workload, report, run_reporting};
 
 /// Options of `logheap bench`.
@@ -19,11 +21,12 @@ pub struct Args {
     /// Workloads to run (repeat the option; default: all).
     #[arg(long = "workload")]
     workloads: Vec<Workload>,
-    /// Engines to run (repeat; default: log-base, log-2l, log-2l-gu, log-2l-gu-c, log).
+    /// Engines to run (repeat; default: log-base, log-2l, log-2l-gu, log-2l-gu-c, log,
+    /// and pmdk when this build has PMDK's libpmemobj).
     #[arg(long = "engine")]
     engines: Vec<String>,
     /// Thread counts (repeat; default: 1, plus 2 threads for the update workloads of
-    /// log-2l-gu-c and log).
+    /// log-2l-gu-c, log and pmdk).
     #[arg(long = "threads")]
     threads: Vec<usize>,
     /// Transactions per run.
@@ -86,7 +89,7 @@ fn plan(args: &Args) -> Vec<(String, Workload, usize)> {
         args.workloads.clone()
     };
     let engines: Vec<String> = if args.engines.is_empty() {
-        MappingConfig::LADDER
+        let mut engines: Vec<String> = MappingConfig::LADDER
             .iter()
             .map(|(n, _)| {
                 if *n == "full" {
@@ -95,7 +98,11 @@ fn plan(args: &Args) -> Vec<(String, Workload, usize)> {
                     format!("log-{n}")
                 }
             })
-            .collect()
+            .collect();
+        if pmdk_available() {
+            engines.push(pmdk::ENGINE.to_string());
+        }
+        engines
     } else {
         args.engines.clone()
     };
@@ -116,7 +123,7 @@ fn plan(args: &Args) -> Vec<(String, Workload, usize)> {
         for &w in workloads.iter().filter(|w| w.is_update()) {
             for e in engines
                 .iter()
-                .filter(|e| *e == "log" || *e == "log-2l-gu-c")
+                .filter(|e| *e == "log" || *e == "log-2l-gu-c" || *e == pmdk::ENGINE)
             {
                 runs.push((e.clone(), w, 2));
             }
@@ -132,6 +139,9 @@ fn check_plan(runs: &[(String, Workload, usize)]) -> Result<(), String> {
         if *threads == 0 {
             return Err("--threads 0: a run needs at least one thread".into());
         }
+        if engine == pmdk::ENGINE {
+            continue;
+        }
         if let Err(e) = logheap::Config::default().engine_name(engine) {
             let known: Vec<String> = MappingConfig::NAMED
                 .iter()
@@ -141,8 +151,13 @@ fn check_plan(runs: &[(String, Workload, usize)]) -> Result<(), String> {
                 })
                 .collect();
             return Err(format!(
-                "--engine {engine}: {e}; the engines built are {}",
-                known.join(", ")
+                "--engine {engine}: {e}; the engines built are {}{}",
+                known.join(", "),
+                if pmdk_available() {
+                    ", and the peer engine pmdk"
+                } else {
+                    ""
+                }
             ));
         }
         let built = logheap::Config::default()
@@ -254,8 +269,26 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         (args.elements, args.ops)
     };
-    let runs = plan(args);
+    let mut runs = plan(args);
     check_plan(&runs)?;
+    if runs.iter().any(|(e, _, _)| e == pmdk::ENGINE) {
+        if !pmdk_available() {
+            eprintln!("{}", pmdk::UNAVAILABLE);
+            runs.retain(|(e, _, _)| e != pmdk::ENGINE);
+            if runs.is_empty() {
+                return Err("no other engine was asked for: nothing to run".into());
+            }
+            eprintln!("running the other engines");
+        } else {
+            // Before any thread starts: libpmem reads it at the first pool.
+            pmdk::prepare_environment();
+            if emulation.is_some() {
+                eprintln!(
+                    "note: pmdk runs without NVM emulation (libpmemobj has no hook at its fences); compare it with --emulation off"
+                );
+            }
+        }
+    }
     let out = results_dir(args.out.as_deref())?;
     let mut jsonl = std::fs::File::create(out.join("results.jsonl"))?;
     let mut results = Vec::new();
@@ -279,17 +312,20 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         let r = run_reporting(&spec, &|phase| bar.set_message(format!("{what}: {phase}")))
             .map_err(|e| format!("{what}: {e}"))?;
         bar.inc(1);
-        bar.suspend(|| eprintln!(
-            "[{}/{}] {:<12} {:<14} {} thread(s): {:>9.0} tx/s, {:.2} fences/tx, {:.0} media B/tx",
-            i + 1,
-            runs.len(),
-            r.engine,
-            r.workload,
-            r.threads,
-            r.tx_per_s,
-            r.fences_per_tx,
-            r.media_bytes_per_tx
-        ));
+        bar.suspend(|| {
+            eprintln!(
+                "[{}/{}] {:<12} {:<14} {} thread(s): {:>9.0} tx/s, {} fences/tx, {} media B/tx",
+                i + 1,
+                runs.len(),
+                r.engine,
+                r.workload,
+                r.threads,
+                r.tx_per_s,
+                r.fences_per_tx.map_or("-".into(), |f| format!("{f:.2}")),
+                r.media_bytes_per_tx
+                    .map_or("-".into(), |b| format!("{b:.0}"))
+            )
+        });
         let line = serde_json::to_string(&r)?;
         writeln!(jsonl, "{line}")?;
         if args.json {

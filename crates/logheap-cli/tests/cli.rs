@@ -159,6 +159,61 @@ fn crashtest_passes_in_every_mapping_configuration() {
 }
 
 #[test]
+fn bench_runs_pmdk_beside_log_or_says_it_is_unavailable() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("results");
+    let run = logheap()
+        .args([
+            "bench",
+            "--workload",
+            "rbtree-upd",
+            "--engine",
+            "log",
+            "--engine",
+            "pmdk",
+            "--ops",
+            "300",
+            "--elements",
+            "500",
+            "--emulation",
+            "off",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let jsonl = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    let engines: Vec<String> = jsonl
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["engine"].to_string())
+        .collect();
+    let table = std::fs::read_to_string(out.join("results.md")).unwrap();
+    if logheap_bench::pmdk::pmdk_available() {
+        // One and two threads for each engine (an update workload).
+        assert_eq!(
+            engines.iter().filter(|e| *e == "\"pmdk\"").count(),
+            2,
+            "{jsonl}"
+        );
+        assert!(table.contains("x pmdk)"), "{table}");
+        for line in jsonl.lines().filter(|l| l.contains("\"engine\":\"pmdk\"")) {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert!(v["fences_per_tx"].is_null(), "{line}");
+            assert!(v["tx_per_s"].as_f64().unwrap() > 0.0, "{line}");
+        }
+    } else {
+        assert!(
+            stderr.contains("PMDK (libpmemobj) is unavailable in this build"),
+            "{stderr}"
+        );
+        assert!(engines.iter().all(|e| e == "\"log\""), "{jsonl}");
+        assert_eq!(engines.len(), 2, "{jsonl}");
+    }
+}
+
+#[test]
 fn bench_writes_jsonl_table_and_plots() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("results");
