@@ -189,10 +189,14 @@ impl LogEngine {
     /// never validates. They must never repeat, even across crashes that erase the
     /// chunk headers recording them: each open durably records a high-water mark in the
     /// superblock and hands out generations below it.
+    ///
+    /// `recovery_threads` recover the log (0: one per core, see
+    /// [`Config::recovery_threads`](crate::Config::recovery_threads)).
     pub(crate) fn open(
         file: &PoolFile,
         mapping: MappingConfig,
         fault: Option<Fault>,
+        recovery_threads: usize,
     ) -> Result<LogEngine> {
         mapping.check().map_err(Error::InvalidConfig)?;
         let media = file.media().clone();
@@ -220,8 +224,9 @@ impl LogEngine {
             false => None,
         };
         let mapping = Mapping::new(mapping);
-        let recovered =
-            recovery::recover(&media, &geometry, marks, close, &mapping).map_err(corrupt)?;
+        let threads = recovery::threads_for(recovery_threads, marks.formatted, &geometry);
+        let recovered = recovery::recover(&media, &geometry, marks, close, &mapping, threads)
+            .map_err(corrupt)?;
 
         // Accepted: from here on the pool is written.
         file.mark_open();

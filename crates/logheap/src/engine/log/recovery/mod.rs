@@ -186,15 +186,33 @@ pub(crate) struct Examination {
 /// Most problems collected by one examination (a hostile file could have millions).
 const MAX_PROBLEMS: usize = 1000;
 
+/// Formatted log bytes that keep one more recovery thread busy when the number of
+/// threads is chosen automatically (below it, starting a thread costs more than it
+/// saves).
+const AUTO_BYTES_PER_THREAD: u64 = 8 << 20;
+
+/// The number of threads to recover a log of `formatted` chunks with: `requested`
+/// when it is not 0, else one per core, but no more than the log keeps busy.
+pub(crate) fn threads_for(requested: usize, formatted: u32, geometry: &ChunkGeometry) -> usize {
+    if requested > 0 {
+        return requested;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let bytes = formatted.min(geometry.count) as u64 * geometry.size;
+    cores.min((bytes / AUTO_BYTES_PER_THREAD).max(1) as usize)
+}
+
 /// Reads the log and rebuilds `mapping` (empty on entry), the allocator and the chunk
-/// state, writing nothing. `close` is the clean-close record when the pool was closed
-/// cleanly. Refuses (with every problem found) when the log is damaged.
+/// state with `threads` threads, writing nothing. `close` is the clean-close record when
+/// the pool was closed cleanly. Refuses (with every problem found) when the log is
+/// damaged.
 pub(crate) fn recover(
     media: &Media,
     geometry: &ChunkGeometry,
     marks: Marks,
     close: Option<CloseRecord>,
     mapping: &Mapping,
+    threads: usize,
 ) -> Result<Recovery, Vec<Damage>> {
     let (scan, verdict, mut problems) = read_and_judge(media, geometry, marks, close.as_ref());
     if !problems.is_empty() {
