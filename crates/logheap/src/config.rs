@@ -26,13 +26,13 @@ pub struct Config {
     /// far beyond what they will hold, such as benchmark pools on tmpfs); a file system
     /// that fills up then ends the process with `SIGBUS`.
     pub reserve_space: bool,
-    /// Threads that recover the log when a pool is opened (default 0: as many as the
-    /// machine has cores, [`std::thread::available_parallelism`], but no more than the
-    /// log is big enough to keep busy). 1 recovers on the opening thread alone; any
-    /// other number uses exactly that many threads. Recovery reads the chunks in
-    /// parallel and replays the committed transactions in parallel by home partition
-    /// ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §4.5); the result
-    /// is the same whatever the number. Not stored in the pool: each open chooses.
+    /// Threads that recover the log when a pool is opened (default 0: one per core, as
+    /// [`std::thread::available_parallelism`] counts them). 1 recovers on the opening
+    /// thread alone, as a sequential reference; more read the chunks in parallel and
+    /// replay the committed transactions in parallel by home partition ("Log-structured
+    /// Non-volatile Main Memory", USENIX ATC 2017, §4.5), while the opening thread
+    /// rebuilds the allocator. The recovered state is the same whatever the number. Not
+    /// stored in the pool: each open chooses.
     pub recovery_threads: usize,
     /// A deliberate defect, for showing that crash tests catch one. Never set it in
     /// production code.

@@ -297,14 +297,17 @@ impl HomeAllocator {
             used = rest;
             // Free slots from the highest down, skipping the used ones (from the back).
             let mut mine = mine.iter().rev().map(|&(_, home)| home).peekable();
-            let free = (0..SUPERBLOCK / size).rev().map(|i| sb + i * size).filter(|&slot| {
-                if mine.peek() == Some(&slot) {
-                    mine.next();
-                    false
-                } else {
-                    true
-                }
-            });
+            let free = (0..SUPERBLOCK / size)
+                .rev()
+                .map(|i| sb + i * size)
+                .filter(|&slot| {
+                    if mine.peek() == Some(&slot) {
+                        mine.next();
+                        false
+                    } else {
+                        true
+                    }
+                });
             a.class_free[class].extend(free);
         }
         Ok(a)

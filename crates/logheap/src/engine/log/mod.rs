@@ -224,7 +224,7 @@ impl LogEngine {
             false => None,
         };
         let mapping = Mapping::new(mapping);
-        let threads = recovery::threads_for(recovery_threads, marks.formatted, &geometry);
+        let threads = recovery::threads_for(recovery_threads);
         let recovered = recovery::recover(&media, &geometry, marks, close, &mapping, threads)
             .map_err(corrupt)?;
 
@@ -316,7 +316,8 @@ impl LogEngine {
             false => None,
         };
         let mapping = Mapping::new(MappingConfig::FULL);
-        let mut found = recovery::examine(media, &geometry, marks, close, &mapping);
+        let threads = recovery::threads_for(0);
+        let mut found = recovery::examine(media, &geometry, marks, close, &mapping, threads);
         problems.append(&mut found.problems);
         found.problems = problems;
         found

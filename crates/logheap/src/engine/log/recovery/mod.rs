@@ -42,6 +42,9 @@
 //! the last transaction of a log set is indistinguishable from that transaction being
 //! torn, and it is dropped (and reported) like one.
 
+#[cfg(test)]
+mod equivalence;
+mod parallel;
 mod replay;
 mod rules;
 mod scan;
@@ -186,20 +189,12 @@ pub(crate) struct Examination {
 /// Most problems collected by one examination (a hostile file could have millions).
 const MAX_PROBLEMS: usize = 1000;
 
-/// Formatted log bytes that keep one more recovery thread busy when the number of
-/// threads is chosen automatically (below it, starting a thread costs more than it
-/// saves).
-const AUTO_BYTES_PER_THREAD: u64 = 8 << 20;
-
-/// The number of threads to recover a log of `formatted` chunks with: `requested`
-/// when it is not 0, else one per core, but no more than the log keeps busy.
-pub(crate) fn threads_for(requested: usize, formatted: u32, geometry: &ChunkGeometry) -> usize {
-    if requested > 0 {
-        return requested;
+/// The number of threads to recover with: `requested`, or one per core when it is 0.
+pub(crate) fn threads_for(requested: usize) -> usize {
+    match requested {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
     }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let bytes = formatted.min(geometry.count) as u64 * geometry.size;
-    cores.min((bytes / AUTO_BYTES_PER_THREAD).max(1) as usize)
 }
 
 /// Reads the log and rebuilds `mapping` (empty on entry), the allocator and the chunk
@@ -214,11 +209,20 @@ pub(crate) fn recover(
     mapping: &Mapping,
     threads: usize,
 ) -> Result<Recovery, Vec<Damage>> {
-    let (scan, verdict, mut problems) = read_and_judge(media, geometry, marks, close.as_ref());
+    let (scan, verdict, mut problems) =
+        read_and_judge(media, geometry, marks, close.as_ref(), threads);
     if !problems.is_empty() {
         return Err(problems);
     }
-    let replayed = replay::replay(media, geometry, &scan, &verdict, mapping, &mut problems);
+    let replayed = replay(
+        media,
+        geometry,
+        &scan,
+        &verdict,
+        mapping,
+        &mut problems,
+        threads,
+    );
     if !problems.is_empty() {
         return Err(problems);
     }
@@ -334,15 +338,26 @@ impl Recovery {
 
 /// Examines the log read-only and collects every problem (up to a bound), for checking
 /// tools: the recovery rules, the replay, and the consistency of the mapping it implies.
+/// `threads` as for [`recover`] (the result is the same whatever the number).
 pub(crate) fn examine(
     media: &Media,
     geometry: &ChunkGeometry,
     marks: Marks,
     close: Option<CloseRecord>,
     mapping: &Mapping,
+    threads: usize,
 ) -> Examination {
-    let (scan, verdict, mut problems) = read_and_judge(media, geometry, marks, close.as_ref());
-    let replayed = replay::replay(media, geometry, &scan, &verdict, mapping, &mut problems);
+    let (scan, verdict, mut problems) =
+        read_and_judge(media, geometry, marks, close.as_ref(), threads);
+    let replayed = replay(
+        media,
+        geometry,
+        &scan,
+        &verdict,
+        mapping,
+        &mut problems,
+        threads,
+    );
     // The mapping the log implies: pieces that do not overlap, each inside the payload
     // of a chunk in a log, adding up to each chunk's live bytes.
     let mut pieces = Vec::new();
@@ -416,12 +431,32 @@ pub(crate) fn examine(
     }
 }
 
-/// Scans the log and applies the rules, including the bounds on what a log can reach.
+/// Replays the committed transactions: on this thread alone when `threads` is 1, else
+/// map-reduce style ([`parallel`]), with the same result.
+fn replay(
+    media: &Media,
+    geometry: &ChunkGeometry,
+    scan: &scan::Scan,
+    verdict: &rules::Verdict,
+    mapping: &Mapping,
+    problems: &mut Vec<Damage>,
+    threads: usize,
+) -> replay::Replayed {
+    if threads > 1 {
+        parallel::replay(media, geometry, scan, verdict, mapping, problems, threads)
+    } else {
+        replay::replay(media, geometry, scan, verdict, mapping, problems)
+    }
+}
+
+/// Scans the log (with `threads` threads) and applies the rules, including the bounds
+/// on what a log can reach.
 fn read_and_judge(
     media: &Media,
     geometry: &ChunkGeometry,
     marks: Marks,
     close: Option<&CloseRecord>,
+    threads: usize,
 ) -> (scan::Scan, rules::Verdict, Vec<Damage>) {
     let mut problems = Vec::new();
     if marks.formatted > geometry.count {
@@ -433,7 +468,7 @@ fn read_and_judge(
             ),
         ));
     }
-    let mut scan = scan::scan(media, geometry, marks.formatted);
+    let mut scan = scan::scan(media, geometry, marks.formatted, threads);
     problems.append(&mut scan.problems);
     let mut verdict = rules::judge(&scan, geometry, close);
     problems.append(&mut verdict.problems);
@@ -505,6 +540,7 @@ mod tests {
             marks,
             None,
             &Mapping::new(MappingConfig::FULL),
+            1,
         )
     }
 

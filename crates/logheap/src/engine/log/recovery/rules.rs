@@ -120,7 +120,8 @@ pub(crate) fn judge(scan: &Scan, geometry: &ChunkGeometry, close: Option<&CloseR
 
     // At most one unfinished transaction per log set: the one its committer was writing.
     let mut unfinished: BTreeMap<u32, (Option<u64>, u64)> = BTreeMap::new();
-    let mut versions_of_set: HashMap<u32, HashSet<u64>> = HashMap::new();
+    // Ordered, so problems and the dropped version come out the same every time.
+    let mut versions_of_set: BTreeMap<u32, HashSet<u64>> = BTreeMap::new();
     for log in &v.logs {
         let Some((pos, offset)) = log.tail else {
             continue;
@@ -153,7 +154,7 @@ pub(crate) fn judge(scan: &Scan, geometry: &ChunkGeometry, close: Option<&CloseR
                 ),
             ));
         }
-        if let (Some(e), Some(&version)) = (unfinished.get_mut(owner), set.iter().next()) {
+        if let (Some(e), Some(&version)) = (unfinished.get_mut(owner), set.iter().min()) {
             e.0 = Some(version);
         }
     }

@@ -1,6 +1,8 @@
 //! Reading the log: the header of every formatted chunk and the blocks of every chunk in
 //! a log. Nothing here judges what it reads; [`super::rules`] does.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use super::Damage;
 use crate::engine::log::chunks::{ChunkGeometry, payload_start};
 use crate::engine::log::layout::{
@@ -60,12 +62,69 @@ pub(crate) struct Scan {
     pub problems: Vec<Damage>,
 }
 
-/// Reads the first `formatted` chunks.
-pub(crate) fn scan(media: &Media, geometry: &ChunkGeometry, formatted: u32) -> Scan {
+/// Reads the first `formatted` chunks with `threads` threads. Threads take batches of
+/// consecutive chunks; the batches are put back together in chunk order, so the result
+/// is the same whatever the number of threads.
+pub(crate) fn scan(
+    media: &Media,
+    geometry: &ChunkGeometry,
+    formatted: u32,
+    threads: usize,
+) -> Scan {
+    let n = formatted.min(geometry.count);
+    if threads <= 1 || n < 2 {
+        return scan_range(media, geometry, 0..n, &mut Vec::new());
+    }
+    // Several batches per thread, so a thread that meets full chunks while another meets
+    // free ones (only a header to read) still finishes at about the same time.
+    let batch = (n / (threads as u32 * 8)).clamp(1, 256);
+    let batches = n.div_ceil(batch);
+    let next = AtomicU32::new(0);
+    let mut parts: Vec<(u32, Scan)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads.min(batches as usize))
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    let mut buf = Vec::new();
+                    loop {
+                        let b = next.fetch_add(1, Ordering::Relaxed);
+                        if b >= batches {
+                            break mine;
+                        }
+                        let start = b * batch;
+                        let range = start..(start + batch).min(n);
+                        mine.push((b, scan_range(media, geometry, range, &mut buf)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    parts.sort_unstable_by_key(|&(b, _)| b);
     let mut out = Scan::default();
-    let mut buf = vec![0u8; geometry.size as usize];
+    for (_, mut part) in parts {
+        out.chunks.append(&mut part.chunks);
+        out.free.append(&mut part.free);
+        out.torn_headers.append(&mut part.torn_headers);
+        out.problems.append(&mut part.problems);
+    }
+    out
+}
+
+/// Reads the chunks of `range` (`buf` is scratch space).
+fn scan_range(
+    media: &Media,
+    geometry: &ChunkGeometry,
+    range: std::ops::Range<u32>,
+    buf: &mut Vec<u8>,
+) -> Scan {
+    let mut out = Scan::default();
+    buf.resize(geometry.size as usize, 0);
     let mut head = [0u8; CHUNK_HEADER];
-    for c in 0..formatted.min(geometry.count) {
+    for c in range {
         let at = geometry.offset(c);
         media.read(at as usize, &mut head);
         match HeaderState::of(&head) {
@@ -76,8 +135,8 @@ pub(crate) fn scan(media: &Media, geometry: &ChunkGeometry, formatted: u32) -> S
                 format!("the header of chunk {c} is damaged"),
             )),
             HeaderState::Valid(header) => {
-                media.read(at as usize, &mut buf);
-                out.chunks.push(scan_chunk(&buf, c, header));
+                media.read(at as usize, buf);
+                out.chunks.push(scan_chunk(buf, c, header));
             }
         }
     }

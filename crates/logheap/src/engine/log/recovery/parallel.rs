@@ -1,0 +1,582 @@
+//! Replaying the committed transactions with several threads, map-reduce style
+//! ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §4.5), with exactly the
+//! result of the sequential [`replay`](super::replay::replay): the same mapping, the same
+//! allocator, the same live bytes per chunk, the same problems.
+//!
+//! 1. *Map* (in parallel over chunks): the committed blocks become two lists of steps in
+//!    replay order — (version, phase, chunk, block), as the sequential replay sorts them
+//!    — one of the allocation and free records, one of the data (frees, initial data,
+//!    updates); each step points to its block's entries, copied compactly (home and end
+//!    of each record, home, size and log address of each data entry). Each entry is
+//!    checked on its own here: in the home space, records of 8 bytes, no tombstone in an
+//!    update log.
+//! 2. *Records* (thread `t` of `n` takes the 64 KiB home regions `r` with `r % n == t`):
+//!    each thread replays, in order, every free and allocation record that touches one
+//!    of its regions (a record spanning several regions goes to each of their threads)
+//!    against its own map of allocations, and checks the initial data that does not lie
+//!    inside the allocation record before it in its block (normally none does: a commit
+//!    writes each object's record and then its image).
+//! 3. *Data* (thread `t` takes the mapping partitions `p` with `p % n == t`, counted in
+//!    units of at least 4 KiB): each thread replays, in order, the pieces of every free
+//!    and data entry that fall in its partitions into the shared mapping, whose writers
+//!    of different partitions do not wait for each other, counting live bytes per chunk
+//!    in a vector of its own; meanwhile the opening thread rebuilds the allocator from
+//!    the records' result. The vectors are added up at the end.
+//!
+//! Why it is exact: the operations on a byte of home space all go to one thread (for the
+//! mapping: one partition's operations, in version order; a free is cut at partition
+//! boundaries, as the mapping itself cuts it), and operations on different partitions
+//! commute. For the records: the allocations a thread holds are the global ones that
+//! touch its regions, and as long as no record has been refused anywhere, each check a
+//! thread makes (a free matches an allocation, an allocation overlaps none, initial data
+//! lies inside one) answers as the global check would. So the first record the
+//! sequential replay would refuse is refused by some thread too. Whenever anything would
+//! be refused or reported (the log is damaged, or holds a record too long for the pool),
+//! nothing has been written to the mapping yet, and the sequential replay runs instead,
+//! so that the problems are the same, in the same order.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use super::Damage;
+use super::replay::{self, Phase, Replayed};
+use super::rules::Verdict;
+use super::scan::Scan;
+use crate::engine::log::ROOT_HOME;
+use crate::engine::log::chunks::ChunkGeometry;
+use crate::engine::log::home_alloc::HomeAllocator;
+use crate::engine::log::layout::{DecodedEntry, HOME_LIMIT, LogKind, u64_at};
+use crate::engine::log::mapping::Mapping;
+use crate::media::Media;
+
+/// log2 of the home-space regions that threads divide the allocation records by: the
+/// allocator's superblock, which small objects never cross.
+const REGION_SHIFT: u32 = 16;
+/// log2 of the smallest unit of home space that threads divide the mapping by (the
+/// mapping's partitions when those are larger).
+const MIN_DATA_SHIFT: u32 = 12;
+
+/// One block's place in the replay, ordered as the sequential replay orders them
+/// (version, phase, chunk, block), and where its entries were copied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Step {
+    version: u64,
+    phase: Phase,
+    /// Index in [`Scan::chunks`].
+    chunk: u32,
+    /// Index in the chunk's blocks.
+    block: u32,
+    /// The map worker whose lists hold the entries, and their range there.
+    part: u32,
+    first: usize,
+    count: usize,
+}
+
+/// What one map worker copied: records as (home, end); data entries as (home | size
+/// << 47, log address).
+#[derive(Debug, Default)]
+struct Part {
+    records: Vec<(u64, u64)>,
+    data: Vec<(u64, u64)>,
+}
+
+/// Everything the map step produced.
+#[derive(Debug)]
+struct Steps {
+    records: Vec<Step>,
+    data: Vec<Step>,
+    parts: Vec<Part>,
+}
+
+impl Steps {
+    fn records_of(&self, s: &Step) -> &[(u64, u64)] {
+        &self.parts[s.part as usize].records[s.first..s.first + s.count]
+    }
+
+    fn data_of(&self, s: &Step) -> &[(u64, u64)] {
+        &self.parts[s.part as usize].data[s.first..s.first + s.count]
+    }
+}
+
+/// Replays every committed transaction of `scan` into `mapping` (empty on entry) with
+/// `threads` threads (at least 2). Same contract and result as
+/// [`replay::replay`](super::replay::replay).
+pub(crate) fn replay(
+    media: &Media,
+    geometry: &ChunkGeometry,
+    scan: &Scan,
+    verdict: &Verdict,
+    mapping: &Mapping,
+    problems: &mut Vec<Damage>,
+    threads: usize,
+) -> Replayed {
+    let threads = threads.max(1);
+    let Some(mut steps) = map_steps(media, geometry, scan, verdict, threads) else {
+        return sequential(media, geometry, scan, verdict, mapping, problems);
+    };
+    let Some(allocations) = check_records(media, geometry, scan, &steps, threads) else {
+        return sequential(media, geometry, scan, verdict, mapping, problems);
+    };
+    steps.records = Vec::new();
+    // Nothing is refused: replay the data while the allocator is rebuilt.
+    let steps = &steps;
+    let (allocator, live) = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| s.spawn(move || replay_data(geometry, steps, mapping, t, threads)))
+            .collect();
+        let allocator = HomeAllocator::rebuild(allocations);
+        let mut live = vec![0i64; geometry.count as usize];
+        for w in workers {
+            let mine = w.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            for (l, m) in live.iter_mut().zip(mine) {
+                *l += m;
+            }
+        }
+        (allocator, live)
+    });
+    let allocator = allocator.unwrap_or_else(|e| {
+        problems.push(Damage::at(
+            geometry.start,
+            format!("the allocation records are inconsistent: {e:?}"),
+        ));
+        HomeAllocator::new()
+    });
+    Replayed { allocator, live }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many times this thread fell back to the sequential replay (for tests).
+    pub(super) static FALLBACKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The sequential replay, for a log that the parallel one would not replay exactly as
+/// it does (nothing has been written to `mapping` yet).
+fn sequential(
+    media: &Media,
+    geometry: &ChunkGeometry,
+    scan: &Scan,
+    verdict: &Verdict,
+    mapping: &Mapping,
+    problems: &mut Vec<Damage>,
+) -> Replayed {
+    #[cfg(test)]
+    FALLBACKS.with(|f| f.set(f.get() + 1));
+    replay::replay(media, geometry, scan, verdict, mapping, problems)
+}
+
+/// The 8-byte length a free or allocation record holds.
+fn record_len(media: &Media, base: u64, e: &DecodedEntry) -> u64 {
+    let mut b = [0u8; 8];
+    media.read((base + e.data as u64) as usize, &mut b);
+    u64_at(&b, 0)
+}
+
+/// Whether `[s, s + size)` lies inside `record` (start, end).
+fn covered(record: Option<(u64, u64)>, s: u64, size: u64) -> bool {
+    record.is_some_and(|(start, end)| start <= s && s + size <= end)
+}
+
+/// Runs `work(t)` on `threads` scoped threads and returns their results in order.
+fn on_threads<R: Send>(threads: usize, work: impl Fn(usize) -> R + Sync) -> Vec<R> {
+    std::thread::scope(|s| {
+        let work = &work;
+        let workers: Vec<_> = (0..threads).map(|t| s.spawn(move || work(t))).collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
+}
+
+/// The map step: the steps of the records and of the data, each sorted in replay order,
+/// with their entries copied; `None` when an entry is wrong on its own (the sequential
+/// replay then reports it) or a record is longer than the pool's log could hold (no
+/// allocation can be: the sequential replay then handles it).
+fn map_steps(
+    media: &Media,
+    geometry: &ChunkGeometry,
+    scan: &Scan,
+    verdict: &Verdict,
+    threads: usize,
+) -> Option<Steps> {
+    let longest = geometry.count as u64 * geometry.size;
+    let refuse = AtomicBool::new(false);
+    let next = AtomicUsize::new(0);
+    let batch = (scan.chunks.len() / (threads * 8)).clamp(1, 64);
+    let map = |t: usize| {
+        let mut part = Part::default();
+        let mut records: Vec<Step> = Vec::new();
+        let mut data: Vec<Step> = Vec::new();
+        'batches: loop {
+            let first = next.fetch_add(batch, Ordering::Relaxed);
+            if first >= scan.chunks.len() || refuse.load(Ordering::Relaxed) {
+                break;
+            }
+            for ci in first..(first + batch).min(scan.chunks.len()) {
+                let ch = &scan.chunks[ci];
+                let kind = ch.header.kind;
+                let base = geometry.offset(ch.index);
+                for (bi, b) in ch.blocks.iter().enumerate() {
+                    if !verdict.uncommitted.is_empty() && verdict.uncommitted.contains(&b.version) {
+                        continue;
+                    }
+                    let (first_record, first_data) = (part.records.len(), part.data.len());
+                    let mut record: Option<(u64, u64)> = None;
+                    let mut uncovered = false;
+                    for e in &b.entries {
+                        let size = e.size as u64;
+                        if e.home < ROOT_HOME || e.home + size > HOME_LIMIT {
+                            refuse.store(true, Ordering::Relaxed);
+                            break 'batches;
+                        }
+                        let is_record =
+                            kind == LogKind::Dealloc || (kind == LogKind::Alloc && e.tombstone);
+                        if is_record {
+                            let len = match e.size {
+                                8 => record_len(media, base, e),
+                                _ => 0,
+                            };
+                            let fits = e.home.checked_add(len).is_some_and(|end| end <= HOME_LIMIT);
+                            if len == 0 || len > longest || !fits {
+                                refuse.store(true, Ordering::Relaxed);
+                                break 'batches;
+                            }
+                            record = Some((e.home, e.home + len));
+                            part.records.push((e.home, e.home + len));
+                        } else if kind == LogKind::Update && e.tombstone {
+                            refuse.store(true, Ordering::Relaxed);
+                            break 'batches;
+                        } else {
+                            uncovered |= kind == LogKind::Alloc && !covered(record, e.home, size);
+                            part.data.push((e.home | size << 47, base + e.data as u64));
+                        }
+                    }
+                    let step = |phase: Phase, first: usize, count: usize| Step {
+                        version: b.version,
+                        phase,
+                        chunk: ci as u32,
+                        block: bi as u32,
+                        part: t as u32,
+                        first,
+                        count,
+                    };
+                    let records_here = part.records.len() - first_record;
+                    let data_here = part.data.len() - first_data;
+                    if records_here > 0 {
+                        let phase = match kind {
+                            LogKind::Dealloc => Phase::Frees,
+                            _ => Phase::Allocations,
+                        };
+                        let s = step(phase, first_record, records_here);
+                        records.push(s);
+                        if phase == Phase::Frees {
+                            data.push(s);
+                        }
+                    }
+                    if uncovered {
+                        records.push(step(Phase::InitialData, 0, 0));
+                    }
+                    if data_here > 0 {
+                        let phase = match kind {
+                            LogKind::Alloc => Phase::InitialData,
+                            _ => Phase::Updates,
+                        };
+                        data.push(step(phase, first_data, data_here));
+                    }
+                }
+            }
+        }
+        records.sort_unstable();
+        data.sort_unstable();
+        (part, records, data)
+    };
+    let mapped = on_threads(threads, map);
+    if refuse.load(Ordering::Relaxed) {
+        return None;
+    }
+    let mut steps = Steps {
+        records: Vec::new(),
+        data: Vec::new(),
+        parts: Vec::new(),
+    };
+    for (part, records, data) in mapped {
+        steps.parts.push(part);
+        steps.records.extend(records);
+        steps.data.extend(data);
+    }
+    // Each worker's steps are sorted: the stable sort merges the runs.
+    steps.records.sort();
+    steps.data.sort();
+    Some(steps)
+}
+
+/// Whether `[start, end)` touches a region of thread `t` of `threads`.
+fn touches(start: u64, end: u64, t: usize, threads: usize) -> bool {
+    let first = start >> REGION_SHIFT;
+    let last = (end.max(start + 1) - 1) >> REGION_SHIFT;
+    last - first + 1 >= threads as u64 || (first..=last).any(|r| r % threads as u64 == t as u64)
+}
+
+/// The live allocations that touch one thread's regions, as `(start, end)`. They never
+/// overlap each other (an allocation that would is refused).
+#[derive(Debug)]
+struct Held {
+    /// Allocations inside one region, by region, each list sorted by start, none empty
+    /// (except the focused region's, which is kept apart).
+    small: BTreeMap<u64, Vec<(u64, u64)>>,
+    /// The region most recently used and its list, taken out of `small` (records in a
+    /// row mostly fall in one region).
+    focus: (u64, Vec<(u64, u64)>),
+    /// Allocations across a region boundary: start -> end.
+    large: BTreeMap<u64, u64>,
+}
+
+impl Held {
+    fn new() -> Held {
+        Held {
+            small: BTreeMap::new(),
+            focus: (u64::MAX, Vec::new()),
+            large: BTreeMap::new(),
+        }
+    }
+
+    /// The list of `region`, which becomes the focused one.
+    fn list(&mut self, region: u64) -> &mut Vec<(u64, u64)> {
+        if self.focus.0 != region {
+            let list = self.small.remove(&region).unwrap_or_default();
+            let (old, old_list) = std::mem::replace(&mut self.focus, (region, list));
+            if !old_list.is_empty() {
+                self.small.insert(old, old_list);
+            }
+        }
+        &mut self.focus.1
+    }
+
+    /// Whether an allocation overlaps `[s, e)` (`s < e`).
+    fn overlaps(&mut self, s: u64, e: u64) -> bool {
+        // Allocations do not overlap: the last one starting before `e` ends last.
+        let ends_after_s = |list: &[(u64, u64)]| {
+            let pos = list.partition_point(|&(start, _)| start < e);
+            pos > 0 && list[pos - 1].1 > s
+        };
+        if self
+            .large
+            .range(..e)
+            .next_back()
+            .is_some_and(|(_, &end)| end > s)
+        {
+            return true;
+        }
+        let (first, last) = (s >> REGION_SHIFT, (e - 1) >> REGION_SHIFT);
+        if first == last {
+            return ends_after_s(self.list(first));
+        }
+        let focused = (first..=last).contains(&self.focus.0) && ends_after_s(&self.focus.1);
+        focused
+            || self
+                .small
+                .range(first..=last)
+                .any(|(_, list)| ends_after_s(list))
+    }
+
+    /// Whether one allocation holds all of `[s, e)`.
+    fn holds(&mut self, s: u64, e: u64) -> bool {
+        let list = self.list(s >> REGION_SHIFT);
+        let pos = list.partition_point(|&(start, _)| start <= s);
+        let in_small = pos > 0 && list[pos - 1].1 >= e;
+        in_small
+            || self
+                .large
+                .range(..=s)
+                .next_back()
+                .is_some_and(|(_, &end)| end >= e)
+    }
+
+    /// Removes the allocation starting at `s` and returns its end, if there is one.
+    fn remove(&mut self, s: u64) -> Option<u64> {
+        let list = self.list(s >> REGION_SHIFT);
+        let pos = list.partition_point(|&(start, _)| start < s);
+        if list.get(pos).is_some_and(|&(start, _)| start == s) {
+            return Some(list.remove(pos).1);
+        }
+        self.large.remove(&s)
+    }
+
+    /// Adds `[s, e)`, which overlaps nothing held.
+    fn insert(&mut self, s: u64, e: u64) {
+        let region = s >> REGION_SHIFT;
+        if (e - 1) >> REGION_SHIFT == region {
+            let list = self.list(region);
+            let pos = list.partition_point(|&(start, _)| start < s);
+            list.insert(pos, (s, e));
+        } else {
+            self.large.insert(s, e);
+        }
+    }
+
+    /// Every allocation held, sorted, as (start, end).
+    fn into_sorted(mut self) -> Vec<(u64, u64)> {
+        self.list(u64::MAX);
+        let mut all: Vec<(u64, u64)> = self.small.into_values().flatten().collect();
+        all.extend(self.large);
+        // Two sorted runs: the stable sort merges them.
+        all.sort();
+        all
+    }
+}
+
+/// The records step: every thread replays the records of its regions. Returns the live
+/// allocations at the end, sorted, as (start, length), or `None` when the sequential
+/// replay would refuse a record.
+fn check_records(
+    media: &Media,
+    geometry: &ChunkGeometry,
+    scan: &Scan,
+    steps: &Steps,
+    threads: usize,
+) -> Option<Vec<(u64, u64)>> {
+    let refused = AtomicBool::new(false);
+    let check = |t: usize| -> Vec<(u64, u64)> {
+        let mut held = Held::new();
+        for step in &steps.records {
+            if refused.load(Ordering::Relaxed) {
+                return Vec::new();
+            }
+            let ok = match step.phase {
+                Phase::Frees => steps.records_of(step).iter().all(|&(home, end)| {
+                    !touches(home, end, t, threads) || held.remove(home) == Some(end)
+                }),
+                Phase::Allocations => steps.records_of(step).iter().all(|&(home, end)| {
+                    if !touches(home, end, t, threads) {
+                        return true;
+                    }
+                    if held.overlaps(home, end) {
+                        return false;
+                    }
+                    held.insert(home, end);
+                    true
+                }),
+                Phase::InitialData => {
+                    // Initial data that does not follow its allocation record (rare).
+                    let ch = &scan.chunks[step.chunk as usize];
+                    let base = geometry.offset(ch.index);
+                    let mut record = None;
+                    ch.blocks[step.block as usize].entries.iter().all(|e| {
+                        let size = e.size as u64;
+                        if e.tombstone {
+                            record = Some((e.home, e.home + record_len(media, base, e)));
+                            return true;
+                        }
+                        let mine = (e.home >> REGION_SHIFT) % threads as u64 == t as u64;
+                        covered(record, e.home, size) || !mine || held.holds(e.home, e.home + size)
+                    })
+                }
+                Phase::Updates => true,
+            };
+            if !ok {
+                refused.store(true, Ordering::Relaxed);
+                return Vec::new();
+            }
+        }
+        // The allocations that start in this thread's regions (the others are another
+        // thread's too), as (start, length).
+        let mine = |&(s, _): &(u64, u64)| (s >> REGION_SHIFT) % threads as u64 == t as u64;
+        held.into_sorted()
+            .into_iter()
+            .filter(mine)
+            .map(|(s, e)| (s, e - s))
+            .collect()
+    };
+    let parts = on_threads(threads, check);
+    if refused.load(Ordering::Relaxed) {
+        return None;
+    }
+    let mut all: Vec<(u64, u64)> = parts.into_iter().flatten().collect();
+    // One sorted run per thread: the stable sort merges them.
+    all.sort();
+    Some(all)
+}
+
+/// log2 of the units of home space the data step divides between threads: the
+/// mapping's partitions (as [`Mapping`] computes them), or [`MIN_DATA_SHIFT`] when
+/// those are smaller. A unit is always whole partitions, so cutting an entry at unit
+/// boundaries cuts it where the mapping would.
+fn data_shift(mapping: &Mapping) -> u32 {
+    let config = mapping.config();
+    let partition = if config.two_layer {
+        config.partition_size.trailing_zeros()
+    } else {
+        HOME_LIMIT.trailing_zeros()
+    };
+    partition.max(MIN_DATA_SHIFT)
+}
+
+/// The data step of thread `t`: the pieces of frees and data entries in its units of
+/// home space, in replay order. Returns the live bytes it added (and displaced) per
+/// chunk.
+fn replay_data(
+    geometry: &ChunkGeometry,
+    steps: &Steps,
+    mapping: &Mapping,
+    t: usize,
+    threads: usize,
+) -> Vec<i64> {
+    let shift = data_shift(mapping);
+    let (t, n) = (t as u64, threads as u64);
+    let mut live = vec![0i64; geometry.count as usize];
+    // The units of `[start, end)` that are this thread's, as (start, end) pieces.
+    let mine = |start: u64, end: u64| {
+        let (first, last) = (start >> shift, (end - 1) >> shift);
+        let own = first + (t + n - first % n) % n;
+        (own..=last).step_by(n as usize).map(move |u| {
+            let s = (u << shift).max(start);
+            let e = ((u + 1) << shift).min(end);
+            (s, e)
+        })
+    };
+    for step in &steps.data {
+        if step.phase == Phase::Frees {
+            let mut displaced = |log: u64, bytes: u64| {
+                if let Some(l) = live.get_mut(geometry.chunk_of(log) as usize) {
+                    *l -= bytes as i64;
+                }
+            };
+            for &(home, end) in steps.records_of(step) {
+                for (s, e) in mine(home, end) {
+                    mapping.remove(s, e - s, &mut displaced);
+                }
+            }
+            continue;
+        }
+        let mut added = 0i64;
+        let mut displaced = |log: u64, bytes: u64| {
+            if let Some(l) = live.get_mut(geometry.chunk_of(log) as usize) {
+                *l -= bytes as i64;
+            }
+        };
+        for &(packed, log) in steps.data_of(step) {
+            let home = packed & (HOME_LIMIT - 1);
+            let end = home + (packed >> 47);
+            if end == home {
+                continue;
+            }
+            if home >> shift == (end - 1) >> shift {
+                if (home >> shift) % n == t {
+                    mapping.insert(home, end - home, log, &mut displaced);
+                    added += (end - home) as i64;
+                }
+            } else {
+                for (s, e) in mine(home, end) {
+                    mapping.insert(s, e - s, log + (s - home), &mut displaced);
+                    added += (e - s) as i64;
+                }
+            }
+        }
+        if added != 0 {
+            let chunk = geometry.chunk_of(steps.data_of(step)[0].1) as usize;
+            live[chunk] += added;
+        }
+    }
+    live
+}
