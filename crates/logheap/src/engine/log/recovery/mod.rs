@@ -209,23 +209,18 @@ pub(crate) fn recover(
     mapping: &Mapping,
     threads: usize,
 ) -> Result<Recovery, Vec<Damage>> {
-    let (scan, verdict, mut problems) =
-        read_and_judge(media, geometry, marks, close.as_ref(), threads);
-    if !problems.is_empty() {
-        return Err(problems);
-    }
-    let replayed = replay(
+    let (scan, verdict, problems, replayed) = read_judge_replay(
         media,
         geometry,
-        &scan,
-        &verdict,
+        marks,
+        close.as_ref(),
         mapping,
-        &mut problems,
         threads,
+        false,
     );
-    if !problems.is_empty() {
+    let Some(replayed) = replayed.filter(|_| problems.is_empty()) else {
         return Err(problems);
-    }
+    };
 
     let mut report = RecoveryReport {
         was_clean: close.is_some(),
@@ -347,17 +342,16 @@ pub(crate) fn examine(
     mapping: &Mapping,
     threads: usize,
 ) -> Examination {
-    let (scan, verdict, mut problems) =
-        read_and_judge(media, geometry, marks, close.as_ref(), threads);
-    let replayed = replay(
+    let (scan, verdict, mut problems, replayed) = read_judge_replay(
         media,
         geometry,
-        &scan,
-        &verdict,
+        marks,
+        close.as_ref(),
         mapping,
-        &mut problems,
         threads,
+        true,
     );
+    let replayed = replayed.expect("replayed whatever the problems");
     // The mapping the log implies: pieces that do not overlap, each inside the payload
     // of a chunk in a log, adding up to each chunk's live bytes.
     let mut pieces = Vec::new();
@@ -431,32 +425,48 @@ pub(crate) fn examine(
     }
 }
 
-/// Replays the committed transactions: on this thread alone when `threads` is 1, else
-/// map-reduce style ([`parallel`]), with the same result.
-fn replay(
-    media: &Media,
-    geometry: &ChunkGeometry,
-    scan: &scan::Scan,
-    verdict: &rules::Verdict,
-    mapping: &Mapping,
-    problems: &mut Vec<Damage>,
-    threads: usize,
-) -> replay::Replayed {
-    if threads > 1 {
-        parallel::replay(media, geometry, scan, verdict, mapping, problems, threads)
-    } else {
-        replay::replay(media, geometry, scan, verdict, mapping, problems)
-    }
-}
-
-/// Scans the log (with `threads` threads) and applies the rules, including the bounds
-/// on what a log can reach.
-fn read_and_judge(
+/// Reads the log, judges it and, when nothing is wrong or `replay_anyway`, replays the
+/// committed transactions into `mapping`: on this thread alone when `threads` is 1, else
+/// with a crew of threads ([`parallel`]), with the same result.
+fn read_judge_replay(
     media: &Media,
     geometry: &ChunkGeometry,
     marks: Marks,
     close: Option<&CloseRecord>,
+    mapping: &Mapping,
     threads: usize,
+    replay_anyway: bool,
+) -> (
+    scan::Scan,
+    rules::Verdict,
+    Vec<Damage>,
+    Option<replay::Replayed>,
+) {
+    let judged = |scan| judge(geometry, marks, close, scan);
+    if threads > 1 {
+        return parallel::recover(
+            media,
+            geometry,
+            marks.formatted,
+            mapping,
+            threads,
+            judged,
+            replay_anyway,
+        );
+    }
+    let (scan, verdict, mut problems) = judged(scan::scan(media, geometry, marks.formatted));
+    let replayed = (replay_anyway || problems.is_empty())
+        .then(|| replay::replay(media, geometry, &scan, &verdict, mapping, &mut problems));
+    (scan, verdict, problems, replayed)
+}
+
+/// Applies the rules to what was read, including the bounds on what a log can reach;
+/// the problems found are the scan's and the rules'.
+fn judge(
+    geometry: &ChunkGeometry,
+    marks: Marks,
+    close: Option<&CloseRecord>,
+    mut scan: scan::Scan,
 ) -> (scan::Scan, rules::Verdict, Vec<Damage>) {
     let mut problems = Vec::new();
     if marks.formatted > geometry.count {
@@ -468,7 +478,6 @@ fn read_and_judge(
             ),
         ));
     }
-    let mut scan = scan::scan(media, geometry, marks.formatted, threads);
     problems.append(&mut scan.problems);
     let mut verdict = rules::judge(&scan, geometry, close);
     problems.append(&mut verdict.problems);

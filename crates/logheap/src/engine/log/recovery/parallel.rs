@@ -1,27 +1,32 @@
-//! Replaying the committed transactions with several threads, map-reduce style
-//! ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §4.5), with exactly the
-//! result of the sequential [`replay`](super::replay::replay): the same mapping, the same
-//! allocator, the same live bytes per chunk, the same problems.
+//! Recovering with several threads, map-reduce style ("Log-structured Non-volatile Main
+//! Memory", USENIX ATC 2017, §4.5), with exactly the result of sequential recovery: the
+//! same scan and verdict, the same mapping, allocator and live bytes per chunk, the same
+//! problems.
 //!
-//! 1. *Map* (in parallel over chunks): the committed blocks become two lists of steps in
-//!    replay order — (version, phase, chunk, block), as the sequential replay sorts them
-//!    — one of the allocation and free records, one of the data (frees, initial data,
-//!    updates); each step points to its block's entries, copied compactly (home and end
-//!    of each record, home, size and log address of each data entry). Each entry is
-//!    checked on its own here: in the home space, records of 8 bytes, no tombstone in an
-//!    update log.
-//! 2. *Records* (thread `t` of `n` takes the 64 KiB home regions `r` with `r % n == t`):
+//! One crew of scoped threads works through the phases in lockstep ([`Lockstep`]) while
+//! the opening thread leads: it merges what the crew produced, makes the decisions, and
+//! does the parts that are sequential.
+//!
+//! 1. *Scan*: the crew reads batches of chunks ([`Batches`]); the leader puts them back in
+//!    chunk order and judges the logs ([`rules`](super::rules), sequential: it is cheap).
+//! 2. *Map* (over chunks): the committed blocks become two lists of steps in replay
+//!    order — (version, phase, chunk, block), as the sequential replay sorts them — one of
+//!    the allocation and free records, one of the data (frees, initial data, updates);
+//!    each step points to its block's entries, copied compactly (home and end of each
+//!    record; home, size and log address of each data entry). Each entry is checked on
+//!    its own here: in the home space, records of 8 bytes, no tombstone in an update log.
+//! 3. *Records* (thread `t` of `n` takes the 64 KiB home regions `r` with `r % n == t`):
 //!    each thread replays, in order, every free and allocation record that touches one
 //!    of its regions (a record spanning several regions goes to each of their threads)
-//!    against its own map of allocations, and checks the initial data that does not lie
+//!    against its own set of allocations, and checks the initial data that does not lie
 //!    inside the allocation record before it in its block (normally none does: a commit
 //!    writes each object's record and then its image).
-//! 3. *Data* (thread `t` takes the mapping partitions `p` with `p % n == t`, counted in
+//! 4. *Data* (thread `t` takes the mapping partitions `p` with `p % n == t`, counted in
 //!    units of at least 4 KiB): each thread replays, in order, the pieces of every free
 //!    and data entry that fall in its partitions into the shared mapping, whose writers
 //!    of different partitions do not wait for each other, counting live bytes per chunk
-//!    in a vector of its own; meanwhile the opening thread rebuilds the allocator from
-//!    the records' result. The vectors are added up at the end.
+//!    in a vector of its own; meanwhile the leader rebuilds the allocator from the
+//!    records' result. The vectors are added up at the end.
 //!
 //! Why it is exact: the operations on a byte of home space all go to one thread (for the
 //! mapping: one partition's operations, in version order; a free is cut at partition
@@ -37,14 +42,15 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock};
 
 use super::Damage;
 use super::replay::{self, Phase, Replayed};
 use super::rules::Verdict;
-use super::scan::Scan;
+use super::scan::{Batches, Scan};
 use crate::engine::log::ROOT_HOME;
 use crate::engine::log::chunks::ChunkGeometry;
-use crate::engine::log::home_alloc::HomeAllocator;
+use crate::engine::log::home_alloc::{AllocError, HomeAllocator};
 use crate::engine::log::layout::{DecodedEntry, HOME_LIMIT, LogKind, u64_at};
 use crate::engine::log::mapping::Mapping;
 use crate::media::Media;
@@ -98,50 +104,200 @@ impl Steps {
     }
 }
 
-/// Replays every committed transaction of `scan` into `mapping` (empty on entry) with
-/// `threads` threads (at least 2). Same contract and result as
-/// [`replay::replay`](super::replay::replay).
-pub(crate) fn replay(
+/// Threads that work through phases together, each waiting at the end of a phase until
+/// all have finished it. When one of them panics, the others stop waiting (and stop), so
+/// that the panic reaches the opening thread instead of leaving it waiting forever.
+#[derive(Debug)]
+struct Lockstep {
+    members: usize,
+    /// Members arrived at the current meeting point, the number of meetings passed, and
+    /// whether a member panicked.
+    state: Mutex<(usize, u64, bool)>,
+    all_there: Condvar,
+}
+
+impl Lockstep {
+    fn new(members: usize) -> Lockstep {
+        Lockstep {
+            members,
+            state: Mutex::new((0, 0, false)),
+            all_there: Condvar::new(),
+        }
+    }
+
+    /// Waits until every member has come here. False when a member panicked.
+    fn meet(&self) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let meeting = state.1;
+        state.0 += 1;
+        if state.0 == self.members {
+            *state = (0, meeting + 1, state.2);
+            self.all_there.notify_all();
+        }
+        while state.1 == meeting && !state.2 {
+            state = self
+                .all_there
+                .wait(state)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        !state.2
+    }
+}
+
+/// Tells the other members of a [`Lockstep`] to stop when its thread panics.
+struct StopOthersOnPanic<'a>(&'a Lockstep);
+
+impl Drop for StopOthersOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let mut state = self.0.state.lock().unwrap_or_else(|p| p.into_inner());
+            state.2 = true;
+            self.0.all_there.notify_all();
+        }
+    }
+}
+
+/// What the leader decided at the end of the crew's work.
+enum Led {
+    /// A crew member panicked (the scope passes the panic on).
+    Broken,
+    /// The log is not replayed (problems, and `replay_anyway` is false).
+    Judged(Vec<Damage>),
+    /// The log is replayed sequentially (the parallel replay would not be exact).
+    Sequential(Vec<Damage>),
+    /// The crew replayed the data; the allocator as rebuilt.
+    Replayed(Vec<Damage>, Box<Result<HomeAllocator, AllocError>>),
+}
+
+/// Reads the first `formatted` chunks, judges them with `judge` (which adds its problems
+/// to the scan's) and, when that finds nothing wrong or `replay_anyway`, replays every
+/// committed transaction into `mapping` (empty on entry), with `threads` threads (at
+/// least 2) besides the calling one. The same result as reading, judging and replaying
+/// sequentially.
+pub(crate) fn recover(
     media: &Media,
     geometry: &ChunkGeometry,
-    scan: &Scan,
-    verdict: &Verdict,
+    formatted: u32,
     mapping: &Mapping,
-    problems: &mut Vec<Damage>,
     threads: usize,
-) -> Replayed {
+    judge: impl FnOnce(Scan) -> (Scan, Verdict, Vec<Damage>),
+    replay_anyway: bool,
+) -> (Scan, Verdict, Vec<Damage>, Option<Replayed>) {
     let threads = threads.max(1);
-    let Some(mut steps) = map_steps(media, geometry, scan, verdict, threads) else {
-        return sequential(media, geometry, scan, verdict, mapping, problems);
-    };
-    let Some(allocations) = check_records(media, geometry, scan, &steps, threads) else {
-        return sequential(media, geometry, scan, verdict, mapping, problems);
-    };
-    steps.records = Vec::new();
-    // Nothing is refused: replay the data while the allocator is rebuilt.
-    let steps = &steps;
-    let (allocator, live) = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|t| s.spawn(move || replay_data(geometry, steps, mapping, t, threads)))
-            .collect();
-        let allocator = HomeAllocator::rebuild(allocations);
-        let mut live = vec![0i64; geometry.count as usize];
-        for w in workers {
-            let mine = w.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-            for (l, m) in live.iter_mut().zip(mine) {
-                *l += m;
-            }
+    let crew = Lockstep::new(threads + 1);
+    // What each phase hands to the next. The leader decides, between phases, whether the
+    // crew goes on (`go`).
+    let go = AtomicBool::new(false);
+    let batches = Batches::new(geometry, formatted, threads);
+    let judged: OnceLock<(Scan, Verdict)> = OnceLock::new();
+    let map = MapWork::default();
+    let steps: OnceLock<Steps> = OnceLock::new();
+    let held: Mutex<Vec<Vec<(u64, u64)>>> = Mutex::new(Vec::new());
+    let refused = AtomicBool::new(false);
+    let lives: Mutex<Vec<Vec<i64>>> = Mutex::new(Vec::new());
+    let goes_on = |crew: &Lockstep| crew.meet() && go.load(Ordering::Relaxed);
+    let member = |t: usize| {
+        let _stop = StopOthersOnPanic(&crew);
+        batches.take(media, geometry);
+        if !crew.meet() || !goes_on(&crew) {
+            return;
         }
-        (allocator, live)
+        let (scan, verdict) = judged.get().expect("set before the crew goes on");
+        let mapped = map_part(media, geometry, scan, verdict, t, threads, &map);
+        map.parts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((t, mapped));
+        if !crew.meet() || !goes_on(&crew) {
+            return;
+        }
+        let steps = steps.get().expect("set before the crew goes on");
+        let mine = check_records(media, geometry, scan, steps, t, threads, &refused);
+        held.lock().unwrap_or_else(|p| p.into_inner()).push(mine);
+        if !crew.meet() || !goes_on(&crew) {
+            return;
+        }
+        let live = replay_data(geometry, steps, mapping, t, threads);
+        lives.lock().unwrap_or_else(|p| p.into_inner()).push(live);
+    };
+    let lead = || {
+        let _stop = StopOthersOnPanic(&crew);
+        // The crew decides nothing: whatever the leader stops at, it meets the crew there
+        // (and the crew then stops too).
+        let meet_and_stop = |led: Led| {
+            go.store(false, Ordering::Relaxed);
+            match crew.meet() {
+                true => led,
+                false => Led::Broken,
+            }
+        };
+        if !crew.meet() {
+            return Led::Broken;
+        }
+        let (scan, verdict, problems) = judge(batches.merge());
+        let replay = replay_anyway || problems.is_empty();
+        judged
+            .set((scan, verdict))
+            .unwrap_or_else(|_| unreachable!("judged once"));
+        if !replay {
+            return meet_and_stop(Led::Judged(problems));
+        }
+        go.store(true, Ordering::Relaxed);
+        if !crew.meet() || !crew.meet() {
+            return Led::Broken;
+        }
+        let Some(merged) = map.merge() else {
+            return meet_and_stop(Led::Sequential(problems));
+        };
+        steps
+            .set(merged)
+            .unwrap_or_else(|_| unreachable!("mapped once"));
+        if !crew.meet() || !crew.meet() {
+            return Led::Broken;
+        }
+        let parts = std::mem::take(&mut *held.lock().unwrap_or_else(|p| p.into_inner()));
+        let Some(allocations) = merge_allocations(parts, &refused) else {
+            return meet_and_stop(Led::Sequential(problems));
+        };
+        // Nothing is refused: the crew replays the data while the allocator is rebuilt.
+        if !crew.meet() {
+            return Led::Broken;
+        }
+        Led::Replayed(problems, Box::new(HomeAllocator::rebuild(allocations)))
+    };
+    let led = std::thread::scope(|s| {
+        for t in 0..threads {
+            let member = &member;
+            s.spawn(move || member(t));
+        }
+        lead()
     });
-    let allocator = allocator.unwrap_or_else(|e| {
-        problems.push(Damage::at(
-            geometry.start,
-            format!("the allocation records are inconsistent: {e:?}"),
-        ));
-        HomeAllocator::new()
-    });
-    Replayed { allocator, live }
+    let (scan, verdict) = judged.into_inner().expect("judged before the crew stops");
+    let (problems, replayed) = match led {
+        Led::Broken => unreachable!("the scope passes a crew member's panic on"),
+        Led::Judged(problems) => (problems, None),
+        Led::Sequential(mut problems) => {
+            let r = sequential(media, geometry, &scan, &verdict, mapping, &mut problems);
+            (problems, Some(r))
+        }
+        Led::Replayed(mut problems, allocator) => {
+            let mut live = vec![0i64; geometry.count as usize];
+            for mine in lives.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                for (l, m) in live.iter_mut().zip(mine) {
+                    *l += m;
+                }
+            }
+            let allocator = (*allocator).unwrap_or_else(|e| {
+                problems.push(Damage::at(
+                    geometry.start,
+                    format!("the allocation records are inconsistent: {e:?}"),
+                ));
+                HomeAllocator::new()
+            });
+            (problems, Some(Replayed { allocator, live }))
+        }
+    };
+    (scan, verdict, problems, replayed)
 }
 
 #[cfg(test)]
@@ -177,34 +333,65 @@ fn covered(record: Option<(u64, u64)>, s: u64, size: u64) -> bool {
     record.is_some_and(|(start, end)| start <= s && s + size <= end)
 }
 
-/// Runs `work(t)` on `threads` scoped threads and returns their results in order.
-fn on_threads<R: Send>(threads: usize, work: impl Fn(usize) -> R + Sync) -> Vec<R> {
-    std::thread::scope(|s| {
-        let work = &work;
-        let workers: Vec<_> = (0..threads).map(|t| s.spawn(move || work(t))).collect();
-        workers
-            .into_iter()
-            .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
-    })
+/// What one thread of the map step produced: its copies of entries, and its steps of
+/// the records and of the data, each sorted.
+type Mapped = (Part, Vec<Step>, Vec<Step>);
+
+/// The map step, shared by the crew.
+#[derive(Debug, Default)]
+struct MapWork {
+    /// The next chunk (index in [`Scan::chunks`]) to take.
+    next: AtomicUsize,
+    /// An entry is wrong on its own, or a record is too long for the pool.
+    refuse: AtomicBool,
+    /// What each thread produced, with the thread's number.
+    parts: Mutex<Vec<(usize, Mapped)>>,
 }
 
-/// The map step: the steps of the records and of the data, each sorted in replay order,
-/// with their entries copied; `None` when an entry is wrong on its own (the sequential
-/// replay then reports it) or a record is longer than the pool's log could hold (no
-/// allocation can be: the sequential replay then handles it).
-fn map_steps(
+impl MapWork {
+    /// The steps of the records and of the data, each sorted in replay order, with their
+    /// entries copied; `None` when an entry is wrong on its own (the sequential replay
+    /// then reports it) or a record is longer than the pool's log could hold (no
+    /// allocation can be: the sequential replay then handles it).
+    fn merge(&self) -> Option<Steps> {
+        if self.refuse.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut mapped = std::mem::take(&mut *self.parts.lock().unwrap_or_else(|p| p.into_inner()));
+        // Steps name their part by the thread's number.
+        mapped.sort_unstable_by_key(|&(t, _)| t);
+        let mut steps = Steps {
+            records: Vec::new(),
+            data: Vec::new(),
+            parts: Vec::new(),
+        };
+        for (_, (part, records, data)) in mapped {
+            steps.parts.push(part);
+            steps.records.extend(records);
+            steps.data.extend(data);
+        }
+        // Each thread's steps are sorted: the stable sort merges the runs.
+        steps.records.sort();
+        steps.data.sort();
+        Some(steps)
+    }
+}
+
+/// The map step of thread `t` of `threads`: takes batches of chunks from `work` until
+/// none is left.
+fn map_part(
     media: &Media,
     geometry: &ChunkGeometry,
     scan: &Scan,
     verdict: &Verdict,
+    t: usize,
     threads: usize,
-) -> Option<Steps> {
+    work: &MapWork,
+) -> Mapped {
     let longest = geometry.count as u64 * geometry.size;
-    let refuse = AtomicBool::new(false);
-    let next = AtomicUsize::new(0);
+    let (refuse, next) = (&work.refuse, &work.next);
     let batch = (scan.chunks.len() / (threads * 8)).clamp(1, 64);
-    let map = |t: usize| {
+    {
         let mut part = Part::default();
         let mut records: Vec<Step> = Vec::new();
         let mut data: Vec<Step> = Vec::new();
@@ -290,25 +477,7 @@ fn map_steps(
         records.sort_unstable();
         data.sort_unstable();
         (part, records, data)
-    };
-    let mapped = on_threads(threads, map);
-    if refuse.load(Ordering::Relaxed) {
-        return None;
     }
-    let mut steps = Steps {
-        records: Vec::new(),
-        data: Vec::new(),
-        parts: Vec::new(),
-    };
-    for (part, records, data) in mapped {
-        steps.parts.push(part);
-        steps.records.extend(records);
-        steps.data.extend(data);
-    }
-    // Each worker's steps are sorted: the stable sort merges the runs.
-    steps.records.sort();
-    steps.data.sort();
-    Some(steps)
 }
 
 /// Whether `[start, end)` touches a region of thread `t` of `threads`.
@@ -426,69 +595,73 @@ impl Held {
     }
 }
 
-/// The records step: every thread replays the records of its regions. Returns the live
-/// allocations at the end, sorted, as (start, length), or `None` when the sequential
-/// replay would refuse a record.
+/// The records step of thread `t` of `threads`: replays the records of its regions.
+/// Returns the allocations that start in its regions at the end, sorted, as (start,
+/// length); sets `refused` (and stops) when the sequential replay would refuse a record,
+/// and stops when another thread did.
 fn check_records(
     media: &Media,
     geometry: &ChunkGeometry,
     scan: &Scan,
     steps: &Steps,
+    t: usize,
     threads: usize,
-) -> Option<Vec<(u64, u64)>> {
-    let refused = AtomicBool::new(false);
-    let check = |t: usize| -> Vec<(u64, u64)> {
-        let mut held = Held::new();
-        for step in &steps.records {
-            if refused.load(Ordering::Relaxed) {
-                return Vec::new();
-            }
-            let ok = match step.phase {
-                Phase::Frees => steps.records_of(step).iter().all(|&(home, end)| {
-                    !touches(home, end, t, threads) || held.remove(home) == Some(end)
-                }),
-                Phase::Allocations => steps.records_of(step).iter().all(|&(home, end)| {
-                    if !touches(home, end, t, threads) {
+    refused: &AtomicBool,
+) -> Vec<(u64, u64)> {
+    let mut held = Held::new();
+    for step in &steps.records {
+        if refused.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        let ok = match step.phase {
+            Phase::Frees => steps.records_of(step).iter().all(|&(home, end)| {
+                !touches(home, end, t, threads) || held.remove(home) == Some(end)
+            }),
+            Phase::Allocations => steps.records_of(step).iter().all(|&(home, end)| {
+                if !touches(home, end, t, threads) {
+                    return true;
+                }
+                if held.overlaps(home, end) {
+                    return false;
+                }
+                held.insert(home, end);
+                true
+            }),
+            Phase::InitialData => {
+                // Initial data that does not follow its allocation record (rare).
+                let ch = &scan.chunks[step.chunk as usize];
+                let base = geometry.offset(ch.index);
+                let mut record = None;
+                ch.blocks[step.block as usize].entries.iter().all(|e| {
+                    let size = e.size as u64;
+                    if e.tombstone {
+                        record = Some((e.home, e.home + record_len(media, base, e)));
                         return true;
                     }
-                    if held.overlaps(home, end) {
-                        return false;
-                    }
-                    held.insert(home, end);
-                    true
-                }),
-                Phase::InitialData => {
-                    // Initial data that does not follow its allocation record (rare).
-                    let ch = &scan.chunks[step.chunk as usize];
-                    let base = geometry.offset(ch.index);
-                    let mut record = None;
-                    ch.blocks[step.block as usize].entries.iter().all(|e| {
-                        let size = e.size as u64;
-                        if e.tombstone {
-                            record = Some((e.home, e.home + record_len(media, base, e)));
-                            return true;
-                        }
-                        let mine = (e.home >> REGION_SHIFT) % threads as u64 == t as u64;
-                        covered(record, e.home, size) || !mine || held.holds(e.home, e.home + size)
-                    })
-                }
-                Phase::Updates => true,
-            };
-            if !ok {
-                refused.store(true, Ordering::Relaxed);
-                return Vec::new();
+                    let mine = (e.home >> REGION_SHIFT) % threads as u64 == t as u64;
+                    covered(record, e.home, size) || !mine || held.holds(e.home, e.home + size)
+                })
             }
+            Phase::Updates => true,
+        };
+        if !ok {
+            refused.store(true, Ordering::Relaxed);
+            return Vec::new();
         }
-        // The allocations that start in this thread's regions (the others are another
-        // thread's too), as (start, length).
-        let mine = |&(s, _): &(u64, u64)| (s >> REGION_SHIFT) % threads as u64 == t as u64;
-        held.into_sorted()
-            .into_iter()
-            .filter(mine)
-            .map(|(s, e)| (s, e - s))
-            .collect()
-    };
-    let parts = on_threads(threads, check);
+    }
+    // The allocations that start in this thread's regions (the others are another
+    // thread's too), as (start, length).
+    let mine = |&(s, _): &(u64, u64)| (s >> REGION_SHIFT) % threads as u64 == t as u64;
+    held.into_sorted()
+        .into_iter()
+        .filter(mine)
+        .map(|(s, e)| (s, e - s))
+        .collect()
+}
+
+/// Every live allocation, sorted, from what each thread of the records step found; `None`
+/// when a thread refused a record.
+fn merge_allocations(parts: Vec<Vec<(u64, u64)>>, refused: &AtomicBool) -> Option<Vec<(u64, u64)>> {
     if refused.load(Ordering::Relaxed) {
         return None;
     }
@@ -579,4 +752,56 @@ fn replay_data(
         }
     }
     live
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panicking_member_stops_the_others_and_the_panic_reaches_the_caller() {
+        let crew = Lockstep::new(4);
+        let outcome = std::panic::catch_unwind(|| {
+            std::thread::scope(|s| {
+                for t in 0..3 {
+                    let crew = &crew;
+                    s.spawn(move || {
+                        let _stop = StopOthersOnPanic(crew);
+                        assert!(crew.meet());
+                        if t == 1 {
+                            panic!("member 1 fails between two meetings");
+                        }
+                        assert!(!crew.meet(), "a meeting without member 1 cannot happen");
+                    });
+                }
+                let _stop = StopOthersOnPanic(&crew);
+                assert!(crew.meet());
+                assert!(!crew.meet(), "a meeting without member 1 cannot happen");
+            })
+        });
+        assert!(outcome.is_err(), "the member's panic reaches the caller");
+    }
+
+    #[test]
+    fn meetings_follow_each_other() {
+        let crew = Lockstep::new(3);
+        let count = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    for round in 0..100 {
+                        count.fetch_add(1, Ordering::Relaxed);
+                        assert!(crew.meet());
+                        assert!(count.load(Ordering::Relaxed) >= 2 * (round + 1));
+                        assert!(crew.meet());
+                    }
+                });
+            }
+            for round in 0..100 {
+                assert!(crew.meet());
+                assert_eq!(count.load(Ordering::Relaxed), 2 * (round + 1));
+                assert!(crew.meet());
+            }
+        });
+    }
 }

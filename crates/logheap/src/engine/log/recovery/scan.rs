@@ -1,6 +1,7 @@
 //! Reading the log: the header of every formatted chunk and the blocks of every chunk in
 //! a log. Nothing here judges what it reads; [`super::rules`] does.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::Damage;
@@ -62,56 +63,74 @@ pub(crate) struct Scan {
     pub problems: Vec<Damage>,
 }
 
-/// Reads the first `formatted` chunks with `threads` threads. Threads take batches of
-/// consecutive chunks; the batches are put back together in chunk order, so the result
-/// is the same whatever the number of threads.
-pub(crate) fn scan(
-    media: &Media,
-    geometry: &ChunkGeometry,
-    formatted: u32,
-    threads: usize,
-) -> Scan {
+/// Reads the first `formatted` chunks.
+pub(crate) fn scan(media: &Media, geometry: &ChunkGeometry, formatted: u32) -> Scan {
     let n = formatted.min(geometry.count);
-    if threads <= 1 || n < 2 {
-        return scan_range(media, geometry, 0..n, &mut Vec::new());
+    scan_range(media, geometry, 0..n, &mut Vec::new())
+}
+
+/// Reading the chunks with several threads: each takes batches of consecutive chunks
+/// ([`Batches::take`]) until none is left; the batches are put back together in chunk
+/// order ([`Batches::merge`]), so the result is [`scan`]'s whatever the number of
+/// threads.
+#[derive(Debug)]
+pub(crate) struct Batches {
+    /// Chunks to read.
+    chunks: u32,
+    /// Chunks per batch.
+    batch: u32,
+    /// The next batch to take.
+    next: AtomicU32,
+    /// The batches read.
+    done: Mutex<Vec<(u32, Scan)>>,
+}
+
+impl Batches {
+    /// The first `formatted` chunks, for `threads` threads.
+    pub(crate) fn new(geometry: &ChunkGeometry, formatted: u32, threads: usize) -> Batches {
+        let chunks = formatted.min(geometry.count);
+        Batches {
+            chunks,
+            // Several batches per thread, so that a thread meeting full chunks while
+            // another meets free ones (only a header to read) finishes about as soon.
+            batch: (chunks / (threads as u32 * 8).max(1)).clamp(1, 256),
+            next: AtomicU32::new(0),
+            done: Mutex::new(Vec::new()),
+        }
     }
-    // Several batches per thread, so a thread that meets full chunks while another meets
-    // free ones (only a header to read) still finishes at about the same time.
-    let batch = (n / (threads as u32 * 8)).clamp(1, 256);
-    let batches = n.div_ceil(batch);
-    let next = AtomicU32::new(0);
-    let mut parts: Vec<(u32, Scan)> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads.min(batches as usize))
-            .map(|_| {
-                s.spawn(|| {
-                    let mut mine = Vec::new();
-                    let mut buf = Vec::new();
-                    loop {
-                        let b = next.fetch_add(1, Ordering::Relaxed);
-                        if b >= batches {
-                            break mine;
-                        }
-                        let start = b * batch;
-                        let range = start..(start + batch).min(n);
-                        mine.push((b, scan_range(media, geometry, range, &mut buf)));
-                    }
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
-    });
-    parts.sort_unstable_by_key(|&(b, _)| b);
-    let mut out = Scan::default();
-    for (_, mut part) in parts {
-        out.chunks.append(&mut part.chunks);
-        out.free.append(&mut part.free);
-        out.torn_headers.append(&mut part.torn_headers);
-        out.problems.append(&mut part.problems);
+
+    /// Reads batches until none is left (called by each thread).
+    pub(crate) fn take(&self, media: &Media, geometry: &ChunkGeometry) {
+        let mut mine = Vec::new();
+        let mut buf = Vec::new();
+        loop {
+            let b = self.next.fetch_add(1, Ordering::Relaxed);
+            let start = b.saturating_mul(self.batch);
+            if start >= self.chunks {
+                break;
+            }
+            let range = start..start.saturating_add(self.batch).min(self.chunks);
+            mine.push((b, scan_range(media, geometry, range, &mut buf)));
+        }
+        self.done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .append(&mut mine);
     }
-    out
+
+    /// Everything read, in chunk order (once every thread is done).
+    pub(crate) fn merge(&self) -> Scan {
+        let mut parts = std::mem::take(&mut *self.done.lock().unwrap_or_else(|p| p.into_inner()));
+        parts.sort_unstable_by_key(|&(b, _)| b);
+        let mut out = Scan::default();
+        for (_, mut part) in parts {
+            out.chunks.append(&mut part.chunks);
+            out.free.append(&mut part.free);
+            out.torn_headers.append(&mut part.torn_headers);
+            out.problems.append(&mut part.problems);
+        }
+        out
+    }
 }
 
 /// Reads the chunks of `range` (`buf` is scratch space).
