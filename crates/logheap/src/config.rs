@@ -28,11 +28,12 @@ pub struct Config {
     pub reserve_space: bool,
     /// Threads that recover the log when a pool is opened (default 0: one per core, as
     /// [`std::thread::available_parallelism`] counts them). 1 recovers on the opening
-    /// thread alone, sequentially. With more, that many threads read the chunks and
-    /// replay the committed transactions by home partition ("Log-structured Non-volatile
-    /// Main Memory", USENIX ATC 2017, §4.5), led by the opening thread, which judges the
-    /// logs and rebuilds the allocator meanwhile. The recovered state is the same
-    /// whatever the number. Not stored in the pool: each open chooses.
+    /// thread alone, sequentially. With more, that many threads (the opening thread and
+    /// `n - 1` others) read the chunks and replay the committed transactions by home
+    /// partition ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §4.5); the
+    /// opening thread leads them, judges the logs, and rebuilds the allocator while the
+    /// others replay the data. The recovered state is the same whatever the number. Not
+    /// stored in the pool: each open chooses.
     pub recovery_threads: usize,
     /// A deliberate defect, for showing that crash tests catch one. Never set it in
     /// production code.

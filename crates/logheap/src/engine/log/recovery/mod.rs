@@ -442,7 +442,7 @@ fn read_judge_replay(
     Vec<Damage>,
     Option<replay::Replayed>,
 ) {
-    let judged = |scan| judge(geometry, marks, close, scan);
+    let judged = |scan: &scan::Scan, problems| judge(geometry, marks, close, scan, problems);
     if threads > 1 {
         return parallel::recover(
             media,
@@ -454,20 +454,24 @@ fn read_judge_replay(
             replay_anyway,
         );
     }
-    let (scan, verdict, mut problems) = judged(scan::scan(media, geometry, marks.formatted));
+    let mut scan = scan::scan(media, geometry, marks.formatted);
+    let scan_problems = std::mem::take(&mut scan.problems);
+    let (verdict, mut problems) = judged(&scan, scan_problems);
     let replayed = (replay_anyway || problems.is_empty())
         .then(|| replay::replay(media, geometry, &scan, &verdict, mapping, &mut problems));
     (scan, verdict, problems, replayed)
 }
 
-/// Applies the rules to what was read, including the bounds on what a log can reach;
-/// the problems found are the scan's and the rules'.
+/// Applies the rules to what was read (whose own problems, taken out of it, are
+/// `scan_problems`), including the bounds on what a log can reach. Returns the verdict
+/// and every problem found.
 fn judge(
     geometry: &ChunkGeometry,
     marks: Marks,
     close: Option<&CloseRecord>,
-    mut scan: scan::Scan,
-) -> (scan::Scan, rules::Verdict, Vec<Damage>) {
+    scan: &scan::Scan,
+    mut scan_problems: Vec<Damage>,
+) -> (rules::Verdict, Vec<Damage>) {
     let mut problems = Vec::new();
     if marks.formatted > geometry.count {
         problems.push(Damage::at(
@@ -478,8 +482,8 @@ fn judge(
             ),
         ));
     }
-    problems.append(&mut scan.problems);
-    let mut verdict = rules::judge(&scan, geometry, close);
+    problems.append(&mut scan_problems);
+    let mut verdict = rules::judge(scan, geometry, close);
     problems.append(&mut verdict.problems);
     let limit = |what: &str, value: u64, max: u64| {
         (value > max).then(|| {
@@ -509,7 +513,7 @@ fn judge(
         .flatten(),
     );
     problems.truncate(MAX_PROBLEMS);
-    (scan, verdict, problems)
+    (verdict, problems)
 }
 
 #[cfg(test)]

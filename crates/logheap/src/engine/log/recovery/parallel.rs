@@ -3,12 +3,13 @@
 //! same scan and verdict, the same mapping, allocator and live bytes per chunk, the same
 //! problems.
 //!
-//! One crew of scoped threads works through the phases in lockstep ([`Lockstep`]) while
-//! the opening thread leads: it merges what the crew produced, makes the decisions, and
-//! does the parts that are sequential.
+//! A crew of threads works through the phases in lockstep ([`Lockstep`]). The opening
+//! thread is one of them and leads: between phases it merges what the crew produced and
+//! makes the decisions, and it does the parts that are sequential.
 //!
 //! 1. *Scan*: the crew reads batches of chunks ([`Batches`]); the leader puts them back in
-//!    chunk order and judges the logs ([`rules`](super::rules), sequential: it is cheap).
+//!    chunk order and judges the logs ([`rules`](super::rules), sequential: it is cheap)
+//!    while the others start the next step.
 //! 2. *Map* (over chunks): the committed blocks become two lists of steps in replay
 //!    order — (version, phase, chunk, block), as the sequential replay sorts them — one of
 //!    the allocation and free records, one of the data (frees, initial data, updates);
@@ -21,12 +22,14 @@
 //!    against its own set of allocations, and checks the initial data that does not lie
 //!    inside the allocation record before it in its block (normally none does: a commit
 //!    writes each object's record and then its image).
-//! 4. *Data* (thread `t` takes the mapping partitions `p` with `p % n == t`, counted in
-//!    units of at least 4 KiB): each thread replays, in order, the pieces of every free
-//!    and data entry that fall in its partitions into the shared mapping, whose writers
-//!    of different partitions do not wait for each other, counting live bytes per chunk
-//!    in a vector of its own; meanwhile the leader rebuilds the allocator from the
-//!    records' result. The vectors are added up at the end.
+//! 4. *Data* (thread `t` of the `n - 1` besides the leader takes the mapping partitions
+//!    `p` with `p % (n - 1) == t`, counted in units of at least 4 KiB): each thread
+//!    replays, in order, the pieces of every free and data entry that fall in its
+//!    partitions into the shared mapping, whose writers of different partitions do not
+//!    wait for each other, counting live bytes per chunk in a vector of its own;
+//!    meanwhile the leader rebuilds the allocator from the records' result (a hash map of
+//!    every allocation: the longest sequential part). The vectors are added up at the
+//!    end.
 //!
 //! Why it is exact: the operations on a byte of home space all go to one thread (for the
 //! mapping: one partition's operations, in version order; a free is cut at partition
@@ -40,7 +43,7 @@
 //! nothing has been written to the mapping yet, and the sequential replay runs instead,
 //! so that the problems are the same, in the same order.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 
@@ -169,55 +172,66 @@ enum Led {
     Replayed(Vec<Damage>, Box<Result<HomeAllocator, AllocError>>),
 }
 
-/// Reads the first `formatted` chunks, judges them with `judge` (which adds its problems
-/// to the scan's) and, when that finds nothing wrong or `replay_anyway`, replays every
-/// committed transaction into `mapping` (empty on entry), with `threads` threads (at
-/// least 2) besides the calling one. The same result as reading, judging and replaying
-/// sequentially.
+/// Reads the first `formatted` chunks, judges them with `judge` (given the scan and its
+/// own problems, taken out of it) and, when that finds nothing wrong or
+/// `replay_anyway`, replays every committed transaction into `mapping` (empty on entry),
+/// with `threads` threads in all (at least 2; the calling thread leads the others and
+/// works with them). The same result as reading, judging and replaying sequentially.
 pub(crate) fn recover(
     media: &Media,
     geometry: &ChunkGeometry,
     formatted: u32,
     mapping: &Mapping,
     threads: usize,
-    judge: impl FnOnce(Scan) -> (Scan, Verdict, Vec<Damage>),
+    judge: impl FnOnce(&Scan, Vec<Damage>) -> (Verdict, Vec<Damage>),
     replay_anyway: bool,
 ) -> (Scan, Verdict, Vec<Damage>, Option<Replayed>) {
-    let threads = threads.max(1);
-    let crew = Lockstep::new(threads + 1);
+    let threads = threads.max(2);
+    // The leader is the last of the threads; the others replay the data while it
+    // rebuilds the allocator.
+    let leader = threads - 1;
+    let crew = Lockstep::new(threads);
     // What each phase hands to the next. The leader decides, between phases, whether the
     // crew goes on (`go`).
     let go = AtomicBool::new(false);
     let batches = Batches::new(geometry, formatted, threads);
-    let judged: OnceLock<(Scan, Verdict)> = OnceLock::new();
+    let scanned: OnceLock<Scan> = OnceLock::new();
+    let verdict: OnceLock<Verdict> = OnceLock::new();
     let map = MapWork::default();
     let steps: OnceLock<Steps> = OnceLock::new();
     let held: Mutex<Vec<Vec<(u64, u64)>>> = Mutex::new(Vec::new());
     let refused = AtomicBool::new(false);
     let lives: Mutex<Vec<Vec<i64>>> = Mutex::new(Vec::new());
     let goes_on = |crew: &Lockstep| crew.meet() && go.load(Ordering::Relaxed);
+    // The map step and the records step of thread `t`.
+    let map_mine = |scan: &Scan, t: usize| {
+        let mapped = map_part(media, geometry, scan, t, threads, &map);
+        let mut parts = map.parts.lock().unwrap_or_else(|p| p.into_inner());
+        parts.push((t, mapped));
+    };
+    let check_mine = |scan: &Scan, steps: &Steps, t: usize| {
+        let mine = check_records(media, geometry, scan, steps, t, threads, &refused);
+        held.lock().unwrap_or_else(|p| p.into_inner()).push(mine);
+    };
     let member = |t: usize| {
         let _stop = StopOthersOnPanic(&crew);
         batches.take(media, geometry);
         if !crew.meet() || !goes_on(&crew) {
             return;
         }
-        let (scan, verdict) = judged.get().expect("set before the crew goes on");
-        let mapped = map_part(media, geometry, scan, verdict, t, threads, &map);
-        map.parts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((t, mapped));
+        // Mapped while the leader judges (so uncommitted blocks too: the leader drops
+        // their steps).
+        let scan = scanned.get().expect("set before the crew goes on");
+        map_mine(scan, t);
         if !crew.meet() || !goes_on(&crew) {
             return;
         }
         let steps = steps.get().expect("set before the crew goes on");
-        let mine = check_records(media, geometry, scan, steps, t, threads, &refused);
-        held.lock().unwrap_or_else(|p| p.into_inner()).push(mine);
+        check_mine(scan, steps, t);
         if !crew.meet() || !goes_on(&crew) {
             return;
         }
-        let live = replay_data(geometry, steps, mapping, t, threads);
+        let live = replay_data(geometry, steps, mapping, t, leader);
         lives.lock().unwrap_or_else(|p| p.into_inner()).push(live);
     };
     let lead = || {
@@ -231,48 +245,64 @@ pub(crate) fn recover(
                 false => Led::Broken,
             }
         };
+        batches.take(media, geometry);
         if !crew.meet() {
             return Led::Broken;
         }
-        let (scan, verdict, problems) = judge(batches.merge());
-        let replay = replay_anyway || problems.is_empty();
-        judged
-            .set((scan, verdict))
-            .unwrap_or_else(|_| unreachable!("judged once"));
-        if !replay {
-            return meet_and_stop(Led::Judged(problems));
-        }
+        let mut scan = batches.merge();
+        let scan_problems = std::mem::take(&mut scan.problems);
+        let scan = scanned.get_or_init(|| scan);
         go.store(true, Ordering::Relaxed);
-        if !crew.meet() || !crew.meet() {
+        if !crew.meet() {
             return Led::Broken;
         }
-        let Some(merged) = map.merge() else {
+        // The crew maps the blocks while the leader judges them, then the leader maps
+        // what is left.
+        let (judged, problems) = judge(scan, scan_problems);
+        let judged = verdict.get_or_init(|| judged);
+        map_mine(scan, leader);
+        if !crew.meet() {
+            return Led::Broken;
+        }
+        if !replay_anyway && !problems.is_empty() {
+            return meet_and_stop(Led::Judged(problems));
+        }
+        let Some(merged) = map.merge(&judged.uncommitted) else {
             return meet_and_stop(Led::Sequential(problems));
         };
-        steps
-            .set(merged)
-            .unwrap_or_else(|_| unreachable!("mapped once"));
-        if !crew.meet() || !crew.meet() {
+        let steps = steps.get_or_init(|| merged);
+        if !crew.meet() {
+            return Led::Broken;
+        }
+        check_mine(scan, steps, leader);
+        if !crew.meet() {
+            return Led::Broken;
+        }
+        if refused.load(Ordering::Relaxed) {
+            return meet_and_stop(Led::Sequential(problems));
+        }
+        // Nothing is refused: the others replay the data while the leader rebuilds the
+        // allocator.
+        if !crew.meet() {
             return Led::Broken;
         }
         let parts = std::mem::take(&mut *held.lock().unwrap_or_else(|p| p.into_inner()));
-        let Some(allocations) = merge_allocations(parts, &refused) else {
-            return meet_and_stop(Led::Sequential(problems));
-        };
-        // Nothing is refused: the crew replays the data while the allocator is rebuilt.
-        if !crew.meet() {
-            return Led::Broken;
-        }
-        Led::Replayed(problems, Box::new(HomeAllocator::rebuild(allocations)))
+        let mut allocations: Vec<(u64, u64)> = parts.concat();
+        // One sorted run per thread: the stable sort merges them (in the order the
+        // sequential replay gives them, so that a problem is reported as it does).
+        allocations.sort();
+        let allocator = HomeAllocator::rebuild(allocations);
+        Led::Replayed(problems, Box::new(allocator))
     };
     let led = std::thread::scope(|s| {
-        for t in 0..threads {
+        for t in 0..leader {
             let member = &member;
             s.spawn(move || member(t));
         }
         lead()
     });
-    let (scan, verdict) = judged.into_inner().expect("judged before the crew stops");
+    let scan = scanned.into_inner().expect("scanned before the crew stops");
+    let verdict = verdict.into_inner().expect("judged before the crew stops");
     let (problems, replayed) = match led {
         Led::Broken => unreachable!("the scope passes a crew member's panic on"),
         Led::Judged(problems) => (problems, None),
@@ -353,7 +383,7 @@ impl MapWork {
     /// entries copied; `None` when an entry is wrong on its own (the sequential replay
     /// then reports it) or a record is longer than the pool's log could hold (no
     /// allocation can be: the sequential replay then handles it).
-    fn merge(&self) -> Option<Steps> {
+    fn merge(&self, uncommitted: &HashSet<u64>) -> Option<Steps> {
         if self.refuse.load(Ordering::Relaxed) {
             return None;
         }
@@ -370,6 +400,10 @@ impl MapWork {
             steps.records.extend(records);
             steps.data.extend(data);
         }
+        if !uncommitted.is_empty() {
+            steps.records.retain(|s| !uncommitted.contains(&s.version));
+            steps.data.retain(|s| !uncommitted.contains(&s.version));
+        }
         // Each thread's steps are sorted: the stable sort merges the runs.
         steps.records.sort();
         steps.data.sort();
@@ -383,7 +417,6 @@ fn map_part(
     media: &Media,
     geometry: &ChunkGeometry,
     scan: &Scan,
-    verdict: &Verdict,
     t: usize,
     threads: usize,
     work: &MapWork,
@@ -405,9 +438,6 @@ fn map_part(
                 let kind = ch.header.kind;
                 let base = geometry.offset(ch.index);
                 for (bi, b) in ch.blocks.iter().enumerate() {
-                    if !verdict.uncommitted.is_empty() && verdict.uncommitted.contains(&b.version) {
-                        continue;
-                    }
                     let (first_record, first_data) = (part.records.len(), part.data.len());
                     let mut record: Option<(u64, u64)> = None;
                     let mut uncovered = false;
@@ -657,18 +687,6 @@ fn check_records(
         .filter(mine)
         .map(|(s, e)| (s, e - s))
         .collect()
-}
-
-/// Every live allocation, sorted, from what each thread of the records step found; `None`
-/// when a thread refused a record.
-fn merge_allocations(parts: Vec<Vec<(u64, u64)>>, refused: &AtomicBool) -> Option<Vec<(u64, u64)>> {
-    if refused.load(Ordering::Relaxed) {
-        return None;
-    }
-    let mut all: Vec<(u64, u64)> = parts.into_iter().flatten().collect();
-    // One sorted run per thread: the stable sort merges them.
-    all.sort();
-    Some(all)
 }
 
 /// log2 of the units of home space the data step divides between threads: the
