@@ -273,7 +273,7 @@ pub(crate) fn recover(
         scan.chunks
             .iter()
             .flat_map(|c| &c.blocks)
-            .filter(|b| !verdict.uncommitted.contains(&b.version))
+            .filter(|b| verdict.uncommitted.is_empty() || !verdict.uncommitted.contains(&b.version))
     };
     let in_log = CloseRecord {
         max_version: committed().map(|b| b.version).max().unwrap_or(0),

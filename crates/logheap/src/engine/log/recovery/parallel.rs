@@ -412,7 +412,7 @@ impl MapWork {
 }
 
 /// The map step of thread `t` of `threads`: takes batches of chunks from `work` until
-/// none is left.
+/// none is left (or an entry is wrong on its own).
 fn map_part(
     media: &Media,
     geometry: &ChunkGeometry,
@@ -421,93 +421,100 @@ fn map_part(
     threads: usize,
     work: &MapWork,
 ) -> Mapped {
-    let longest = geometry.count as u64 * geometry.size;
-    let (refuse, next) = (&work.refuse, &work.next);
+    let mut mapped: Mapped = Default::default();
     let batch = (scan.chunks.len() / (threads * 8)).clamp(1, 64);
-    {
-        let mut part = Part::default();
-        let mut records: Vec<Step> = Vec::new();
-        let mut data: Vec<Step> = Vec::new();
-        'batches: loop {
-            let first = next.fetch_add(batch, Ordering::Relaxed);
-            if first >= scan.chunks.len() || refuse.load(Ordering::Relaxed) {
-                break;
-            }
-            for ci in first..(first + batch).min(scan.chunks.len()) {
-                let ch = &scan.chunks[ci];
-                let kind = ch.header.kind;
-                let base = geometry.offset(ch.index);
-                for (bi, b) in ch.blocks.iter().enumerate() {
-                    let (first_record, first_data) = (part.records.len(), part.data.len());
-                    let mut record: Option<(u64, u64)> = None;
-                    let mut uncovered = false;
-                    for e in &b.entries {
-                        let size = e.size as u64;
-                        if e.home < ROOT_HOME || e.home + size > HOME_LIMIT {
-                            refuse.store(true, Ordering::Relaxed);
-                            break 'batches;
-                        }
-                        let is_record =
-                            kind == LogKind::Dealloc || (kind == LogKind::Alloc && e.tombstone);
-                        if is_record {
-                            let len = match e.size {
-                                8 => record_len(media, base, e),
-                                _ => 0,
-                            };
-                            let fits = e.home.checked_add(len).is_some_and(|end| end <= HOME_LIMIT);
-                            if len == 0 || len > longest || !fits {
-                                refuse.store(true, Ordering::Relaxed);
-                                break 'batches;
-                            }
-                            record = Some((e.home, e.home + len));
-                            part.records.push((e.home, e.home + len));
-                        } else if kind == LogKind::Update && e.tombstone {
-                            refuse.store(true, Ordering::Relaxed);
-                            break 'batches;
-                        } else {
-                            uncovered |= kind == LogKind::Alloc && !covered(record, e.home, size);
-                            part.data.push((e.home | size << 47, base + e.data as u64));
-                        }
-                    }
-                    let step = |phase: Phase, first: usize, count: usize| Step {
-                        version: b.version,
-                        phase,
-                        chunk: ci as u32,
-                        block: bi as u32,
-                        part: t as u32,
-                        first,
-                        count,
-                    };
-                    let records_here = part.records.len() - first_record;
-                    let data_here = part.data.len() - first_data;
-                    if records_here > 0 {
-                        let phase = match kind {
-                            LogKind::Dealloc => Phase::Frees,
-                            _ => Phase::Allocations,
-                        };
-                        let s = step(phase, first_record, records_here);
-                        records.push(s);
-                        if phase == Phase::Frees {
-                            data.push(s);
-                        }
-                    }
-                    if uncovered {
-                        records.push(step(Phase::InitialData, 0, 0));
-                    }
-                    if data_here > 0 {
-                        let phase = match kind {
-                            LogKind::Alloc => Phase::InitialData,
-                            _ => Phase::Updates,
-                        };
-                        data.push(step(phase, first_data, data_here));
-                    }
-                }
+    loop {
+        let first = work.next.fetch_add(batch, Ordering::Relaxed);
+        if first >= scan.chunks.len() || work.refuse.load(Ordering::Relaxed) {
+            break;
+        }
+        for ci in first..(first + batch).min(scan.chunks.len()) {
+            if map_chunk(media, geometry, scan, ci, t, &mut mapped).is_none() {
+                work.refuse.store(true, Ordering::Relaxed);
+                return mapped;
             }
         }
-        records.sort_unstable();
-        data.sort_unstable();
-        (part, records, data)
     }
+    mapped.1.sort_unstable();
+    mapped.2.sort_unstable();
+    mapped
+}
+
+/// Maps the blocks of chunk `ci` into `mapped` (by thread `t`); `None` when an entry is
+/// wrong on its own or a record is longer than the pool's log could hold.
+fn map_chunk(
+    media: &Media,
+    geometry: &ChunkGeometry,
+    scan: &Scan,
+    ci: usize,
+    t: usize,
+    (part, records, data): &mut Mapped,
+) -> Option<()> {
+    let longest = geometry.count as u64 * geometry.size;
+    let ch = &scan.chunks[ci];
+    let kind = ch.header.kind;
+    let base = geometry.offset(ch.index);
+    for (bi, b) in ch.blocks.iter().enumerate() {
+        let (first_record, first_data) = (part.records.len(), part.data.len());
+        // The allocation record before each entry, as (start, end).
+        let mut record: Option<(u64, u64)> = None;
+        let mut uncovered = false;
+        for e in &b.entries {
+            let size = e.size as u64;
+            if e.home < ROOT_HOME || e.home + size > HOME_LIMIT {
+                return None;
+            }
+            if kind == LogKind::Dealloc || (kind == LogKind::Alloc && e.tombstone) {
+                let len = match e.size {
+                    8 => record_len(media, base, e),
+                    _ => return None,
+                };
+                let end = e.home.checked_add(len).filter(|&end| end <= HOME_LIMIT)?;
+                if len == 0 || len > longest {
+                    return None;
+                }
+                record = Some((e.home, end));
+                part.records.push((e.home, end));
+            } else if e.tombstone {
+                return None; // a tombstone in an update log
+            } else {
+                uncovered |= kind == LogKind::Alloc && !covered(record, e.home, size);
+                part.data.push((e.home | size << 47, base + e.data as u64));
+            }
+        }
+        let step = |phase: Phase, first: usize, count: usize| Step {
+            version: b.version,
+            phase,
+            chunk: ci as u32,
+            block: bi as u32,
+            part: t as u32,
+            first,
+            count,
+        };
+        let records_here = part.records.len() - first_record;
+        let data_here = part.data.len() - first_data;
+        if records_here > 0 {
+            let phase = match kind {
+                LogKind::Dealloc => Phase::Frees,
+                _ => Phase::Allocations,
+            };
+            records.push(step(phase, first_record, records_here));
+            if phase == Phase::Frees {
+                data.push(step(phase, first_record, records_here));
+            }
+        }
+        if uncovered {
+            records.push(step(Phase::InitialData, 0, 0));
+        }
+        if data_here > 0 {
+            let phase = match kind {
+                LogKind::Alloc => Phase::InitialData,
+                _ => Phase::Updates,
+            };
+            data.push(step(phase, first_data, data_here));
+        }
+    }
+    Some(())
 }
 
 /// Whether `[start, end)` touches a region of thread `t` of `threads`.
