@@ -32,8 +32,8 @@ pub struct Config {
     /// `n - 1` others) read the chunks and replay the committed transactions by home
     /// partition ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §4.5); the
     /// opening thread leads them, judges the logs, and rebuilds the allocator while the
-    /// others replay the data. The recovered state is the same whatever the number. Not
-    /// stored in the pool: each open chooses.
+    /// others replay the data. The recovered state is the same whatever the number (at
+    /// most 1024 are used). Not stored in the pool: each open chooses.
     pub recovery_threads: usize,
     /// A deliberate defect, for showing that crash tests catch one. Never set it in
     /// production code.

@@ -64,9 +64,12 @@ const REGION_SHIFT: u32 = 16;
 /// log2 of the smallest unit of home space that threads divide the mapping by (the
 /// mapping's partitions when those are larger).
 const MIN_DATA_SHIFT: u32 = 12;
+/// Most threads that recover together (more are taken as this many).
+pub(crate) const MAX_THREADS: usize = 1024;
 
 /// One block's place in the replay, ordered as the sequential replay orders them
-/// (version, phase, chunk, block), and where its entries were copied.
+/// (version, phase, chunk, block), and where its entries were copied (32 bytes: there
+/// is one per block, and they are sorted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Step {
     version: u64,
@@ -75,10 +78,12 @@ struct Step {
     chunk: u32,
     /// Index in the chunk's blocks.
     block: u32,
-    /// The map worker whose lists hold the entries, and their range there.
-    part: u32,
-    first: usize,
-    count: usize,
+    /// The thread whose lists hold the entries, and their range there (a block has at
+    /// most [`MAX_BLOCK_ENTRIES`](crate::engine::log::layout::MAX_BLOCK_ENTRIES)
+    /// entries).
+    part: u16,
+    count: u16,
+    first: u64,
 }
 
 /// What one map worker copied: records as (home, end); data entries as (home | size
@@ -99,11 +104,13 @@ struct Steps {
 
 impl Steps {
     fn records_of(&self, s: &Step) -> &[(u64, u64)] {
-        &self.parts[s.part as usize].records[s.first..s.first + s.count]
+        let first = s.first as usize;
+        &self.parts[s.part as usize].records[first..first + s.count as usize]
     }
 
     fn data_of(&self, s: &Step) -> &[(u64, u64)] {
-        &self.parts[s.part as usize].data[s.first..s.first + s.count]
+        let first = s.first as usize;
+        &self.parts[s.part as usize].data[first..first + s.count as usize]
     }
 }
 
@@ -175,8 +182,8 @@ enum Led {
 /// Reads the first `formatted` chunks, judges them with `judge` (given the scan and its
 /// own problems, taken out of it) and, when that finds nothing wrong or
 /// `replay_anyway`, replays every committed transaction into `mapping` (empty on entry),
-/// with `threads` threads in all (at least 2; the calling thread leads the others and
-/// works with them). The same result as reading, judging and replaying sequentially.
+/// with `threads` threads in all (at least 2, at most [`MAX_THREADS`]; the calling
+/// thread leads the others and works with them). The same result as reading, judging and replaying sequentially.
 pub(crate) fn recover(
     media: &Media,
     geometry: &ChunkGeometry,
@@ -186,7 +193,7 @@ pub(crate) fn recover(
     judge: impl FnOnce(&Scan, Vec<Damage>) -> (Verdict, Vec<Damage>),
     replay_anyway: bool,
 ) -> (Scan, Verdict, Vec<Damage>, Option<Replayed>) {
-    let threads = threads.max(2);
+    let threads = threads.clamp(2, MAX_THREADS);
     // The leader is the last of the threads; the others replay the data while it
     // rebuilds the allocator.
     let leader = threads - 1;
@@ -435,8 +442,10 @@ fn map_part(
             }
         }
     }
-    mapped.1.sort_unstable();
-    mapped.2.sort_unstable();
+    // Stable sorts: they take the runs of blocks already in order (a log's blocks mostly
+    // are) as they are.
+    mapped.1.sort();
+    mapped.2.sort();
     mapped
 }
 
@@ -487,9 +496,9 @@ fn map_chunk(
             phase,
             chunk: ci as u32,
             block: bi as u32,
-            part: t as u32,
-            first,
-            count,
+            part: t as u16,
+            count: count as u16,
+            first: first as u64,
         };
         let records_here = part.records.len() - first_record;
         let data_here = part.data.len() - first_data;

@@ -38,7 +38,8 @@ pub(crate) struct ScannedChunk {
     pub index: u32,
     pub header: ChunkHeader,
     /// Valid blocks: the run from the start of the payload (`blocks[..run]`), then any
-    /// valid block of this chunk's generation found after the stop (`blocks[run..]`).
+    /// valid block of this chunk's generation found after the stop (`blocks[run..]`);
+    /// all in offset order.
     pub blocks: Vec<DecodedBlock>,
     pub run: usize,
     pub stop: Stop,
@@ -189,6 +190,7 @@ fn scan_chunk(bytes: &[u8], index: u32, header: ChunkHeader) -> ScannedChunk {
             BlockScan::End | BlockScan::Invalid => at += BLOCK_ALIGN,
         }
     }
+    debug_assert!(blocks.windows(2).all(|w| w[0].offset < w[1].offset));
     ScannedChunk {
         index,
         header,
