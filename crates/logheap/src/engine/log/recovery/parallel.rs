@@ -94,23 +94,48 @@ struct Part {
     data: Vec<(u64, u64)>,
 }
 
-/// Everything the map step produced.
+/// The steps in replay order, and the entries they point to.
 #[derive(Debug)]
-struct Steps {
-    records: Vec<Step>,
-    data: Vec<Step>,
-    parts: Vec<Part>,
+struct Steps<'a> {
+    /// What each thread of the map step produced, by thread.
+    mapped: &'a [Mapped],
+    /// The steps of the records, in replay order: the slices one after the other.
+    records: Vec<Vec<Step>>,
+    /// The steps of the data, in replay order: the slices one after the other.
+    data: Vec<Vec<Step>>,
 }
 
-impl Steps {
+impl Step {
+    /// The replay order as one number: version, phase, chunk, block (a chunk holds fewer
+    /// than 2^30 blocks: a block takes at least 16 bytes, a chunk at most 64 MiB).
+    fn key(&self) -> u128 {
+        debug_assert!(self.block < 1 << 30);
+        (self.version as u128) << 64
+            | (self.phase as u128) << 62
+            | (self.chunk as u128) << 30
+            | self.block as u128
+    }
+}
+
+impl Steps<'_> {
+    /// The steps of the records, in replay order.
+    fn records(&self) -> impl Iterator<Item = &Step> {
+        self.records.iter().flatten()
+    }
+
+    /// The steps of the data, in replay order.
+    fn data(&self) -> impl Iterator<Item = &Step> {
+        self.data.iter().flatten()
+    }
+
     fn records_of(&self, s: &Step) -> &[(u64, u64)] {
         let first = s.first as usize;
-        &self.parts[s.part as usize].records[first..first + s.count as usize]
+        &self.mapped[s.part as usize].0.records[first..first + s.count as usize]
     }
 
     fn data_of(&self, s: &Step) -> &[(u64, u64)] {
         let first = s.first as usize;
-        &self.parts[s.part as usize].data[first..first + s.count as usize]
+        &self.mapped[s.part as usize].0.data[first..first + s.count as usize]
     }
 }
 
@@ -205,18 +230,28 @@ pub(crate) fn recover(
     let scanned: OnceLock<Scan> = OnceLock::new();
     let verdict: OnceLock<Verdict> = OnceLock::new();
     let map = MapWork::default();
-    let steps: OnceLock<Steps> = OnceLock::new();
+    let mapped: OnceLock<(Vec<Mapped>, Slices)> = OnceLock::new();
+    let sorted: Mutex<Vec<(usize, SortedSlice)>> = Mutex::new(Vec::new());
+    let steps: OnceLock<Steps<'_>> = OnceLock::new();
     let held: Mutex<Vec<Vec<(u64, u64)>>> = Mutex::new(Vec::new());
     let refused = AtomicBool::new(false);
     let lives: Mutex<Vec<Vec<i64>>> = Mutex::new(Vec::new());
     let goes_on = |crew: &Lockstep| crew.meet() && go.load(Ordering::Relaxed);
-    // The map step and the records step of thread `t`.
+    // The steps of thread `t`: mapping (its share of the chunks), sorting (its slice of
+    // the versions), checking records (its regions).
     let map_mine = |scan: &Scan, t: usize| {
-        let mapped = map_part(media, geometry, scan, t, threads, &map);
+        let mine = map_part(media, geometry, scan, t, threads, &map);
         let mut parts = map.parts.lock().unwrap_or_else(|p| p.into_inner());
-        parts.push((t, mapped));
+        parts.push((t, mine));
     };
-    let check_mine = |scan: &Scan, steps: &Steps, t: usize| {
+    let sort_mine = |t: usize| {
+        let (all, slices) = mapped.get().expect("set before the crew goes on");
+        let uncommitted = &verdict.get().expect("judged before").uncommitted;
+        let (records, data) = sort_slice(all, *slices, t, uncommitted);
+        let mut sorted = sorted.lock().unwrap_or_else(|p| p.into_inner());
+        sorted.push((t, (records, data)));
+    };
+    let check_mine = |scan: &Scan, steps: &Steps<'_>, t: usize| {
         let mine = check_records(media, geometry, scan, steps, t, threads, &refused);
         held.lock().unwrap_or_else(|p| p.into_inner()).push(mine);
     };
@@ -226,10 +261,14 @@ pub(crate) fn recover(
         if !crew.meet() || !goes_on(&crew) {
             return;
         }
-        // Mapped while the leader judges (so uncommitted blocks too: the leader drops
-        // their steps).
+        // Mapped while the leader judges (so uncommitted blocks too: their steps are left
+        // out when sorted).
         let scan = scanned.get().expect("set before the crew goes on");
         map_mine(scan, t);
+        if !crew.meet() || !goes_on(&crew) {
+            return;
+        }
+        sort_mine(t);
         if !crew.meet() || !goes_on(&crew) {
             return;
         }
@@ -266,7 +305,7 @@ pub(crate) fn recover(
         // The crew maps the blocks while the leader judges them, then the leader maps
         // what is left.
         let (judged, problems) = judge(scan, scan_problems);
-        let judged = verdict.get_or_init(|| judged);
+        verdict.get_or_init(|| judged);
         map_mine(scan, leader);
         if !crew.meet() {
             return Led::Broken;
@@ -274,10 +313,26 @@ pub(crate) fn recover(
         if !replay_anyway && !problems.is_empty() {
             return meet_and_stop(Led::Judged(problems));
         }
-        let Some(merged) = map.merge(&judged.uncommitted) else {
+        let Some(all) = map.take() else {
             return meet_and_stop(Led::Sequential(problems));
         };
-        let steps = steps.get_or_init(|| merged);
+        let slices = Slices::of(&all, threads);
+        let (all, _) = mapped.get_or_init(|| (all, slices));
+        if !crew.meet() {
+            return Led::Broken;
+        }
+        sort_mine(leader);
+        if !crew.meet() {
+            return Led::Broken;
+        }
+        let mut slices = std::mem::take(&mut *sorted.lock().unwrap_or_else(|p| p.into_inner()));
+        slices.sort_unstable_by_key(|&(k, _)| k);
+        let (records, data) = slices.into_iter().map(|(_, slice)| slice).unzip();
+        let steps = steps.get_or_init(|| Steps {
+            mapped: all,
+            records,
+            data,
+        });
         if !crew.meet() {
             return Led::Broken;
         }
@@ -371,7 +426,7 @@ fn covered(record: Option<(u64, u64)>, s: u64, size: u64) -> bool {
 }
 
 /// What one thread of the map step produced: its copies of entries, and its steps of
-/// the records and of the data, each sorted.
+/// the records and of the data.
 type Mapped = (Part, Vec<Step>, Vec<Step>);
 
 /// The map step, shared by the crew.
@@ -386,36 +441,131 @@ struct MapWork {
 }
 
 impl MapWork {
-    /// The steps of the records and of the data, each sorted in replay order, with their
-    /// entries copied; `None` when an entry is wrong on its own (the sequential replay
-    /// then reports it) or a record is longer than the pool's log could hold (no
-    /// allocation can be: the sequential replay then handles it).
-    fn merge(&self, uncommitted: &HashSet<u64>) -> Option<Steps> {
+    /// What each thread produced, by thread; `None` when an entry is wrong on its own
+    /// (the sequential replay then reports it) or a record is longer than the pool's log
+    /// could hold (no allocation can be: the sequential replay then handles it).
+    fn take(&self) -> Option<Vec<Mapped>> {
         if self.refuse.load(Ordering::Relaxed) {
             return None;
         }
-        let mut mapped = std::mem::take(&mut *self.parts.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut parts = std::mem::take(&mut *self.parts.lock().unwrap_or_else(|p| p.into_inner()));
         // Steps name their part by the thread's number.
-        mapped.sort_unstable_by_key(|&(t, _)| t);
-        let mut steps = Steps {
-            records: Vec::new(),
-            data: Vec::new(),
-            parts: Vec::new(),
-        };
-        for (_, (part, records, data)) in mapped {
-            steps.parts.push(part);
-            steps.records.extend(records);
-            steps.data.extend(data);
-        }
-        if !uncommitted.is_empty() {
-            steps.records.retain(|s| !uncommitted.contains(&s.version));
-            steps.data.retain(|s| !uncommitted.contains(&s.version));
-        }
-        // Each thread's steps are sorted: the stable sort merges the runs.
-        steps.records.sort();
-        steps.data.sort();
-        Some(steps)
+        parts.sort_unstable_by_key(|&(t, _)| t);
+        Some(parts.into_iter().map(|(_, mapped)| mapped).collect())
     }
+}
+
+/// The versions of committed steps, cut into `slices` ranges of about the same size (a
+/// clock that every commit ticks makes versions nearly dense): slice `k` is
+/// `[first + span * k / slices, first + span * (k + 1) / slices)`.
+#[derive(Debug, Clone, Copy)]
+struct Slices {
+    first: u64,
+    span: u128,
+    slices: usize,
+}
+
+impl Slices {
+    fn of(mapped: &[Mapped], slices: usize) -> Slices {
+        let versions = || {
+            mapped
+                .iter()
+                .flat_map(|m| m.1.iter().chain(&m.2))
+                .map(|s| s.version)
+        };
+        let first = versions().min().unwrap_or(0);
+        let last = versions().max().unwrap_or(0);
+        Slices {
+            first,
+            span: (last - first) as u128 + 1,
+            slices,
+        }
+    }
+
+    /// The versions of slice `k`, as `[start, end)` (`end` may be 2^64).
+    fn range(&self, k: usize) -> (u128, u128) {
+        let at = |k: usize| self.first as u128 + self.span * k as u128 / self.slices as u128;
+        (at(k), at(k + 1))
+    }
+}
+
+/// One slice of the versions' steps of the records and of the data, each in replay order.
+type SortedSlice = (Vec<Step>, Vec<Step>);
+
+/// Slice `k` of the steps of the records and of the data, sorted into replay order;
+/// the steps of uncommitted transactions left out.
+fn sort_slice(
+    mapped: &[Mapped],
+    slices: Slices,
+    k: usize,
+    uncommitted: &HashSet<u64>,
+) -> SortedSlice {
+    let (start, end) = slices.range(k);
+    let mine = |s: &&Step| {
+        (start..end).contains(&(s.version as u128))
+            && (uncommitted.is_empty() || !uncommitted.contains(&s.version))
+    };
+    let mut records: Vec<Step> = mapped
+        .iter()
+        .flat_map(|m| &m.1)
+        .filter(mine)
+        .copied()
+        .collect();
+    let mut data: Vec<Step> = mapped
+        .iter()
+        .flat_map(|m| &m.2)
+        .filter(mine)
+        .copied()
+        .collect();
+    sort_steps(&mut records);
+    sort_steps(&mut data);
+    (records, data)
+}
+
+/// Sorts steps into replay order. A clock that every commit ticks makes versions nearly
+/// as many as the transactions, and a transaction has few steps: a radix sort by
+/// version (11 bits at a time) and then a sort of each transaction's steps take a few
+/// passes where a comparison sort takes twenty. Versions spread far apart (in a hostile
+/// log) are sorted by comparison.
+fn sort_steps(steps: &mut Vec<Step>) {
+    const DIGIT: u32 = 11;
+    let (Some(low), Some(high)) = (
+        steps.iter().map(|s| s.version).min(),
+        steps.iter().map(|s| s.version).max(),
+    ) else {
+        return;
+    };
+    let range = high - low;
+    if steps.len() < 1024 || range / 16 > steps.len() as u64 {
+        steps.sort_unstable_by_key(Step::key);
+        return;
+    }
+    let bits = u64::BITS - range.leading_zeros();
+    let mut from = std::mem::take(steps);
+    let mut to = from.clone();
+    for shift in (0..bits).step_by(DIGIT as usize) {
+        let digit = |s: &Step| ((s.version - low) >> shift) as usize & ((1 << DIGIT) - 1);
+        // Where each digit's steps start (stable: in the order they come).
+        let mut start = vec![0usize; (1 << DIGIT) + 1];
+        for s in &from {
+            start[digit(s) + 1] += 1;
+        }
+        for d in 1..start.len() {
+            start[d] += start[d - 1];
+        }
+        for s in &from {
+            let at = &mut start[digit(s)];
+            to[*at] = *s;
+            *at += 1;
+        }
+        std::mem::swap(&mut from, &mut to);
+    }
+    for transaction in from.chunk_by_mut(|a, b| a.version == b.version) {
+        if transaction.len() > 1 {
+            transaction.sort_unstable_by_key(Step::key);
+        }
+    }
+    *steps = from;
 }
 
 /// The map step of thread `t` of `threads`: takes batches of chunks from `work` until
@@ -442,10 +592,6 @@ fn map_part(
             }
         }
     }
-    // Stable sorts: they take the runs of blocks already in order (a log's blocks mostly
-    // are) as they are.
-    mapped.1.sort();
-    mapped.2.sort();
     mapped
 }
 
@@ -649,13 +795,13 @@ fn check_records(
     media: &Media,
     geometry: &ChunkGeometry,
     scan: &Scan,
-    steps: &Steps,
+    steps: &Steps<'_>,
     t: usize,
     threads: usize,
     refused: &AtomicBool,
 ) -> Vec<(u64, u64)> {
     let mut held = Held::new();
-    for step in &steps.records {
+    for step in steps.records() {
         if refused.load(Ordering::Relaxed) {
             return Vec::new();
         }
@@ -724,7 +870,7 @@ fn data_shift(mapping: &Mapping) -> u32 {
 /// chunk.
 fn replay_data(
     geometry: &ChunkGeometry,
-    steps: &Steps,
+    steps: &Steps<'_>,
     mapping: &Mapping,
     t: usize,
     threads: usize,
@@ -742,7 +888,7 @@ fn replay_data(
             (s, e)
         })
     };
-    for step in &steps.data {
+    for step in steps.data() {
         if step.phase == Phase::Frees {
             let mut displaced = |log: u64, bytes: u64| {
                 if let Some(l) = live.get_mut(geometry.chunk_of(log) as usize) {
@@ -814,6 +960,36 @@ mod tests {
             })
         });
         assert!(outcome.is_err(), "the member's panic reaches the caller");
+    }
+
+    #[test]
+    fn steps_sort_into_replay_order_by_radix_and_by_comparison() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let phases = [
+            Phase::Frees,
+            Phase::Allocations,
+            Phase::InitialData,
+            Phase::Updates,
+        ];
+        // Dense versions (radix), versions far apart (comparison), and few steps.
+        for (n, spread) in [(50_000, 1), (50_000, 3), (20_000, 1 << 40), (500, 1)] {
+            let mut steps: Vec<Step> = (0..n)
+                .map(|i| Step {
+                    version: 1000 + rng.random_range(0..n as u64 / 3 + 1) * spread,
+                    phase: phases[rng.random_range(0..4)],
+                    chunk: rng.random_range(0..50),
+                    block: i as u32, // unique
+                    part: 0,
+                    count: 0,
+                    first: i as u64,
+                })
+                .collect();
+            let mut expected = steps.clone();
+            expected.sort_unstable();
+            sort_steps(&mut steps);
+            assert!(steps == expected, "{n} steps, spread {spread}");
+        }
     }
 
     #[test]
