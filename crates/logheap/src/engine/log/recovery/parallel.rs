@@ -45,7 +45,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::{Condvar, Mutex, OnceLock, RwLock};
 
 use super::Damage;
 use super::replay::{self, Phase, Replayed};
@@ -97,8 +97,8 @@ struct Part {
 /// The steps in replay order, and the entries they point to.
 #[derive(Debug)]
 struct Steps<'a> {
-    /// What each thread of the map step produced, by thread.
-    mapped: &'a [Mapped],
+    /// The entries each thread of the map step copied, by thread.
+    parts: &'a [Part],
     /// The steps of the records, in replay order: the slices one after the other.
     records: Vec<Vec<Step>>,
     /// The steps of the data, in replay order: the slices one after the other.
@@ -130,12 +130,12 @@ impl Steps<'_> {
 
     fn records_of(&self, s: &Step) -> &[(u64, u64)] {
         let first = s.first as usize;
-        &self.mapped[s.part as usize].0.records[first..first + s.count as usize]
+        &self.parts[s.part as usize].records[first..first + s.count as usize]
     }
 
     fn data_of(&self, s: &Step) -> &[(u64, u64)] {
         let first = s.first as usize;
-        &self.mapped[s.part as usize].0.data[first..first + s.count as usize]
+        &self.parts[s.part as usize].data[first..first + s.count as usize]
     }
 }
 
@@ -208,7 +208,8 @@ enum Led {
 /// own problems, taken out of it) and, when that finds nothing wrong or
 /// `replay_anyway`, replays every committed transaction into `mapping` (empty on entry),
 /// with `threads` threads in all (at least 2, at most [`MAX_THREADS`]; the calling
-/// thread leads the others and works with them). The same result as reading, judging and replaying sequentially.
+/// thread leads the others and works with them). The same result as reading, judging
+/// and replaying sequentially.
 pub(crate) fn recover(
     media: &Media,
     geometry: &ChunkGeometry,
@@ -230,7 +231,11 @@ pub(crate) fn recover(
     let scanned: OnceLock<Scan> = OnceLock::new();
     let verdict: OnceLock<Verdict> = OnceLock::new();
     let map = MapWork::default();
-    let mapped: OnceLock<(Vec<Mapped>, Slices)> = OnceLock::new();
+    // The entries copied by the map step, and its steps, by thread (dropped once sorted),
+    // and how their versions are sliced.
+    let parts: OnceLock<Vec<Part>> = OnceLock::new();
+    let unsorted: RwLock<Vec<Unsorted>> = RwLock::new(Vec::new());
+    let slices: OnceLock<Slices> = OnceLock::new();
     let sorted: Mutex<Vec<(usize, SortedSlice)>> = Mutex::new(Vec::new());
     let steps: OnceLock<Steps<'_>> = OnceLock::new();
     let held: Mutex<Vec<Vec<(u64, u64)>>> = Mutex::new(Vec::new());
@@ -245,9 +250,10 @@ pub(crate) fn recover(
         parts.push((t, mine));
     };
     let sort_mine = |t: usize| {
-        let (all, slices) = mapped.get().expect("set before the crew goes on");
+        let slices = slices.get().expect("set before the crew goes on");
         let uncommitted = &verdict.get().expect("judged before").uncommitted;
-        let (records, data) = sort_slice(all, *slices, t, uncommitted);
+        let unsorted = unsorted.read().unwrap_or_else(|p| p.into_inner());
+        let (records, data) = sort_slice(&unsorted, *slices, t, uncommitted);
         let mut sorted = sorted.lock().unwrap_or_else(|p| p.into_inner());
         sorted.push((t, (records, data)));
     };
@@ -316,8 +322,11 @@ pub(crate) fn recover(
         let Some(all) = map.take() else {
             return meet_and_stop(Led::Sequential(problems));
         };
-        let slices = Slices::of(&all, threads);
-        let (all, _) = mapped.get_or_init(|| (all, slices));
+        let (copied, steps_of): (Vec<Part>, Vec<Unsorted>) =
+            all.into_iter().map(|(part, r, d)| (part, (r, d))).unzip();
+        slices.get_or_init(|| Slices::of(&steps_of, threads));
+        *unsorted.write().unwrap_or_else(|p| p.into_inner()) = steps_of;
+        let parts = parts.get_or_init(|| copied);
         if !crew.meet() {
             return Led::Broken;
         }
@@ -325,11 +334,12 @@ pub(crate) fn recover(
         if !crew.meet() {
             return Led::Broken;
         }
-        let mut slices = std::mem::take(&mut *sorted.lock().unwrap_or_else(|p| p.into_inner()));
-        slices.sort_unstable_by_key(|&(k, _)| k);
-        let (records, data) = slices.into_iter().map(|(_, slice)| slice).unzip();
+        *unsorted.write().unwrap_or_else(|p| p.into_inner()) = Vec::new();
+        let mut sliced = std::mem::take(&mut *sorted.lock().unwrap_or_else(|p| p.into_inner()));
+        sliced.sort_unstable_by_key(|&(k, _)| k);
+        let (records, data) = sliced.into_iter().map(|(_, slice)| slice).unzip();
         let steps = steps.get_or_init(|| Steps {
-            mapped: all,
+            parts,
             records,
             data,
         });
@@ -429,6 +439,9 @@ fn covered(record: Option<(u64, u64)>, s: u64, size: u64) -> bool {
 /// the records and of the data.
 type Mapped = (Part, Vec<Step>, Vec<Step>);
 
+/// The steps of the records and of the data one thread of the map step produced.
+type Unsorted = (Vec<Step>, Vec<Step>);
+
 /// The map step, shared by the crew.
 #[derive(Debug, Default)]
 struct MapWork {
@@ -466,11 +479,11 @@ struct Slices {
 }
 
 impl Slices {
-    fn of(mapped: &[Mapped], slices: usize) -> Slices {
+    fn of(unsorted: &[Unsorted], slices: usize) -> Slices {
         let versions = || {
-            mapped
+            unsorted
                 .iter()
-                .flat_map(|m| m.1.iter().chain(&m.2))
+                .flat_map(|(records, data)| records.iter().chain(data))
                 .map(|s| s.version)
         };
         let first = versions().min().unwrap_or(0);
@@ -495,7 +508,7 @@ type SortedSlice = (Vec<Step>, Vec<Step>);
 /// Slice `k` of the steps of the records and of the data, sorted into replay order;
 /// the steps of uncommitted transactions left out.
 fn sort_slice(
-    mapped: &[Mapped],
+    unsorted: &[Unsorted],
     slices: Slices,
     k: usize,
     uncommitted: &HashSet<u64>,
@@ -505,15 +518,15 @@ fn sort_slice(
         (start..end).contains(&(s.version as u128))
             && (uncommitted.is_empty() || !uncommitted.contains(&s.version))
     };
-    let mut records: Vec<Step> = mapped
+    let mut records: Vec<Step> = unsorted
         .iter()
-        .flat_map(|m| &m.1)
+        .flat_map(|(records, _)| records)
         .filter(mine)
         .copied()
         .collect();
-    let mut data: Vec<Step> = mapped
+    let mut data: Vec<Step> = unsorted
         .iter()
-        .flat_map(|m| &m.2)
+        .flat_map(|(_, data)| data)
         .filter(mine)
         .copied()
         .collect();
