@@ -5,7 +5,10 @@
 //! may be dropped ([`rules`]), replays the committed transactions in version order
 //! ([`replay`]), and only then, once the pool is accepted, erases what it dropped
 //! ([`Recovery::repair`]). Nothing is written to a pool it refuses, so a refused pool
-//! stays exactly as it was.
+//! stays exactly as it was. With more than one thread
+//! ([`Config::recovery_threads`](crate::Config::recovery_threads)), the reading and the
+//! replay are done map-reduce style by a crew of threads ([`parallel`]), with the same
+//! result.
 //!
 //! # The rules
 //!
