@@ -6,6 +6,7 @@ mod check;
 mod crashtest;
 mod create;
 mod inspect;
+mod recovery_bench;
 mod size;
 mod torture;
 
@@ -42,6 +43,9 @@ enum Command {
     /// Check crash consistency: every crash image of a workload must recover to the
     /// state before or after the transaction in flight.
     Crashtest(crashtest::Args),
+    /// Time opening a pool (recovery from the log after a crash, and after a clean
+    /// close) with each number of recovery threads.
+    RecoveryBench(recovery_bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +57,7 @@ fn main() -> ExitCode {
         Command::Calibrate(args) => calibrate::run(&args),
         Command::Inspect(args) => inspect::run(&args),
         Command::Crashtest(args) => crashtest::run(&args),
+        Command::RecoveryBench(args) => recovery_bench::run(&args),
         Command::Torture(args) => torture::run(&args),
         Command::TortureChild(args) => torture::child(&args),
     };

@@ -301,3 +301,41 @@ fn bench_writes_jsonl_table_and_plots() {
         }
     }
 }
+
+#[test]
+fn recovery_bench_times_crashed_and_clean_opens_per_thread_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = logheap()
+        .args(["recovery-bench", "--objects", "3000", "--value-size", "100"])
+        .args([
+            "--threads",
+            "1",
+            "--threads",
+            "3",
+            "--repeat",
+            "2",
+            "--json",
+        ])
+        .arg("--dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let runs: Vec<serde_json::Value> = String::from_utf8_lossy(&run.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // 2 pool states x 2 thread counts x 2 runs (the first of each reads every object back).
+    assert_eq!(runs.len(), 8);
+    for r in &runs {
+        assert_eq!(r["was_clean"], r["state"] == "clean", "{r}");
+        assert!(r["log_bytes"].as_u64().unwrap() > 300_000, "{r}");
+        assert!(r["seconds"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["transactions"], runs[0]["transactions"], "{r}");
+    }
+    assert_eq!(runs[2]["threads"], 3);
+}

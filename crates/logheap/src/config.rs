@@ -26,6 +26,15 @@ pub struct Config {
     /// far beyond what they will hold, such as benchmark pools on tmpfs); a file system
     /// that fills up then ends the process with `SIGBUS`.
     pub reserve_space: bool,
+    /// Threads that recover the log when a pool is opened (default 0: one per core, as
+    /// [`std::thread::available_parallelism`] counts them). 1 recovers on the opening
+    /// thread alone, sequentially. With more, that many threads (the opening thread and
+    /// `n - 1` others) read the chunks and replay the committed transactions by home
+    /// partition ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §4.5); the
+    /// opening thread leads them, judges the logs, and rebuilds the allocator while the
+    /// others replay the data. The recovered state is the same whatever the number (at
+    /// most 1024 are used). Not stored in the pool: each open chooses.
+    pub recovery_threads: usize,
     /// A deliberate defect, for showing that crash tests catch one. Never set it in
     /// production code.
     #[doc(hidden)]
@@ -55,6 +64,7 @@ impl Default for Config {
             media: MediaConfig::default(),
             mapping: MappingConfig::default(),
             reserve_space: true,
+            recovery_threads: 0,
             fault: None,
         }
     }
@@ -107,6 +117,13 @@ impl Config {
     /// [`reserve_space`](Self::reserve_space)).
     pub fn reserve_space(mut self, reserve: bool) -> Self {
         self.reserve_space = reserve;
+        self
+    }
+
+    /// Sets the number of threads that recover the log on open (0: one per core; see
+    /// [`recovery_threads`](Self::recovery_threads)).
+    pub fn recovery_threads(mut self, threads: usize) -> Self {
+        self.recovery_threads = threads;
         self
     }
 

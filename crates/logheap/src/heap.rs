@@ -115,7 +115,7 @@ impl Pool {
 
     fn start(file: PoolFile, config: &Config) -> Result<Pool> {
         check_engine(file.header().engine)?;
-        let engine = LogEngine::open(&file, config.mapping, config.fault)?;
+        let engine = LogEngine::open(&file, config.mapping, config.fault, config.recovery_threads)?;
         Ok(Pool { engine, file })
     }
 

@@ -13,6 +13,11 @@ thread_local! {
     static HELD_AT_FENCE: Cell<bool> = const { Cell::new(false) };
 }
 
+/// Crash images recover on three threads: the parallel path is the one under test.
+fn recovery() -> Config {
+    Config::default().recovery_threads(3)
+}
+
 #[derive(Debug)]
 enum Outcome {
     Pool(#[allow(dead_code)] Error),
@@ -42,7 +47,7 @@ fn dependent_commit_while_another_waits_at_its_fence(fault: Option<Fault>) -> (u
     sim.set_fence_hook(Box::new(move |point| {
         for image in point.images() {
             // An image that does not open, or shows y without the x it was made from.
-            let consistent = Pool::open_image(image, &Config::default(), SimConfig::default())
+            let consistent = Pool::open_image(image, &recovery(), SimConfig::default())
                 .and_then(|p| p.read(|tx| tx.read(root)))
                 .is_ok_and(|[x, y]| y == 0 || y == x + 10);
             if !consistent {
@@ -214,7 +219,7 @@ fn concurrent_transfers_survive_every_crash_image() {
 }
 
 fn bank_is_consistent(image: Vec<u8>) -> Result<(), String> {
-    let pool = Pool::open_image(image, &Config::default(), SimConfig::default())
+    let pool = Pool::open_image(image, &recovery(), SimConfig::default())
         .map_err(|e| format!("does not open: {e}"))?;
     let root: PPtr<Bank> = pool.root().map_err(|e| e.to_string())?;
     let bank = pool.read(|tx| tx.read(root)).map_err(|e| e.to_string())?;

@@ -24,8 +24,10 @@ struct Slot {
 type Table = [Slot; SLOTS];
 type Model = Vec<Option<Vec<u8>>>;
 
+/// Recovery runs on three threads: the parallel path is the one under test.
 fn config() -> Config {
     Config::default()
+        .recovery_threads(3)
         .size((DATA_START + 48 * CHUNK) as u64)
         .chunk_size(CHUNK as u64)
 }

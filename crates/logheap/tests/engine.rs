@@ -4,8 +4,12 @@ use logheap::{Config, Error, PPtr, Pool};
 
 use logheap::MappingConfig;
 
+/// Reopened pools recover on three threads (the parallel path).
 fn config() -> Config {
-    Config::default().size(8 << 20).chunk_size(4096)
+    Config::default()
+        .size(8 << 20)
+        .chunk_size(4096)
+        .recovery_threads(3)
 }
 
 /// A new pool file in a fresh temporary directory (removed when the guard drops).

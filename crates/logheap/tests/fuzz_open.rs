@@ -42,8 +42,12 @@ const CHUNK: usize = 4096;
 const DATA: usize = 8192;
 const POOL: usize = DATA + 64 * CHUNK;
 
+/// Recovery runs on three threads: the parallel path is the one under test.
 fn config() -> Config {
-    Config::default().size(POOL as u64).chunk_size(CHUNK as u64)
+    Config::default()
+        .size(POOL as u64)
+        .chunk_size(CHUNK as u64)
+        .recovery_threads(3)
 }
 
 /// A pool with allocations, updates and frees: cleanly closed, or crashed.

@@ -74,10 +74,12 @@ fn check_all(pool: &Pool, model: &Model) -> Result<(), TestCaseError> {
 }
 
 fn run(ops: Vec<Op>, mapping: logheap::MappingConfig) -> Result<(), TestCaseError> {
+    // Reopened pools recover on three threads (the parallel path).
     let config = Config::default()
         .size(4 << 20)
         .chunk_size(4096)
-        .mapping(mapping);
+        .mapping(mapping)
+        .recovery_threads(3);
     let mut pool = Pool::create_sim(&config, SimConfig::default()).unwrap();
     let mut model: Model = Vec::new();
     for op in ops {

@@ -192,8 +192,15 @@ impl HomeAllocator {
     pub(crate) fn rebuild(
         live: impl IntoIterator<Item = (u64, u64)>,
     ) -> Result<HomeAllocator, AllocError> {
+        let live = live.into_iter();
         let mut a = HomeAllocator::new();
-        let mut used_slots: HashMap<u64, BTreeSet<u64>> = HashMap::new();
+        a.live.reserve(live.size_hint().0);
+        // Small allocations as (superblock, home); sorted below, so each superblock's
+        // used slots are one sorted run.
+        let mut used_slots: Vec<(u64, u64)> = Vec::with_capacity(live.size_hint().0);
+        // The superblock (and its class) of the previous small allocation: allocations
+        // come mostly in address order, so most need no lookup.
+        let mut last_superblock: Option<(u64, usize)> = None;
         let mut extents: Vec<(u64, u64)> = Vec::new();
         let outside = |home: u64, size: u64| {
             AllocError::Inconsistent(format!("allocation {home:#x}+{size} is outside its region"))
@@ -226,16 +233,19 @@ impl HomeAllocator {
                             CLASSES[class]
                         )));
                     }
-                    match a.superblocks.insert(sb, class) {
-                        Some(other) if other != class => {
-                            return Err(AllocError::Inconsistent(format!(
-                                "superblock {sb:#x} holds objects of sizes {} and {}",
-                                CLASSES[other], CLASSES[class]
-                            )));
+                    if last_superblock != Some((sb, class)) {
+                        match a.superblocks.insert(sb, class) {
+                            Some(other) if other != class => {
+                                return Err(AllocError::Inconsistent(format!(
+                                    "superblock {sb:#x} holds objects of sizes {} and {}",
+                                    CLASSES[other], CLASSES[class]
+                                )));
+                            }
+                            _ => {}
                         }
-                        _ => {}
+                        last_superblock = Some((sb, class));
                     }
-                    used_slots.entry(sb).or_default().insert(home);
+                    used_slots.push((sb, home));
                 }
                 None => {
                     if home < LARGE_START {
@@ -275,13 +285,29 @@ impl HomeAllocator {
         }
         a.superblock_bump = sb_cursor;
         a.free_superblocks.reverse();
+        // Homes are distinct (checked above), so this sorts by superblock, then home.
+        used_slots.sort_unstable();
+        let mut used = used_slots.as_slice();
         for (sb, class) in sbs {
             let size = CLASSES[class];
-            let used = used_slots.get(&sb);
+            // This superblock's used slots (every superblock in `sbs` has at least one,
+            // and both lists are sorted by superblock).
+            let n = used.iter().take_while(|&&(s, _)| s == sb).count();
+            let (mine, rest) = used.split_at(n);
+            used = rest;
+            // Free slots from the highest down, skipping the used ones (from the back).
+            let mut mine = mine.iter().rev().map(|&(_, home)| home).peekable();
             let free = (0..SUPERBLOCK / size)
                 .rev()
                 .map(|i| sb + i * size)
-                .filter(|slot| used.is_none_or(|u| !u.contains(slot)));
+                .filter(|&slot| {
+                    if mine.peek() == Some(&slot) {
+                        mine.next();
+                        false
+                    } else {
+                        true
+                    }
+                });
             a.class_free[class].extend(free);
         }
         Ok(a)
@@ -335,6 +361,84 @@ mod tests {
         for w in all.windows(2) {
             assert!(w[0].0 + w[0].1 <= w[1].0, "{w:?} overlap");
         }
+    }
+
+    /// The rebuild before it was made faster (a set of used slots per superblock):
+    /// the reference the faster one must agree with.
+    fn rebuild_reference(live: &[(u64, u64)]) -> HomeAllocator {
+        let mut a = HomeAllocator::new();
+        let mut used_slots: HashMap<u64, BTreeSet<u64>> = HashMap::new();
+        let mut extents = Vec::new();
+        for &(home, size) in live {
+            a.live.insert(home, size);
+            match class_of(size) {
+                Some(class) => {
+                    let sb = home - (home - HEAP_START) % SUPERBLOCK;
+                    a.superblocks.insert(sb, class);
+                    used_slots.entry(sb).or_default().insert(home);
+                }
+                None => extents.push((home, size.next_multiple_of(PAGE))),
+            }
+        }
+        extents.sort_unstable();
+        let mut cursor = LARGE_START;
+        for &(start, len) in &extents {
+            if start > cursor {
+                a.put_free(cursor, start - cursor);
+            }
+            cursor = start + len;
+        }
+        a.bump = cursor;
+        let mut sbs: Vec<(u64, usize)> = a.superblocks.iter().map(|(&s, &c)| (s, c)).collect();
+        sbs.sort_unstable();
+        let mut sb_cursor = HEAP_START;
+        for &(sb, _) in &sbs {
+            if sb > sb_cursor {
+                a.free_superblocks.push((sb_cursor, sb));
+            }
+            sb_cursor = sb + SUPERBLOCK;
+        }
+        a.superblock_bump = sb_cursor;
+        a.free_superblocks.reverse();
+        for (sb, class) in sbs {
+            let size = CLASSES[class];
+            let used = used_slots.get(&sb);
+            let free = (0..SUPERBLOCK / size)
+                .rev()
+                .map(|i| sb + i * size)
+                .filter(|slot| used.is_none_or(|u| !u.contains(slot)));
+            a.class_free[class].extend(free);
+        }
+        a
+    }
+
+    #[test]
+    fn rebuild_agrees_with_the_reference_in_every_field() {
+        let mut a = HomeAllocator::new();
+        let mut live = Vec::new();
+        for i in 0..6000u64 {
+            let size = [8, 100, 128, 5000, 70_000, 4096, 16, 3000][(i % 8) as usize];
+            live.push((a.alloc(size).unwrap(), size));
+        }
+        for (k, (h, _)) in live.iter().enumerate() {
+            if k % 3 == 0 || k % 7 == 0 {
+                a.free(*h).unwrap();
+            }
+        }
+        let mut kept = a.allocations();
+        // Unsorted input too: the rebuild must not depend on the order.
+        kept.swap(0, 100);
+        kept.swap(7, 3000);
+        let fast = HomeAllocator::rebuild(kept.clone()).unwrap();
+        let slow = rebuild_reference(&kept);
+        assert_eq!(fast.live, slow.live);
+        assert_eq!(fast.superblocks, slow.superblocks);
+        assert_eq!(fast.class_free, slow.class_free);
+        assert_eq!(fast.free_superblocks, slow.free_superblocks);
+        assert_eq!(fast.superblock_bump, slow.superblock_bump);
+        assert_eq!(fast.free_by_start, slow.free_by_start);
+        assert_eq!(fast.free_by_size, slow.free_by_size);
+        assert_eq!(fast.bump, slow.bump);
     }
 
     #[test]

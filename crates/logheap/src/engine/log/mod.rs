@@ -199,10 +199,14 @@ impl LogEngine {
     /// never validates. They must never repeat, even across crashes that erase the
     /// chunk headers recording them: each open durably records a high-water mark in the
     /// superblock and hands out generations below it.
+    ///
+    /// `recovery_threads` recover the log (0: one per core, see
+    /// [`Config::recovery_threads`](crate::Config::recovery_threads)).
     pub(crate) fn open(
         file: &PoolFile,
         mapping: MappingConfig,
         fault: Option<Fault>,
+        recovery_threads: usize,
     ) -> Result<LogEngine> {
         mapping.check().map_err(Error::InvalidConfig)?;
         let media = file.media().clone();
@@ -230,8 +234,9 @@ impl LogEngine {
             false => None,
         };
         let mapping = Mapping::new(mapping);
-        let recovered =
-            recovery::recover(&media, &geometry, marks, close, &mapping).map_err(corrupt)?;
+        let threads = recovery::threads_for(recovery_threads);
+        let recovered = recovery::recover(&media, &geometry, marks, close, &mapping, threads)
+            .map_err(corrupt)?;
 
         // Accepted: from here on the pool is written.
         file.mark_open();
@@ -321,7 +326,8 @@ impl LogEngine {
             false => None,
         };
         let mapping = Mapping::new(MappingConfig::FULL);
-        let mut found = recovery::examine(media, &geometry, marks, close, &mapping);
+        let threads = recovery::threads_for(0);
+        let mut found = recovery::examine(media, &geometry, marks, close, &mapping, threads);
         problems.append(&mut found.problems);
         found.problems = problems;
         found

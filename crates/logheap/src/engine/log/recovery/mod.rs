@@ -5,7 +5,10 @@
 //! may be dropped ([`rules`]), replays the committed transactions in version order
 //! ([`replay`]), and only then, once the pool is accepted, erases what it dropped
 //! ([`Recovery::repair`]). Nothing is written to a pool it refuses, so a refused pool
-//! stays exactly as it was.
+//! stays exactly as it was. With more than one thread
+//! ([`Config::recovery_threads`](crate::Config::recovery_threads)), the reading and the
+//! replay are done map-reduce style by a crew of threads ([`parallel`]), with the same
+//! result.
 //!
 //! # The rules
 //!
@@ -42,6 +45,9 @@
 //! the last transaction of a log set is indistinguishable from that transaction being
 //! torn, and it is dropped (and reported) like one.
 
+#[cfg(test)]
+mod equivalence;
+mod parallel;
 mod replay;
 mod rules;
 mod scan;
@@ -186,24 +192,38 @@ pub(crate) struct Examination {
 /// Most problems collected by one examination (a hostile file could have millions).
 const MAX_PROBLEMS: usize = 1000;
 
+/// The number of threads to recover with: `requested`, or one per core when it is 0.
+pub(crate) fn threads_for(requested: usize) -> usize {
+    match requested {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+}
+
 /// Reads the log and rebuilds `mapping` (empty on entry), the allocator and the chunk
-/// state, writing nothing. `close` is the clean-close record when the pool was closed
-/// cleanly. Refuses (with every problem found) when the log is damaged.
+/// state with `threads` threads, writing nothing. `close` is the clean-close record when
+/// the pool was closed cleanly. Refuses (with every problem found) when the log is
+/// damaged.
 pub(crate) fn recover(
     media: &Media,
     geometry: &ChunkGeometry,
     marks: Marks,
     close: Option<CloseRecord>,
     mapping: &Mapping,
+    threads: usize,
 ) -> Result<Recovery, Vec<Damage>> {
-    let (scan, verdict, mut problems) = read_and_judge(media, geometry, marks, close.as_ref());
-    if !problems.is_empty() {
+    let (scan, verdict, problems, replayed) = read_judge_replay(
+        media,
+        geometry,
+        marks,
+        close.as_ref(),
+        mapping,
+        threads,
+        false,
+    );
+    let Some(replayed) = replayed.filter(|_| problems.is_empty()) else {
         return Err(problems);
-    }
-    let replayed = replay::replay(media, geometry, &scan, &verdict, mapping, &mut problems);
-    if !problems.is_empty() {
-        return Err(problems);
-    }
+    };
 
     let mut report = RecoveryReport {
         was_clean: close.is_some(),
@@ -256,7 +276,7 @@ pub(crate) fn recover(
         scan.chunks
             .iter()
             .flat_map(|c| &c.blocks)
-            .filter(|b| !verdict.uncommitted.contains(&b.version))
+            .filter(|b| verdict.uncommitted.is_empty() || !verdict.uncommitted.contains(&b.version))
     };
     let in_log = CloseRecord {
         max_version: committed().map(|b| b.version).max().unwrap_or(0),
@@ -316,15 +336,25 @@ impl Recovery {
 
 /// Examines the log read-only and collects every problem (up to a bound), for checking
 /// tools: the recovery rules, the replay, and the consistency of the mapping it implies.
+/// `threads` as for [`recover`] (the result is the same whatever the number).
 pub(crate) fn examine(
     media: &Media,
     geometry: &ChunkGeometry,
     marks: Marks,
     close: Option<CloseRecord>,
     mapping: &Mapping,
+    threads: usize,
 ) -> Examination {
-    let (scan, verdict, mut problems) = read_and_judge(media, geometry, marks, close.as_ref());
-    let replayed = replay::replay(media, geometry, &scan, &verdict, mapping, &mut problems);
+    let (scan, verdict, mut problems, replayed) = read_judge_replay(
+        media,
+        geometry,
+        marks,
+        close.as_ref(),
+        mapping,
+        threads,
+        true,
+    );
+    let replayed = replayed.expect("replayed whatever the problems");
     // The mapping the log implies: pieces that do not overlap, each inside the payload
     // of a chunk in a log, adding up to each chunk's live bytes.
     let mut pieces = Vec::new();
@@ -398,13 +428,53 @@ pub(crate) fn examine(
     }
 }
 
-/// Scans the log and applies the rules, including the bounds on what a log can reach.
-fn read_and_judge(
+/// Reads the log, judges it and, when nothing is wrong or `replay_anyway`, replays the
+/// committed transactions into `mapping`: on this thread alone when `threads` is 1, else
+/// with a crew of threads ([`parallel`]), with the same result.
+fn read_judge_replay(
     media: &Media,
     geometry: &ChunkGeometry,
     marks: Marks,
     close: Option<&CloseRecord>,
-) -> (scan::Scan, rules::Verdict, Vec<Damage>) {
+    mapping: &Mapping,
+    threads: usize,
+    replay_anyway: bool,
+) -> (
+    scan::Scan,
+    rules::Verdict,
+    Vec<Damage>,
+    Option<replay::Replayed>,
+) {
+    let judged = |scan: &scan::Scan, problems| judge(geometry, marks, close, scan, problems);
+    if threads > 1 {
+        return parallel::recover(
+            media,
+            geometry,
+            marks.formatted,
+            mapping,
+            threads,
+            judged,
+            replay_anyway,
+        );
+    }
+    let mut scan = scan::scan(media, geometry, marks.formatted);
+    let scan_problems = std::mem::take(&mut scan.problems);
+    let (verdict, mut problems) = judged(&scan, scan_problems);
+    let replayed = (replay_anyway || problems.is_empty())
+        .then(|| replay::replay(media, geometry, &scan, &verdict, mapping, &mut problems));
+    (scan, verdict, problems, replayed)
+}
+
+/// Applies the rules to what was read (whose own problems, taken out of it, are
+/// `scan_problems`), including the bounds on what a log can reach. Returns the verdict
+/// and every problem found.
+fn judge(
+    geometry: &ChunkGeometry,
+    marks: Marks,
+    close: Option<&CloseRecord>,
+    scan: &scan::Scan,
+    mut scan_problems: Vec<Damage>,
+) -> (rules::Verdict, Vec<Damage>) {
     let mut problems = Vec::new();
     if marks.formatted > geometry.count {
         problems.push(Damage::at(
@@ -415,9 +485,8 @@ fn read_and_judge(
             ),
         ));
     }
-    let mut scan = scan::scan(media, geometry, marks.formatted);
-    problems.append(&mut scan.problems);
-    let mut verdict = rules::judge(&scan, geometry, close);
+    problems.append(&mut scan_problems);
+    let mut verdict = rules::judge(scan, geometry, close);
     problems.append(&mut verdict.problems);
     let limit = |what: &str, value: u64, max: u64| {
         (value > max).then(|| {
@@ -447,7 +516,7 @@ fn read_and_judge(
         .flatten(),
     );
     problems.truncate(MAX_PROBLEMS);
-    (scan, verdict, problems)
+    (verdict, problems)
 }
 
 #[cfg(test)]
@@ -487,6 +556,7 @@ mod tests {
             marks,
             None,
             &Mapping::new(MappingConfig::FULL),
+            1,
         )
     }
 

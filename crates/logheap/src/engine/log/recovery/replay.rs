@@ -164,7 +164,7 @@ pub(crate) fn replay(
 
 /// The order of replay within one transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Phase {
+pub(super) enum Phase {
     Frees,
     Allocations,
     InitialData,

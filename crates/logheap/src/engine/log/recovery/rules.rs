@@ -68,24 +68,36 @@ pub(crate) fn judge(scan: &Scan, geometry: &ChunkGeometry, close: Option<&CloseR
 
     // A transaction is committed when each of its blocks points to a valid block of the
     // same transaction: then none is missing (a missing one would leave its predecessor
-    // pointing at something else).
-    let mut version_at: HashMap<u64, u64> = HashMap::new();
+    // pointing at something else). Blocks are found by place without a map: chunks were
+    // read in index order, and each chunk's blocks are in offset order.
+    let mut position = vec![u32::MAX; scan.chunks.last().map_or(0, |c| c.index as usize + 1)];
     for (ci, ch) in scan.chunks.iter().enumerate() {
-        for b in &ch.blocks {
-            version_at.insert(block_at(ci, b.offset), b.version);
-            v.blocks += 1;
-            v.max_version = v.max_version.max(b.version);
-        }
+        position[ch.index as usize] = ci as u32;
     }
-    let mut versions = HashSet::new();
+    let version_at = |at: u64| {
+        let chunk = at.checked_sub(geometry.start)? / geometry.size;
+        let &ci = position.get(usize::try_from(chunk).ok()?)?;
+        let ch = scan.chunks.get(ci as usize)?;
+        let offset = at - geometry.offset(ch.index);
+        let i = ch
+            .blocks
+            .binary_search_by_key(&offset, |b| b.offset as u64)
+            .ok()?;
+        Some(ch.blocks[i].version)
+    };
+    let mut versions = Vec::new();
     for ch in &scan.chunks {
         for b in &ch.blocks {
-            versions.insert(b.version);
-            if version_at.get(&b.peer) != Some(&b.version) {
+            v.blocks += 1;
+            v.max_version = v.max_version.max(b.version);
+            versions.push(b.version);
+            if version_at(b.peer) != Some(b.version) {
                 v.uncommitted.insert(b.version);
             }
         }
     }
+    versions.sort_unstable();
+    versions.dedup();
     v.transactions = (versions.len() - v.uncommitted.len()) as u64;
 
     // The logs, each a chain of chunks with consecutive sequence numbers from 0, each
@@ -120,7 +132,8 @@ pub(crate) fn judge(scan: &Scan, geometry: &ChunkGeometry, close: Option<&CloseR
 
     // At most one unfinished transaction per log set: the one its committer was writing.
     let mut unfinished: BTreeMap<u32, (Option<u64>, u64)> = BTreeMap::new();
-    let mut versions_of_set: HashMap<u32, HashSet<u64>> = HashMap::new();
+    // Ordered, so problems and the dropped version come out the same every time.
+    let mut versions_of_set: BTreeMap<u32, HashSet<u64>> = BTreeMap::new();
     for log in &v.logs {
         let Some((pos, offset)) = log.tail else {
             continue;
@@ -153,7 +166,7 @@ pub(crate) fn judge(scan: &Scan, geometry: &ChunkGeometry, close: Option<&CloseR
                 ),
             ));
         }
-        if let (Some(e), Some(&version)) = (unfinished.get_mut(owner), set.iter().next()) {
+        if let (Some(e), Some(&version)) = (unfinished.get_mut(owner), set.iter().min()) {
             e.0 = Some(version);
         }
     }

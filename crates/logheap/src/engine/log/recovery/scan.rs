@@ -1,6 +1,9 @@
 //! Reading the log: the header of every formatted chunk and the blocks of every chunk in
 //! a log. Nothing here judges what it reads; [`super::rules`] does.
 
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use super::Damage;
 use crate::engine::log::chunks::{ChunkGeometry, payload_start};
 use crate::engine::log::layout::{
@@ -35,7 +38,8 @@ pub(crate) struct ScannedChunk {
     pub index: u32,
     pub header: ChunkHeader,
     /// Valid blocks: the run from the start of the payload (`blocks[..run]`), then any
-    /// valid block of this chunk's generation found after the stop (`blocks[run..]`).
+    /// valid block of this chunk's generation found after the stop (`blocks[run..]`);
+    /// all in offset order.
     pub blocks: Vec<DecodedBlock>,
     pub run: usize,
     pub stop: Stop,
@@ -62,10 +66,85 @@ pub(crate) struct Scan {
 
 /// Reads the first `formatted` chunks.
 pub(crate) fn scan(media: &Media, geometry: &ChunkGeometry, formatted: u32) -> Scan {
+    let n = formatted.min(geometry.count);
+    scan_range(media, geometry, 0..n, &mut Vec::new())
+}
+
+/// Reading the chunks with several threads: each takes batches of consecutive chunks
+/// ([`Batches::take`]) until none is left; the batches are put back together in chunk
+/// order ([`Batches::merge`]), so the result is [`scan`]'s whatever the number of
+/// threads.
+#[derive(Debug)]
+pub(crate) struct Batches {
+    /// Chunks to read.
+    chunks: u32,
+    /// Chunks per batch.
+    batch: u32,
+    /// The next batch to take.
+    next: AtomicU32,
+    /// The batches read.
+    done: Mutex<Vec<(u32, Scan)>>,
+}
+
+impl Batches {
+    /// The first `formatted` chunks, for `threads` threads.
+    pub(crate) fn new(geometry: &ChunkGeometry, formatted: u32, threads: usize) -> Batches {
+        let chunks = formatted.min(geometry.count);
+        Batches {
+            chunks,
+            // Several batches per thread, so that a thread meeting full chunks while
+            // another meets free ones (only a header to read) finishes about as soon.
+            batch: (chunks / (threads as u32 * 8).max(1)).clamp(1, 256),
+            next: AtomicU32::new(0),
+            done: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Reads batches until none is left (called by each thread).
+    pub(crate) fn take(&self, media: &Media, geometry: &ChunkGeometry) {
+        let mut mine = Vec::new();
+        let mut buf = Vec::new();
+        loop {
+            let b = self.next.fetch_add(1, Ordering::Relaxed);
+            let start = b.saturating_mul(self.batch);
+            if start >= self.chunks {
+                break;
+            }
+            let range = start..start.saturating_add(self.batch).min(self.chunks);
+            mine.push((b, scan_range(media, geometry, range, &mut buf)));
+        }
+        self.done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .append(&mut mine);
+    }
+
+    /// Everything read, in chunk order (once every thread is done).
+    pub(crate) fn merge(&self) -> Scan {
+        let mut parts = std::mem::take(&mut *self.done.lock().unwrap_or_else(|p| p.into_inner()));
+        parts.sort_unstable_by_key(|&(b, _)| b);
+        let mut out = Scan::default();
+        for (_, mut part) in parts {
+            out.chunks.append(&mut part.chunks);
+            out.free.append(&mut part.free);
+            out.torn_headers.append(&mut part.torn_headers);
+            out.problems.append(&mut part.problems);
+        }
+        out
+    }
+}
+
+/// Reads the chunks of `range` (`buf` is scratch space).
+fn scan_range(
+    media: &Media,
+    geometry: &ChunkGeometry,
+    range: std::ops::Range<u32>,
+    buf: &mut Vec<u8>,
+) -> Scan {
     let mut out = Scan::default();
-    let mut buf = vec![0u8; geometry.size as usize];
+    buf.resize(geometry.size as usize, 0);
     let mut head = [0u8; CHUNK_HEADER];
-    for c in 0..formatted.min(geometry.count) {
+    for c in range {
         let at = geometry.offset(c);
         media.read(at as usize, &mut head);
         match HeaderState::of(&head) {
@@ -76,8 +155,8 @@ pub(crate) fn scan(media: &Media, geometry: &ChunkGeometry, formatted: u32) -> S
                 format!("the header of chunk {c} is damaged"),
             )),
             HeaderState::Valid(header) => {
-                media.read(at as usize, &mut buf);
-                out.chunks.push(scan_chunk(&buf, c, header));
+                media.read(at as usize, buf);
+                out.chunks.push(scan_chunk(buf, c, header));
             }
         }
     }
@@ -111,6 +190,7 @@ fn scan_chunk(bytes: &[u8], index: u32, header: ChunkHeader) -> ScannedChunk {
             BlockScan::End | BlockScan::Invalid => at += BLOCK_ALIGN,
         }
     }
+    debug_assert!(blocks.windows(2).all(|w| w[0].offset < w[1].offset));
     ScannedChunk {
         index,
         header,
