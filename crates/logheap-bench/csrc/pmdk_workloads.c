@@ -70,9 +70,6 @@ struct lh_op {
 	uint8_t fill;
 };
 
-/* Transactions of the preload hold this many operations (like logheap's harness). */
-#define PRELOAD_BATCH 100
-
 /* Lock stripes of the hash table and of SPS (at most: never more than buckets). */
 #define STRIPES 1024u
 /* Count slots are spaced one cache line apart. */
@@ -1084,12 +1081,15 @@ void lh_close(struct lh_ctx *c)
 	free(c);
 }
 
-/* Preloads: `n` operations in transactions of PRELOAD_BATCH (one thread, no locks).
- * 0, or an errno value (see lh_errormsg). */
-int lh_preload(struct lh_ctx *c, const struct lh_op *ops, size_t n)
+/* Preloads: `n` operations in transactions of `per_tx` operations (logheap's harness
+ * passes its own batch size), on one thread, without locks. 0, or an errno value (see
+ * lh_errormsg). */
+int lh_preload(struct lh_ctx *c, const struct lh_op *ops, size_t n, size_t per_tx)
 {
-	for (size_t done = 0; done < n; done += PRELOAD_BATCH) {
-		size_t batch = n - done < PRELOAD_BATCH ? n - done : PRELOAD_BATCH;
+	if (per_tx == 0)
+		return EINVAL;
+	for (size_t done = 0; done < n; done += per_tx) {
+		size_t batch = n - done < per_tx ? n - done : per_tx;
 		int err = preload_tx(c, &ops[done], batch);
 		if (err)
 			return err;
@@ -1098,9 +1098,10 @@ int lh_preload(struct lh_ctx *c, const struct lh_op *ops, size_t n)
 }
 
 /* Runs `n` operations, one transaction each, under the structure's locks (any number
- * of threads at once, each with its own operations). Counts aborted transactions in
- * `*aborts`. 0, or the errno value of the first failure (see lh_errormsg). */
-int lh_run(struct lh_ctx *c, const struct lh_op *ops, size_t n, uint64_t *aborts)
+ * of threads at once, each with its own operations). Nothing aborts for a conflict
+ * under the locks, so the first abort is a failure: 0, or the errno value of the
+ * first failure (see lh_errormsg). */
+int lh_run(struct lh_ctx *c, const struct lh_op *ops, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		pthread_mutex_t *locks[2];
@@ -1110,10 +1111,8 @@ int lh_run(struct lh_ctx *c, const struct lh_op *ops, size_t n, uint64_t *aborts
 		int err = operation_tx(c, &ops[i]);
 		for (size_t l = nlocks; l > 0; l--)
 			pthread_mutex_unlock(locks[l - 1]);
-		if (err) {
-			(*aborts)++;
+		if (err)
 			return err;
-		}
 	}
 	return 0;
 }

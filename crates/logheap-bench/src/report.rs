@@ -107,7 +107,8 @@ pub fn markdown(results: &[RunResult]) -> String {
 }
 
 /// `x` with `digits` decimals, or `-` when not measured.
-fn fixed(x: Option<f64>, digits: usize) -> String {
+/// `x` with `digits` decimals, or `-` when it was not measured.
+pub fn fixed(x: Option<f64>, digits: usize) -> String {
     x.map_or("-".into(), |x| format!("{x:.digits$}"))
 }
 

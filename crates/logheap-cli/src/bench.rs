@@ -82,6 +82,11 @@ fn write_reports(
     Ok(())
 }
 
+/// The engine name of the log engine with `mapping` (`log`, `log-base`, ...).
+fn engine_of(mapping: MappingConfig) -> String {
+    logheap::Config::default().mapping(mapping).engine_label()
+}
+
 fn plan(args: &Args) -> Vec<(String, Workload, usize)> {
     let workloads = if args.workloads.is_empty() {
         Workload::ALL.to_vec()
@@ -91,13 +96,7 @@ fn plan(args: &Args) -> Vec<(String, Workload, usize)> {
     let engines: Vec<String> = if args.engines.is_empty() {
         let mut engines: Vec<String> = MappingConfig::LADDER
             .iter()
-            .map(|(n, _)| {
-                if *n == "full" {
-                    "log".to_string()
-                } else {
-                    format!("log-{n}")
-                }
-            })
+            .map(|&(_, m)| engine_of(m))
             .collect();
         if pmdk_available() {
             engines.push(pmdk::ENGINE.to_string());
@@ -142,31 +141,28 @@ fn check_plan(runs: &[(String, Workload, usize)]) -> Result<(), String> {
         if engine == pmdk::ENGINE {
             continue;
         }
-        if let Err(e) = logheap::Config::default().engine_name(engine) {
-            let known: Vec<String> = MappingConfig::NAMED
-                .iter()
-                .map(|(n, _)| match *n {
-                    "full" => "log".to_string(),
-                    n => format!("log-{n}"),
-                })
-                .collect();
-            return Err(format!(
-                "--engine {engine}: {e}; the engines built are {}{}",
-                known.join(", "),
-                if pmdk_available() {
-                    ", and the peer engine pmdk"
-                } else {
-                    ""
-                }
-            ));
-        }
-        let built = logheap::Config::default()
-            .engine_name(engine)
-            .is_ok_and(|c| c.engine == logheap::EngineKind::Log);
-        if !built {
-            return Err(format!(
-                "--engine {engine}: that engine is not built yet (log and its ablation are)"
-            ));
+        match logheap::Config::default().engine_name(engine) {
+            Err(e) => {
+                let known: Vec<String> = MappingConfig::NAMED
+                    .iter()
+                    .map(|&(_, m)| engine_of(m))
+                    .collect();
+                return Err(format!(
+                    "--engine {engine}: {e}; the engines built are {}{}",
+                    known.join(", "),
+                    if pmdk_available() {
+                        ", and the peer engine pmdk"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            Ok(c) if c.engine != logheap::EngineKind::Log => {
+                return Err(format!(
+                    "--engine {engine}: that engine is not built yet (log and its ablation are)"
+                ));
+            }
+            Ok(_) => {}
         }
     }
     Ok(())
@@ -321,9 +317,8 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 r.workload,
                 r.threads,
                 r.tx_per_s,
-                r.fences_per_tx.map_or("-".into(), |f| format!("{f:.2}")),
-                r.media_bytes_per_tx
-                    .map_or("-".into(), |b| format!("{b:.0}"))
+                report::fixed(r.fences_per_tx, 2),
+                report::fixed(r.media_bytes_per_tx, 0)
             )
         });
         let line = serde_json::to_string(&r)?;

@@ -88,6 +88,15 @@ impl TxState {
         self.conflicted
     }
 
+    /// Forgets what the attempt read, wrote and freed (its allocations are released by
+    /// `abort` or kept by `commit`).
+    fn forget_attempt(&mut self) {
+        self.reads.clear();
+        self.writes.clear();
+        self.frees.clear();
+        self.conflicted = false;
+    }
+
     fn wrote(&self) -> bool {
         !(self.writes.is_empty() && self.allocs.is_empty() && self.frees.is_empty())
     }
@@ -375,12 +384,9 @@ impl LogEngine {
 
     /// Ends a transaction: keeps its buffers, emptied, for the thread's next one.
     pub(crate) fn finish(mut tx: TxState) {
-        tx.reads.clear();
-        tx.writes.clear();
+        tx.forget_attempt();
         tx.allocs.clear();
         tx.alloc_then_freed.clear();
-        tx.frees.clear();
-        tx.conflicted = false;
         SPARE_STATE.set(Some(tx));
     }
 
@@ -397,10 +403,7 @@ impl LogEngine {
     /// Prepares `tx` for another attempt after [`abort`](Self::abort).
     pub(crate) fn restart(&self, tx: &mut TxState) {
         tx.rv = self.clock.now();
-        tx.reads.clear();
-        tx.writes.clear();
-        tx.frees.clear();
-        tx.conflicted = false;
+        tx.forget_attempt();
     }
 
     fn conflict(tx: &mut TxState) -> Error {

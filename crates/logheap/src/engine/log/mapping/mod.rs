@@ -32,6 +32,9 @@ use self::skiplist::SkipList;
 use self::sorted_array::SortedArray;
 use super::layout::HOME_LIMIT;
 
+/// The largest partition size (sorted-array entries keep offsets and lengths in 32 bits).
+const MAX_PARTITION_SIZE: u64 = 1 << 30;
+
 /// Which address-mapping optimisations of the paper are on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MappingConfig {
@@ -151,7 +154,7 @@ impl MappingConfig {
     /// Why this configuration is invalid, if it is.
     pub fn check(&self) -> Result<(), String> {
         let p = self.partition_size;
-        if !p.is_power_of_two() || !(64..=1 << 30).contains(&p) {
+        if !p.is_power_of_two() || !(64..=MAX_PARTITION_SIZE).contains(&p) {
             return Err(format!(
                 "partition size {p} is not a power of two from 64 to 2^30"
             ));

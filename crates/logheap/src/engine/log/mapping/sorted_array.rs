@@ -31,7 +31,7 @@
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering, fence};
 
-use super::{Extent, Piece};
+use super::{Extent, MAX_PARTITION_SIZE, Piece};
 
 /// Words per entry.
 const ENTRY_WORDS: usize = 2;
@@ -261,7 +261,7 @@ impl SortedArray {
     pub(crate) fn for_each(&self, f: &mut impl FnMut(u64, u64, u64)) {
         self.read(
             self.base,
-            self.base + (1 << 32),
+            self.base + MAX_PARTITION_SIZE,
             &mut |x: Extent| {
                 if let Some(log) = x.log {
                     f(x.home, x.len, log);
