@@ -27,7 +27,8 @@ pub struct Config {
     /// that fills up then ends the process with `SIGBUS`.
     pub reserve_space: bool,
     /// Threads that recover the log when a pool is opened (default 0: one per core, as
-    /// [`std::thread::available_parallelism`] counts them). 1 recovers on the opening
+    /// [`std::thread::available_parallelism`] counts them, but no more than one per
+    /// 4 MiB of formatted log, so a small pool opens on one thread). 1 recovers on the opening
     /// thread alone, sequentially. With more, that many threads (the opening thread and
     /// `n - 1` others) read the chunks and replay the committed transactions by home
     /// partition ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §4.5); the

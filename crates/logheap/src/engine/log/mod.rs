@@ -243,7 +243,7 @@ impl LogEngine {
             false => None,
         };
         let mapping = Mapping::new(mapping);
-        let threads = recovery::threads_for(recovery_threads);
+        let threads = recovery::threads_for(recovery_threads, &geometry, marks.formatted);
         let recovered = recovery::recover(&media, &geometry, marks, close, &mapping, threads)
             .map_err(corrupt)?;
 
@@ -335,7 +335,7 @@ impl LogEngine {
             false => None,
         };
         let mapping = Mapping::new(MappingConfig::FULL);
-        let threads = recovery::threads_for(0);
+        let threads = recovery::threads_for(0, &geometry, marks.formatted);
         let mut found = recovery::examine(media, &geometry, marks, close, &mapping, threads);
         problems.append(&mut found.problems);
         found.problems = problems;

@@ -253,6 +253,11 @@ impl Mapping {
         self.config
     }
 
+    /// log2 of the partition size (home space is one partition without two layers).
+    pub(crate) fn partition_shift(&self) -> u32 {
+        self.shift
+    }
+
     fn register_cache(&self) -> Arc<CachePadded<CacheCounters>> {
         let c = Arc::new(CachePadded::new(CacheCounters::default()));
         self.cache_counters

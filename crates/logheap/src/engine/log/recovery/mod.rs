@@ -189,13 +189,39 @@ pub(crate) struct Examination {
     pub problems: Vec<Damage>,
 }
 
+impl RecoveryReport {
+    /// The report of what `scan` read and `verdict` judged (no chunk reclaimed yet).
+    fn of(was_clean: bool, scan: &scan::Scan, verdict: &rules::Verdict) -> RecoveryReport {
+        RecoveryReport {
+            was_clean,
+            chunks_in_use: scan.chunks.len() as u64,
+            blocks: verdict.blocks,
+            transactions: verdict.transactions,
+            dropped_transactions: verdict.dropped.len() as u64,
+            dropped: verdict.dropped.clone(),
+            chunks_reclaimed: 0,
+            max_version: verdict.max_version,
+        }
+    }
+}
+
 /// Most problems collected by one examination (a hostile file could have millions).
 const MAX_PROBLEMS: usize = 1000;
 
-/// The number of threads to recover with: `requested`, or one per core when it is 0.
-pub(crate) fn threads_for(requested: usize) -> usize {
+/// Log bytes per recovery thread below which an automatic choice ([`threads_for`] of
+/// 0) uses fewer threads: starting and meeting threads costs more than it saves on a
+/// small log.
+const AUTO_BYTES_PER_THREAD: u64 = 4 << 20;
+
+/// The number of threads to recover `formatted` chunks with: `requested`, or when it is
+/// 0, one per core but no more than one per [`AUTO_BYTES_PER_THREAD`] of log.
+pub(crate) fn threads_for(requested: usize, geometry: &ChunkGeometry, formatted: u32) -> usize {
     match requested {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        0 => {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let log_bytes = formatted as u64 * geometry.size;
+            cores.min((log_bytes / AUTO_BYTES_PER_THREAD).max(1) as usize)
+        }
         n => n,
     }
 }
@@ -225,16 +251,7 @@ pub(crate) fn recover(
         return Err(problems);
     };
 
-    let mut report = RecoveryReport {
-        was_clean: close.is_some(),
-        chunks_in_use: scan.chunks.len() as u64,
-        blocks: verdict.blocks,
-        transactions: verdict.transactions,
-        dropped_transactions: verdict.dropped.len() as u64,
-        dropped: verdict.dropped.clone(),
-        chunks_reclaimed: 0,
-        max_version: verdict.max_version,
-    };
+    let mut report = RecoveryReport::of(close.is_some(), &scan, &verdict);
     let mut free_chunks = scan.free.clone();
     let mut erase = Vec::new();
     let mut reclaim: Vec<u32> = scan.torn_headers.iter().map(|t| t.index).collect();
@@ -410,16 +427,7 @@ pub(crate) fn examine(
         .collect();
     let allocations = replayed.allocator.allocations();
     Examination {
-        report: RecoveryReport {
-            was_clean: close.is_some(),
-            chunks_in_use: scan.chunks.len() as u64,
-            blocks: verdict.blocks,
-            transactions: verdict.transactions,
-            dropped_transactions: verdict.dropped.len() as u64,
-            dropped: verdict.dropped,
-            chunks_reclaimed: 0,
-            max_version: verdict.max_version,
-        },
+        report: RecoveryReport::of(close.is_some(), &scan, &verdict),
         logs,
         allocations: allocations.len() as u64,
         allocated_bytes: allocations.iter().map(|a| a.1).sum(),

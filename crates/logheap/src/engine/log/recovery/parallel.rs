@@ -48,13 +48,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock, RwLock};
 
 use super::Damage;
-use super::replay::{self, Phase, Replayed};
+use super::replay::{self, Meaning, Phase, Replayed};
 use super::rules::Verdict;
 use super::scan::{Batches, Scan};
-use crate::engine::log::ROOT_HOME;
 use crate::engine::log::chunks::ChunkGeometry;
 use crate::engine::log::home_alloc::{AllocError, HomeAllocator};
-use crate::engine::log::layout::{DecodedEntry, HOME_LIMIT, LogKind, u64_at};
+use crate::engine::log::layout::{HOME_LIMIT, LogKind};
 use crate::engine::log::mapping::Mapping;
 use crate::media::Media;
 
@@ -423,13 +422,6 @@ fn sequential(
     replay::replay(media, geometry, scan, verdict, mapping, problems)
 }
 
-/// The 8-byte length a free or allocation record holds.
-fn record_len(media: &Media, base: u64, e: &DecodedEntry) -> u64 {
-    let mut b = [0u8; 8];
-    media.read((base + e.data as u64) as usize, &mut b);
-    u64_at(&b, 0)
-}
-
 /// Whether `[s, s + size)` lies inside `record` (start, end).
 fn covered(record: Option<(u64, u64)>, s: u64, size: u64) -> bool {
     record.is_some_and(|(start, end)| start <= s && s + size <= end)
@@ -629,25 +621,21 @@ fn map_chunk(
         let mut uncovered = false;
         for e in &b.entries {
             let size = e.size as u64;
-            if e.home < ROOT_HOME || e.home + size > HOME_LIMIT {
-                return None;
-            }
-            if kind == LogKind::Dealloc || (kind == LogKind::Alloc && e.tombstone) {
-                let len = match e.size {
-                    8 => record_len(media, base, e),
-                    _ => return None,
-                };
-                let end = e.home.checked_add(len).filter(|&end| end <= HOME_LIMIT)?;
-                if len == 0 || len > longest {
-                    return None;
+            match replay::check_entry(media, base, kind, e).ok()? {
+                Meaning::Free { len } | Meaning::Allocation { len } => {
+                    // A free of what was never allocated is damage the sequential replay
+                    // reports; so is a record longer than the log could hold.
+                    let end = e.home.checked_add(len).filter(|&end| end <= HOME_LIMIT)?;
+                    if len == 0 || len > longest {
+                        return None;
+                    }
+                    record = Some((e.home, end));
+                    part.records.push((e.home, end));
                 }
-                record = Some((e.home, end));
-                part.records.push((e.home, end));
-            } else if e.tombstone {
-                return None; // a tombstone in an update log
-            } else {
-                uncovered |= kind == LogKind::Alloc && !covered(record, e.home, size);
-                part.data.push((e.home | size << 47, base + e.data as u64));
+                Meaning::Data => {
+                    uncovered |= kind == LogKind::Alloc && !covered(record, e.home, size);
+                    part.data.push((e.home | size << 47, base + e.data as u64));
+                }
             }
         }
         let step = |phase: Phase, first: usize, count: usize| Step {
@@ -840,7 +828,14 @@ fn check_records(
                 ch.blocks[step.block as usize].entries.iter().all(|e| {
                     let size = e.size as u64;
                     if e.tombstone {
-                        record = Some((e.home, e.home + record_len(media, base, e)));
+                        // Checked in the map step; checked again, as the bytes are read
+                        // again (the end is inside home space, so the sum cannot wrap).
+                        let Ok(Meaning::Allocation { len }) =
+                            replay::check_entry(media, base, LogKind::Alloc, e)
+                        else {
+                            return false;
+                        };
+                        record = Some((e.home, e.home + len));
                         return true;
                     }
                     let mine = (e.home >> REGION_SHIFT) % threads as u64 == t as u64;
@@ -865,17 +860,11 @@ fn check_records(
 }
 
 /// log2 of the units of home space the data step divides between threads: the
-/// mapping's partitions (as [`Mapping`] computes them), or [`MIN_DATA_SHIFT`] when
-/// those are smaller. A unit is always whole partitions, so cutting an entry at unit
-/// boundaries cuts it where the mapping would.
+/// mapping's partitions, or [`MIN_DATA_SHIFT`] when those are smaller. A unit is always
+/// whole partitions, so cutting an entry at unit boundaries cuts it where the mapping
+/// would.
 fn data_shift(mapping: &Mapping) -> u32 {
-    let config = mapping.config();
-    let partition = if config.two_layer {
-        config.partition_size.trailing_zeros()
-    } else {
-        HOME_LIMIT.trailing_zeros()
-    };
-    partition.max(MIN_DATA_SHIFT)
+    mapping.partition_shift().max(MIN_DATA_SHIFT)
 }
 
 /// The data step of thread `t`: the pieces of frees and data entries in its units of
@@ -902,12 +891,12 @@ fn replay_data(
         })
     };
     for step in steps.data() {
+        let mut displaced = |log: u64, bytes: u64| {
+            if let Some(l) = live.get_mut(geometry.chunk_of(log) as usize) {
+                *l -= bytes as i64;
+            }
+        };
         if step.phase == Phase::Frees {
-            let mut displaced = |log: u64, bytes: u64| {
-                if let Some(l) = live.get_mut(geometry.chunk_of(log) as usize) {
-                    *l -= bytes as i64;
-                }
-            };
             for &(home, end) in steps.records_of(step) {
                 for (s, e) in mine(home, end) {
                     mapping.remove(s, e - s, &mut displaced);
@@ -916,11 +905,6 @@ fn replay_data(
             continue;
         }
         let mut added = 0i64;
-        let mut displaced = |log: u64, bytes: u64| {
-            if let Some(l) = live.get_mut(geometry.chunk_of(log) as usize) {
-                *l -= bytes as i64;
-            }
-        };
         for &(packed, log) in steps.data_of(step) {
             let home = packed & (HOME_LIMIT - 1);
             let end = home + (packed >> 47);
@@ -953,26 +937,35 @@ mod tests {
 
     #[test]
     fn a_panicking_member_stops_the_others_and_the_panic_reaches_the_caller() {
-        let crew = Lockstep::new(4);
-        let outcome = std::panic::catch_unwind(|| {
-            std::thread::scope(|s| {
-                for t in 0..3 {
-                    let crew = &crew;
-                    s.spawn(move || {
-                        let _stop = StopOthersOnPanic(crew);
-                        assert!(crew.meet());
-                        if t == 1 {
-                            panic!("member 1 fails between two meetings");
-                        }
-                        assert!(!crew.meet(), "a meeting without member 1 cannot happen");
-                    });
-                }
-                let _stop = StopOthersOnPanic(&crew);
-                assert!(crew.meet());
-                assert!(!crew.meet(), "a meeting without member 1 cannot happen");
-            })
+        // On a thread of its own, watched: a crew that fails to stop hangs, and the
+        // watchdog turns that into a failure.
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let crew = Lockstep::new(4);
+            let outcome = std::panic::catch_unwind(|| {
+                std::thread::scope(|s| {
+                    for t in 0..3 {
+                        let crew = &crew;
+                        s.spawn(move || {
+                            let _stop = StopOthersOnPanic(crew);
+                            assert!(crew.meet());
+                            if t == 1 {
+                                panic!("member 1 fails between two meetings");
+                            }
+                            assert!(!crew.meet(), "a meeting without member 1 cannot happen");
+                        });
+                    }
+                    let _stop = StopOthersOnPanic(&crew);
+                    assert!(crew.meet());
+                    assert!(!crew.meet(), "a meeting without member 1 cannot happen");
+                })
+            });
+            let _ = done.send(outcome.is_err());
         });
-        assert!(outcome.is_err(), "the member's panic reaches the caller");
+        let reached = finished
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the crew did not stop after a member panicked");
+        assert!(reached, "the member's panic reaches the caller");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use super::scan::Scan;
 use crate::engine::log::ROOT_HOME;
 use crate::engine::log::chunks::ChunkGeometry;
 use crate::engine::log::home_alloc::HomeAllocator;
-use crate::engine::log::layout::{HOME_LIMIT, LogKind, u64_at};
+use crate::engine::log::layout::{DecodedEntry, HOME_LIMIT, LogKind, u64_at};
 use crate::engine::log::mapping::Mapping;
 use crate::media::Media;
 
@@ -19,6 +19,59 @@ pub(crate) struct Replayed {
     pub allocator: HomeAllocator,
     /// Live (mapped) bytes per chunk.
     pub live: Vec<i64>,
+}
+
+/// What a log entry says, checked on its own (before the allocation state is looked at).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Meaning {
+    /// A free record of an object of `len` bytes.
+    Free { len: u64 },
+    /// An allocation record of an object of `len` bytes (non-zero, inside home space).
+    Allocation { len: u64 },
+    /// Data: an update, or an allocation's initial bytes.
+    Data,
+}
+
+/// Checks what entry `e` of a `kind` log in the chunk at `base` says on its own: inside
+/// home space, records of 8 bytes, allocations of a non-zero length inside home space,
+/// no tombstone in the update log. Both replays (sequential and parallel) judge entries
+/// with it. The error is the reason the entry is damage.
+pub(super) fn check_entry(
+    media: &Media,
+    base: u64,
+    kind: LogKind,
+    e: &DecodedEntry,
+) -> Result<Meaning, String> {
+    if e.home < ROOT_HOME || e.home + e.size as u64 > HOME_LIMIT {
+        return Err(format!(
+            "entry for home {:#x}+{} is outside the home space",
+            e.home, e.size
+        ));
+    }
+    let record_len = || {
+        // Free records and allocation records hold one length: the object's.
+        if e.size != 8 {
+            return Err(format!("a {kind:?} record holds {} bytes, not 8", e.size));
+        }
+        let mut b = [0u8; 8];
+        media.read((base + e.data as u64) as usize, &mut b);
+        Ok(u64_at(&b, 0))
+    };
+    match (kind, e.tombstone) {
+        (LogKind::Dealloc, _) => Ok(Meaning::Free { len: record_len()? }),
+        (LogKind::Alloc, true) => {
+            let len = record_len()?;
+            match e.home.checked_add(len) {
+                Some(end) if len > 0 && end <= HOME_LIMIT => Ok(Meaning::Allocation { len }),
+                _ => Err(format!(
+                    "allocation record {:#x}+{len} is outside the home space",
+                    e.home
+                )),
+            }
+        }
+        (LogKind::Alloc, false) | (LogKind::Update, false) => Ok(Meaning::Data),
+        (LogKind::Update, true) => Err("a tombstone entry in an update log".into()),
+    }
 }
 
 /// Replays every committed transaction of `scan` into `mapping` (empty on entry).
@@ -70,31 +123,15 @@ pub(crate) fn replay(
                     *l -= bytes as i64;
                 }
             };
-            if e.home < ROOT_HOME || e.home + e.size as u64 > HOME_LIMIT {
-                problems.push(damage(format!(
-                    "entry for home {:#x}+{} is outside the home space",
-                    e.home, e.size
-                )));
-                continue;
-            }
-            // Free records and allocation records hold one length: the object's.
-            let is_record = kind == LogKind::Dealloc || (kind == LogKind::Alloc && e.tombstone);
-            let len = if is_record {
-                if e.size != 8 {
-                    problems.push(damage(format!(
-                        "a {kind:?} record holds {} bytes, not 8",
-                        e.size
-                    )));
+            let meaning = match check_entry(media, base, kind, e) {
+                Ok(m) => m,
+                Err(reason) => {
+                    problems.push(damage(reason));
                     continue;
                 }
-                let mut b = [0u8; 8];
-                media.read(data as usize, &mut b);
-                u64_at(&b, 0)
-            } else {
-                0
             };
-            match (kind, e.tombstone) {
-                (LogKind::Dealloc, _) => {
+            match meaning {
+                Meaning::Free { len } => {
                     if allocations.get(&e.home) != Some(&len) {
                         problems.push(damage(format!(
                             "free record for {:#x}+{len}, which is not allocated",
@@ -105,18 +142,8 @@ pub(crate) fn replay(
                     allocations.remove(&e.home);
                     mapping.remove(e.home, len, &mut displaced);
                 }
-                (LogKind::Alloc, true) => {
-                    let end = e
-                        .home
-                        .checked_add(len)
-                        .filter(|&end| len > 0 && end <= HOME_LIMIT);
-                    let Some(end) = end else {
-                        problems.push(damage(format!(
-                            "allocation record {:#x}+{len} is outside the home space",
-                            e.home
-                        )));
-                        continue;
-                    };
+                Meaning::Allocation { len } => {
+                    let end = e.home + len;
                     if let Some((s, l)) = overlapping(&allocations, e.home, end) {
                         problems.push(damage(format!(
                             "allocation record {:#x}+{len} overlaps the live allocation {s:#x}+{l}",
@@ -126,7 +153,7 @@ pub(crate) fn replay(
                     }
                     allocations.insert(e.home, len);
                 }
-                (LogKind::Alloc, false) => {
+                Meaning::Data if kind == LogKind::Alloc => {
                     let end = e.home + e.size as u64;
                     let inside = allocations
                         .range(..=e.home)
@@ -142,12 +169,9 @@ pub(crate) fn replay(
                     mapping.insert(e.home, e.size as u64, data, &mut displaced);
                     live[ch.index as usize] += e.size as i64;
                 }
-                (LogKind::Update, false) => {
+                Meaning::Data => {
                     mapping.insert(e.home, e.size as u64, data, &mut displaced);
                     live[ch.index as usize] += e.size as i64;
-                }
-                (LogKind::Update, true) => {
-                    problems.push(damage("a tombstone entry in an update log".into()));
                 }
             }
         }
