@@ -986,25 +986,18 @@ static int create_structure(struct lh_ctx *c, struct lh_root *root, uint64_t ele
 	return err;
 }
 
-/* One transaction of the preload: `n` operations. 0, or an errno value. */
-static int preload_tx(struct lh_ctx *c, const struct lh_op *ops, size_t n)
+/* One transaction of `n` operations: the preload's (`preload`: apply_preload) or one
+ * measured operation's (apply). 0, or an errno value. */
+static int ops_tx(struct lh_ctx *c, const struct lh_op *ops, size_t n, int preload)
 {
 	volatile int err = 0;
 	TX_BEGIN(c->pop) {
-		for (size_t i = 0; i < n; i++)
-			apply_preload(c, &ops[i]);
-	} TX_ONABORT {
-		err = errno ? errno : EINVAL;
-	} TX_END
-	return err;
-}
-
-/* One measured operation's transaction. 0, or an errno value. */
-static int operation_tx(struct lh_ctx *c, const struct lh_op *op)
-{
-	volatile int err = 0;
-	TX_BEGIN(c->pop) {
-		apply(c, op);
+		for (size_t i = 0; i < n; i++) {
+			if (preload)
+				apply_preload(c, &ops[i]);
+			else
+				apply(c, &ops[i]);
+		}
 	} TX_ONABORT {
 		err = errno ? errno : EINVAL;
 	} TX_END
@@ -1090,7 +1083,7 @@ int lh_preload(struct lh_ctx *c, const struct lh_op *ops, size_t n, size_t per_t
 		return EINVAL;
 	for (size_t done = 0; done < n; done += per_tx) {
 		size_t batch = n - done < per_tx ? n - done : per_tx;
-		int err = preload_tx(c, &ops[done], batch);
+		int err = ops_tx(c, &ops[done], batch, 1);
 		if (err)
 			return err;
 	}
@@ -1108,7 +1101,7 @@ int lh_run(struct lh_ctx *c, const struct lh_op *ops, size_t n)
 		size_t nlocks = locks_of(c, &ops[i], locks);
 		for (size_t l = 0; l < nlocks; l++)
 			pthread_mutex_lock(locks[l]);
-		int err = operation_tx(c, &ops[i]);
+		int err = ops_tx(c, &ops[i], 1, 0);
 		for (size_t l = nlocks; l > 0; l--)
 			pthread_mutex_unlock(locks[l - 1]);
 		if (err)
@@ -1215,10 +1208,48 @@ static int64_t verify_sps(struct lh_ctx *c, char *msg, size_t cap)
 	return (int64_t)h->len;
 }
 
-struct rb_frame {
-	uint64_t node, lo, hi, blacks;
+/* A node to visit in a tree walk: its key bounds and its depth (black nodes above it in
+ * the red-black tree, levels in the B+ tree). */
+struct tree_frame {
+	uint64_t node, lo, hi, depth;
 	int has_lo, has_hi;
 };
+
+/* The walk's stack of frames to visit. */
+struct frame_stack {
+	struct tree_frame *frames;
+	size_t top, cap;
+};
+
+/* A stack holding `first`. 0, or -1 (with `msg`) when out of memory. */
+static int stack_init(struct frame_stack *s, struct tree_frame first, char *msg, size_t cap)
+{
+	s->cap = 256;
+	s->top = 0;
+	s->frames = malloc(s->cap * sizeof(*s->frames));
+	if (!s->frames) {
+		snprintf(msg, cap, "out of memory");
+		return -1;
+	}
+	s->frames[s->top++] = first;
+	return 0;
+}
+
+/* Pushes `f`, growing the stack. 0, or -1 (with `msg`) when out of memory. */
+static int stack_push(struct frame_stack *s, struct tree_frame f, char *msg, size_t cap)
+{
+	if (s->top == s->cap) {
+		struct tree_frame *grown = realloc(s->frames, 2 * s->cap * sizeof(*s->frames));
+		if (!grown) {
+			snprintf(msg, cap, "out of memory");
+			return -1;
+		}
+		s->frames = grown;
+		s->cap *= 2;
+	}
+	s->frames[s->top++] = f;
+	return 0;
+}
 
 static int64_t verify_rb(struct lh_ctx *c, char *msg, size_t cap)
 {
@@ -1227,20 +1258,16 @@ static int64_t verify_rb(struct lh_ctx *c, char *msg, size_t cap)
 		snprintf(msg, cap, "the root is red");
 		return -1;
 	}
-	size_t cap_stack = 256, top = 0;
-	struct rb_frame *stack = malloc(cap_stack * sizeof(*stack));
-	if (!stack) {
-		snprintf(msg, cap, "out of memory");
+	struct frame_stack stack;
+	if (stack_init(&stack, (struct tree_frame){root, 0, 0, 0, 0, 0}, msg, cap))
 		return -1;
-	}
-	stack[top++] = (struct rb_frame){root, 0, 0, 0, 0, 0};
 	int64_t nodes = 0, black_height = -1;
-	while (top > 0) {
-		struct rb_frame f = stack[--top];
+	while (stack.top > 0) {
+		struct tree_frame f = stack.frames[--stack.top];
 		if (f.node == nil) {
 			if (black_height < 0) {
-				black_height = (int64_t)f.blacks;
-			} else if ((uint64_t)black_height != f.blacks) {
+				black_height = (int64_t)f.depth;
+			} else if ((uint64_t)black_height != f.depth) {
 				snprintf(msg, cap, "black heights differ");
 				goto bad;
 			}
@@ -1267,16 +1294,7 @@ static int64_t verify_rb(struct lh_ctx *c, char *msg, size_t cap)
 					goto bad;
 				}
 			}
-			if (top == cap_stack) {
-				cap_stack *= 2;
-				struct rb_frame *s = realloc(stack, cap_stack * sizeof(*stack));
-				if (!s) {
-					snprintf(msg, cap, "out of memory");
-					goto bad;
-				}
-				stack = s;
-			}
-			struct rb_frame g = {ch, f.lo, f.hi, f.blacks + !red, f.has_lo, f.has_hi};
+			struct tree_frame g = {ch, f.lo, f.hi, f.depth + !red, f.has_lo, f.has_hi};
 			if (d == LEFT) {
 				g.hi = k;
 				g.has_hi = 1;
@@ -1284,10 +1302,11 @@ static int64_t verify_rb(struct lh_ctx *c, char *msg, size_t cap)
 				g.lo = k;
 				g.has_lo = 1;
 			}
-			stack[top++] = g;
+			if (stack_push(&stack, g, msg, cap))
+				goto bad;
 		}
 	}
-	free(stack);
+	free(stack.frames);
 	if ((uint64_t)nodes != RBH(c)->count) {
 		snprintf(msg, cap, "%lld nodes but a count of %llu", (long long)nodes,
 				(unsigned long long)RBH(c)->count);
@@ -1295,24 +1314,19 @@ static int64_t verify_rb(struct lh_ctx *c, char *msg, size_t cap)
 	}
 	return nodes;
 bad:
-	free(stack);
+	free(stack.frames);
 	return -1;
 }
 
 static int64_t verify_bp(struct lh_ctx *c, char *msg, size_t cap)
 {
 	uint64_t root = BPH(c)->root;
-	size_t cap_stack = 256, top = 0;
-	struct rb_frame *stack = malloc(cap_stack * sizeof(*stack));
-	if (!stack) {
-		snprintf(msg, cap, "out of memory");
+	struct frame_stack stack;
+	if (stack_init(&stack, (struct tree_frame){root, 0, 0, 0, 0, 0}, msg, cap))
 		return -1;
-	}
-	/* (node, bounds, depth in `blacks`) */
-	stack[top++] = (struct rb_frame){root, 0, 0, 0, 0, 0};
 	int64_t entries = 0, leaf_depth = -1;
-	while (top > 0) {
-		struct rb_frame f = stack[--top];
+	while (stack.top > 0) {
+		struct tree_frame f = stack.frames[--stack.top];
 		struct bp_node *n = BPN(c, f.node);
 		size_t cnt = (size_t)n->count;
 		if (cnt > BP_MAX || (f.node != root && cnt < BP_MIN)) {
@@ -1330,8 +1344,8 @@ static int64_t verify_bp(struct lh_ctx *c, char *msg, size_t cap)
 		}
 		if (n->leaf) {
 			if (leaf_depth < 0) {
-				leaf_depth = (int64_t)f.blacks;
-			} else if ((uint64_t)leaf_depth != f.blacks) {
+				leaf_depth = (int64_t)f.depth;
+			} else if ((uint64_t)leaf_depth != f.depth) {
 				snprintf(msg, cap, "leaves at different depths");
 				goto bad;
 			}
@@ -1339,16 +1353,7 @@ static int64_t verify_bp(struct lh_ctx *c, char *msg, size_t cap)
 			continue;
 		}
 		for (size_t i = 0; i <= cnt; i++) {
-			if (top == cap_stack) {
-				cap_stack *= 2;
-				struct rb_frame *s = realloc(stack, cap_stack * sizeof(*stack));
-				if (!s) {
-					snprintf(msg, cap, "out of memory");
-					goto bad;
-				}
-				stack = s;
-			}
-			struct rb_frame g = {n->ptrs[i], f.lo, f.hi, f.blacks + 1, f.has_lo, f.has_hi};
+			struct tree_frame g = {n->ptrs[i], f.lo, f.hi, f.depth + 1, f.has_lo, f.has_hi};
 			if (i > 0) {
 				g.lo = n->keys[i - 1];
 				g.has_lo = 1;
@@ -1357,10 +1362,11 @@ static int64_t verify_bp(struct lh_ctx *c, char *msg, size_t cap)
 				g.hi = n->keys[i];
 				g.has_hi = 1;
 			}
-			stack[top++] = g;
+			if (stack_push(&stack, g, msg, cap))
+				goto bad;
 		}
 	}
-	free(stack);
+	free(stack.frames);
 	/* The leaf chain holds every entry in ascending order. */
 	uint64_t at = root;
 	while (!BPN(c, at)->leaf)
@@ -1379,6 +1385,12 @@ static int64_t verify_bp(struct lh_ctx *c, char *msg, size_t cap)
 			has_prev = 1;
 			chained++;
 		}
+		if (chained > entries) {
+			/* More than the tree holds: a cycle, or leaves outside the tree. */
+			snprintf(msg, cap, "the leaf chain holds more than the tree's %lld entries",
+					(long long)entries);
+			return -1;
+		}
 	}
 	if (chained != entries || (uint64_t)entries != BPH(c)->count) {
 		snprintf(msg, cap, "%lld entries in the tree, %lld in the leaf chain, a count of %llu",
@@ -1388,7 +1400,7 @@ static int64_t verify_bp(struct lh_ctx *c, char *msg, size_t cap)
 	}
 	return entries;
 bad:
-	free(stack);
+	free(stack.frames);
 	return -1;
 }
 

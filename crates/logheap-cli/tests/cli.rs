@@ -162,15 +162,53 @@ fn crashtest_passes_in_every_mapping_configuration() {
 fn bench_runs_pmdk_beside_log_or_says_it_is_unavailable() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("results");
-    let run = logheap()
-        .args([
-            "bench",
+    let run = small_bench(
+        &[
             "--workload",
             "rbtree-upd",
             "--engine",
             "log",
             "--engine",
             "pmdk",
+        ],
+        &out,
+    );
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let jsonl = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    let runs: Vec<serde_json::Value> = jsonl
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let count = |engine: &str| {
+        runs.iter()
+            .filter(|v| v["engine"].as_str() == Some(engine))
+            .count()
+    };
+    let table = std::fs::read_to_string(out.join("results.md")).unwrap();
+    if logheap_bench::pmdk::pmdk_available() {
+        // One and two threads for each engine (an update workload).
+        assert_eq!(count("pmdk"), 2, "{jsonl}");
+        assert!(table.contains("x pmdk)"), "{table}");
+        for v in runs.iter().filter(|v| v["engine"] == "pmdk") {
+            assert!(v["fences_per_tx"].is_null(), "{v}");
+            assert!(v["tx_per_s"].as_f64().unwrap() > 0.0, "{v}");
+        }
+    } else {
+        assert!(
+            stderr.contains("PMDK (libpmemobj) is unavailable in this build"),
+            "{stderr}"
+        );
+        assert_eq!((count("log"), runs.len()), (2, 2), "{jsonl}");
+    }
+}
+
+/// `logheap bench` with `args`, on small sizes without emulation, writing into `out`.
+fn small_bench(args: &[&str], out: &std::path::Path) -> std::process::Output {
+    logheap()
+        .arg("bench")
+        .args(args)
+        .args([
             "--ops",
             "300",
             "--elements",
@@ -179,47 +217,17 @@ fn bench_runs_pmdk_beside_log_or_says_it_is_unavailable() {
             "off",
             "--out",
         ])
-        .arg(&out)
+        .arg(out)
         .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stderr}");
-    let jsonl = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
-    let engines: Vec<String> = jsonl
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["engine"].to_string())
-        .collect();
-    let table = std::fs::read_to_string(out.join("results.md")).unwrap();
-    if logheap_bench::pmdk::pmdk_available() {
-        // One and two threads for each engine (an update workload).
-        assert_eq!(
-            engines.iter().filter(|e| *e == "\"pmdk\"").count(),
-            2,
-            "{jsonl}"
-        );
-        assert!(table.contains("x pmdk)"), "{table}");
-        for line in jsonl.lines().filter(|l| l.contains("\"engine\":\"pmdk\"")) {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap();
-            assert!(v["fences_per_tx"].is_null(), "{line}");
-            assert!(v["tx_per_s"].as_f64().unwrap() > 0.0, "{line}");
-        }
-    } else {
-        assert!(
-            stderr.contains("PMDK (libpmemobj) is unavailable in this build"),
-            "{stderr}"
-        );
-        assert!(engines.iter().all(|e| e == "\"log\""), "{jsonl}");
-        assert_eq!(engines.len(), 2, "{jsonl}");
-    }
+        .unwrap()
 }
 
 #[test]
 fn bench_writes_jsonl_table_and_plots() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("results");
-    let run = logheap()
-        .args([
-            "bench",
+    let run = small_bench(
+        &[
             "--workload",
             "sps",
             "--workload",
@@ -228,19 +236,9 @@ fn bench_writes_jsonl_table_and_plots() {
             "log-base",
             "--engine",
             "log",
-        ])
-        .args([
-            "--ops",
-            "300",
-            "--elements",
-            "500",
-            "--emulation",
-            "off",
-            "--out",
-        ])
-        .arg(&out)
-        .output()
-        .unwrap();
+        ],
+        &out,
+    );
     assert!(
         run.status.success(),
         "{}",
