@@ -102,6 +102,29 @@ pub(crate) fn pool_size(spec: &RunSpec) -> u64 {
     (256 << 20) + (spec.elements + spec.ops) * per_item
 }
 
+/// Runs `work(t)` for every thread `t` of `threads`, all at once; returns the wall time
+/// until the last one finished, or the first error.
+pub(crate) fn run_timed<E>(
+    threads: usize,
+    work: impl Fn(usize) -> Result<(), E> + Sync,
+) -> Result<f64, Box<dyn std::error::Error>>
+where
+    E: Into<Box<dyn std::error::Error>> + Send,
+{
+    let start = Instant::now();
+    std::thread::scope(|s| -> Result<(), Box<dyn std::error::Error>> {
+        let work = &work;
+        let workers: Vec<_> = (0..threads).map(|t| s.spawn(move || work(t))).collect();
+        for w in workers {
+            w.join()
+                .map_err(|_| "a workload thread panicked")?
+                .map_err(Into::into)?;
+        }
+        Ok(())
+    })?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
 /// Runs `spec` on a fresh pool and returns its figures.
 pub fn run(spec: &RunSpec) -> Result<RunResult, Box<dyn std::error::Error>> {
     run_reporting(spec, &|_| {})
@@ -157,24 +180,10 @@ pub fn run_reporting(
 
     let before = pool.stats();
     let threads = spec.threads.max(1);
-    let start = Instant::now();
-    std::thread::scope(|s| -> Result<(), Box<dyn std::error::Error>> {
-        let workers: Vec<_> = (0..threads)
-            .map(|t| {
-                let (pool, prepared) = (&pool, &prepared);
-                let ops = thread_share(spec.ops, threads, t);
-                s.spawn(move || {
-                    let mut rng = thread_rng(spec.seed, t);
-                    (0..ops).try_for_each(|_| prepared.operate(pool, &mut rng))
-                })
-            })
-            .collect();
-        for w in workers {
-            w.join().map_err(|_| "a workload thread panicked")??;
-        }
-        Ok(())
+    let seconds = run_timed(threads, |t| {
+        let mut rng = thread_rng(spec.seed, t);
+        (0..thread_share(spec.ops, threads, t)).try_for_each(|_| prepared.operate(&pool, &mut rng))
     })?;
-    let seconds = start.elapsed().as_secs_f64();
     let after = pool.stats();
     let c = after.media.since(&before.media);
     let per_tx = |x: u64| x as f64 / c.transactions.max(1) as f64;

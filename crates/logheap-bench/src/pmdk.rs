@@ -353,21 +353,7 @@ mod imp {
             .map(|t| stream.thread_ops(spec.seed, spec.ops, threads, t))
             .collect();
         phase(&format!("measuring {} transactions", spec.ops));
-        let start = Instant::now();
-        std::thread::scope(|s| -> Result<(), Box<dyn std::error::Error>> {
-            let workers: Vec<_> = per_thread
-                .iter()
-                .map(|ops| {
-                    let store = &store;
-                    s.spawn(move || store.run(ops))
-                })
-                .collect();
-            for w in workers {
-                w.join().map_err(|_| "a workload thread panicked")??;
-            }
-            Ok(())
-        })?;
-        let seconds = start.elapsed().as_secs_f64();
+        let seconds = crate::harness::run_timed(threads, |t| store.run(&per_thread[t]))?;
         let ops: u64 = per_thread.iter().map(|o| o.len() as u64).sum();
         let pm_bytes_used = store.pm_used();
         drop(store);

@@ -105,14 +105,7 @@ impl CommitBuffers {
         self.cutters.clear();
         let [update, alloc, dealloc] = &mut self.logs;
         for &(home, size) in allocs {
-            let record = self.staging.len();
-            self.staging.extend_from_slice(&size.to_le_bytes());
-            alloc.push(Staged {
-                home,
-                tombstone: true,
-                at: record,
-                len: 8,
-            });
+            stage_record(&mut self.staging, alloc, home, size);
             let image = self.staging.len();
             self.staging.resize(image + size as usize, 0);
             push_data(alloc, home, image, size as usize);
@@ -123,14 +116,7 @@ impl CommitBuffers {
             });
         }
         for &(home, size) in frees {
-            let record = self.staging.len();
-            self.staging.extend_from_slice(&size.to_le_bytes());
-            dealloc.push(Staged {
-                home,
-                tombstone: true,
-                at: record,
-                len: 8,
-            });
+            stage_record(&mut self.staging, dealloc, home, size);
         }
         self.cutters
             .extend(frees.iter().chain(dropped).map(|&(home, size)| Cutter {
@@ -196,6 +182,17 @@ impl CommitBuffers {
     fn log(&self, kind: super::layout::LogKind) -> &[Staged] {
         &self.logs[kind.index()]
     }
+}
+
+/// Stages an allocation or free record (a tombstone entry holding the object's size).
+fn stage_record(staging: &mut Vec<u8>, log: &mut Vec<Staged>, home: u64, size: u64) {
+    log.push(Staged {
+        home,
+        tombstone: true,
+        at: staging.len(),
+        len: 8,
+    });
+    staging.extend_from_slice(&size.to_le_bytes());
 }
 
 /// Copies an update's bytes into the staging buffer as a new run, or (with group
