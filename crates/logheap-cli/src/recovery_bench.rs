@@ -21,7 +21,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use logheap::{Config, Pool};
+use logheap::{Config, Pool, SnapshotUse};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
@@ -78,6 +78,9 @@ struct Run {
     run: usize,
     /// Whether the pool had been closed cleanly (as the engine saw it).
     was_clean: bool,
+    /// Whether the open loaded the clean-close snapshot (`loaded`), found none (`none`),
+    /// or could not use it (`rejected: why`).
+    snapshot: String,
     objects: u64,
     value_size: u64,
     chunks_in_use: u64,
@@ -290,6 +293,11 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                     threads: t,
                     run: r + 1,
                     was_clean: report.was_clean,
+                    snapshot: match &report.snapshot {
+                        SnapshotUse::None => "none".into(),
+                        SnapshotUse::Loaded => "loaded".into(),
+                        SnapshotUse::Rejected(why) => format!("rejected: {why}"),
+                    },
                     objects: args.objects,
                     value_size: args.value_size,
                     chunks_in_use: report.chunks_in_use,
@@ -314,11 +322,12 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                     println!("{}", serde_json::to_string(&run)?);
                 } else {
                     eprintln!(
-                        "{state:>7}  threads {t:>2}  run {}: {:.3} s, {:.1} MB of log, {:.3} GB/s",
+                        "{state:>7}  threads {t:>2}  run {}: {:.3} s, {:.1} MB of log, {:.3} GB/s, snapshot {}",
                         run.run,
                         run.seconds,
                         run.log_bytes as f64 / 1e6,
-                        run.gb_per_s
+                        run.gb_per_s,
+                        run.snapshot
                     );
                 }
                 runs.push(run);

@@ -60,7 +60,10 @@ mod tx;
 pub use bytemuck;
 pub use bytemuck::{Pod, Zeroable};
 pub use config::{Config, Fault};
-pub use engine::{Damage, EngineKind, MappingConfig, PartitionIndex};
+pub use engine::{
+    Damage, DroppedTransaction, EngineKind, MappingConfig, PartitionIndex, RecoveryReport,
+    SnapshotUse,
+};
 pub use error::{Error, Result};
 pub use heap::{Pool, Stats};
 pub use media::{Durability, Emulation, FlushInstruction, Media, MediaConfig, MediaCounters};

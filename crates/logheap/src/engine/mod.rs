@@ -7,5 +7,5 @@ pub(crate) mod log;
 pub use kind::EngineKind;
 pub use log::{
     Damage, DroppedTransaction, LogEngineStats, LogSummary, MappingConfig, PartitionIndex,
-    RecoveryReport,
+    RecoveryReport, SnapshotUse,
 };

@@ -183,6 +183,15 @@ impl ChunkPool {
         st.in_use -= (st.free.len() - before) as u32;
     }
 
+    /// Every chunk in no log: the formatted ones (lowest first), then those not yet
+    /// formatted.
+    pub(crate) fn unused(&self) -> Vec<u32> {
+        let st = self.lock();
+        let mut out: Vec<u32> = st.free.iter().rev().copied().collect();
+        out.extend(st.formatted..self.geometry.count);
+        out
+    }
+
     /// Chunks in no log (formatted or not).
     pub(crate) fn free_count(&self) -> u64 {
         self.geometry.count as u64 - self.in_use()

@@ -7,7 +7,12 @@
 //! (dlmalloc-like). Nothing here is persisted: the state is rebuilt
 //! on recovery from the allocation and free records in the logs.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+// Home offsets are not attacker-chosen keys (they come from this allocator or from a
+// checksummed log), so a fast non-cryptographic hash is safe, and the default SipHash
+// was most of the cost of rebuilding the allocator on open.
+use rustc_hash::FxHashMap as HashMap;
 
 use super::layout::HOME_LIMIT;
 

@@ -7,8 +7,9 @@
 //! the log. On open, [`recovery`] rebuilds the mapping and the allocator from the log.
 //!
 //! Parts: [`layout`] (bytes on media), [`chunks`] (chunk pool, log tails), [`log_writer`]
-//! (commit-time append), [`mapping`] (home-to-log skip list), [`home_alloc`] (home-space
-//! allocator), [`recovery`].
+//! (commit-time append), [`mapping`] (home-to-log mapping), [`home_alloc`] (home-space
+//! allocator), [`recovery`], [`snapshot`] (what a clean close leaves so that the next
+//! open need not replay the log).
 
 mod chunks;
 mod commit_data;
@@ -17,6 +18,7 @@ mod layout;
 mod log_writer;
 mod mapping;
 mod recovery;
+mod snapshot;
 mod superblock;
 
 use std::ops::Range;
@@ -25,7 +27,7 @@ use std::sync::{Arc, Mutex};
 
 pub use mapping::{MappingConfig, PartitionIndex};
 pub(crate) use recovery::Examination;
-pub use recovery::{Damage, DroppedTransaction, LogSummary, RecoveryReport};
+pub use recovery::{Damage, DroppedTransaction, LogSummary, RecoveryReport, SnapshotUse};
 
 use self::chunks::{ChunkGeometry, ChunkPool, LogSet};
 use self::commit_data::CommitBuffers;
@@ -33,6 +35,7 @@ use self::home_alloc::{AllocError, HEAP_START, HomeAllocator};
 use self::layout::HOME_LIMIT;
 use self::log_writer::LogWriter;
 use self::mapping::Mapping;
+use self::snapshot::Snapshot;
 use self::superblock::{CloseRecord, Superblock};
 use crate::config::Fault;
 use crate::error::{Error, Result};
@@ -242,13 +245,20 @@ impl LogEngine {
             ),
             false => None,
         };
+        let snapshot = match clean {
+            true => superblock.read_snapshot_locator(&media),
+            false => Ok(None),
+        };
         let mapping = Mapping::new(mapping);
         let threads = recovery::threads_for(recovery_threads, &geometry, marks.formatted);
-        let recovered = recovery::recover(&media, &geometry, marks, close, &mapping, threads)
-            .map_err(corrupt)?;
+        let recovered =
+            recovery::recover(&media, &geometry, marks, close, snapshot, &mapping, threads)
+                .map_err(corrupt)?;
 
-        // Accepted: from here on the pool is written.
+        // Accepted: from here on the pool is written. The snapshot describes the log as
+        // it is now; it goes before the log changes.
         file.mark_open();
+        superblock.clear_snapshot_locator(&media);
         recovered.repair(&media, &geometry);
         // Both are at most GENERATION_LIMIT (checked before), far below overflow.
         let base = marks.generation.max(recovered.max_generation);
@@ -342,8 +352,10 @@ impl LogEngine {
         found
     }
 
-    /// Prepares a clean close: records what the log holds, durably, so the next open can
-    /// check it finds exactly that. The caller then marks the pool closed.
+    /// Prepares a clean close: writes the snapshot of the mapping and the allocator (when
+    /// the free chunks can hold it) and records what the log holds, durably, so the next
+    /// open can check it finds exactly that and load the snapshot instead of replaying
+    /// the log. The caller then marks the pool closed.
     pub(crate) fn close(&self) {
         // No commit is in progress (closing takes the pool): every log set is here.
         let sets = lock(&self.log_sets);
@@ -359,6 +371,17 @@ impl LogEngine {
             chunks_in_use: self.chunks.in_use(),
         };
         drop(sets);
+        let mut pieces = Vec::with_capacity(self.mapping.nodes() as usize);
+        self.mapping.for_each_piece(|p| pieces.push(p));
+        pieces.sort_unstable_by_key(|p| p.home);
+        let snapshot = Snapshot {
+            record,
+            pieces,
+            allocations: lock(&self.allocator).allocations(),
+        };
+        if let Some(at) = snapshot.write(&self.media, &self.geometry, &self.chunks.unused()) {
+            self.superblock.write_snapshot_locator(&self.media, &at);
+        }
         self.superblock.write_close_record(&self.media, &record);
     }
 

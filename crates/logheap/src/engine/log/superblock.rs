@@ -10,6 +10,7 @@
 //! | 16 | 8 | formatted chunks, copy A: count (low 32 bits), CRC32C of the count (high 32) |
 //! | 24 | 8 | formatted chunks, copy B |
 //! | 64 | 64 | clean-close record (see [`CloseRecord`]) |
+//! | 128 | 64 | snapshot locator (see [`SnapshotLocator`]), or zeros |
 //!
 //! Every mark is one 8-byte word written with an untearable store, in two copies, so a
 //! crash leaves each copy either old or new. A mark only grows,
@@ -29,6 +30,8 @@
 //! * The **clean-close record**: what the log held at the last clean close. Opening a
 //!   cleanly closed pool checks that the scan finds exactly that, so log data that went
 //!   missing (a zeroed chunk header, a truncated log) is damage, not a shorter log.
+//! * The **snapshot locator**: where the clean-close snapshot of the mapping and the
+//!   allocator is ([`super::snapshot`]); zeros while the pool is open.
 
 use super::layout::{u32_at, u64_at};
 use super::recovery::Damage;
@@ -40,10 +43,14 @@ const CLOSE: usize = 64;
 const CLOSE_MAGIC: [u8; 8] = *b"LHCLOSE\0";
 const CLOSE_LEN: usize = 64;
 const CLOSE_CRC_AT: usize = 60;
+const LOCATOR: usize = 128;
+const LOCATOR_MAGIC: [u8; 8] = *b"LHSNAPLC";
+const LOCATOR_LEN: usize = 64;
+const LOCATOR_CRC_AT: usize = 60;
 /// The largest chunk generation (and generation mark) a log can reach.
 pub(crate) const GENERATION_LIMIT: u64 = u64::MAX >> 2;
 /// Bytes of the superblock the log engine uses.
-pub(crate) const SUPERBLOCK_BYTES: usize = CLOSE + CLOSE_LEN;
+pub(crate) const SUPERBLOCK_BYTES: usize = LOCATOR + LOCATOR_LEN;
 
 /// The marks read at open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +72,41 @@ pub(crate) struct CloseRecord {
     pub blocks: u64,
     /// Chunks with a valid header.
     pub chunks_in_use: u64,
+}
+
+impl CloseRecord {
+    /// Its fields, in their stored order.
+    pub(crate) fn words(&self) -> [u64; 4] {
+        [
+            self.max_version,
+            self.transactions,
+            self.blocks,
+            self.chunks_in_use,
+        ]
+    }
+
+    /// The record with these fields (in [`words`](Self::words) order).
+    pub(crate) fn from_words(w: [u64; 4]) -> CloseRecord {
+        CloseRecord {
+            max_version: w[0],
+            transactions: w[1],
+            blocks: w[2],
+            chunks_in_use: w[3],
+        }
+    }
+}
+
+/// Where the clean-close snapshot is ([`super::snapshot`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SnapshotLocator {
+    /// Its first chunk.
+    pub first: u32,
+    /// Chunks it takes.
+    pub chunks: u32,
+    /// Payload bytes.
+    pub bytes: u64,
+    /// CRC32C of the payload.
+    pub crc: u32,
 }
 
 /// The superblock of one pool.
@@ -162,15 +204,7 @@ impl Superblock {
     pub(crate) fn write_close_record(&self, media: &Media, record: &CloseRecord) {
         let mut b = [0u8; CLOSE_LEN];
         b[..8].copy_from_slice(&CLOSE_MAGIC);
-        for (i, v) in [
-            record.max_version,
-            record.transactions,
-            record.blocks,
-            record.chunks_in_use,
-        ]
-        .into_iter()
-        .enumerate()
-        {
+        for (i, v) in record.words().into_iter().enumerate() {
             b[8 + i * 8..16 + i * 8].copy_from_slice(&v.to_le_bytes());
         }
         let crc = crc32c::crc32c(&b[..CLOSE_CRC_AT]);
@@ -190,13 +224,56 @@ impl Superblock {
                 "the clean-close record is damaged".into(),
             ));
         }
-        let v = |i: usize| u64_at(&b, 8 + i * 8);
-        Ok(CloseRecord {
-            max_version: v(0),
-            transactions: v(1),
-            blocks: v(2),
-            chunks_in_use: v(3),
-        })
+        Ok(CloseRecord::from_words(
+            [0, 1, 2, 3].map(|i| u64_at(&b, 8 + i * 8)),
+        ))
+    }
+
+    /// Durably writes the snapshot locator.
+    pub(crate) fn write_snapshot_locator(&self, media: &Media, locator: &SnapshotLocator) {
+        let mut b = [0u8; LOCATOR_LEN];
+        b[..8].copy_from_slice(&LOCATOR_MAGIC);
+        b[8..12].copy_from_slice(&locator.first.to_le_bytes());
+        b[12..16].copy_from_slice(&locator.chunks.to_le_bytes());
+        b[16..24].copy_from_slice(&locator.bytes.to_le_bytes());
+        b[24..28].copy_from_slice(&locator.crc.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..LOCATOR_CRC_AT]);
+        b[LOCATOR_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        media.write(self.at + LOCATOR, &b);
+        media.persist(self.at + LOCATOR, LOCATOR_LEN);
+    }
+
+    /// Reads the snapshot locator: `Ok(None)` when there is none (all zeros), an error
+    /// when it is damaged.
+    pub(crate) fn read_snapshot_locator(
+        &self,
+        media: &Media,
+    ) -> Result<Option<SnapshotLocator>, String> {
+        let mut b = [0u8; LOCATOR_LEN];
+        media.read(self.at + LOCATOR, &mut b);
+        if b.iter().all(|&x| x == 0) {
+            return Ok(None);
+        }
+        if b[..8] != LOCATOR_MAGIC || crc32c::crc32c(&b[..LOCATOR_CRC_AT]) != u32_at(&b, 60) {
+            return Err("the snapshot locator is damaged".into());
+        }
+        Ok(Some(SnapshotLocator {
+            first: u32_at(&b, 8),
+            chunks: u32_at(&b, 12),
+            bytes: u64_at(&b, 16),
+            crc: u32_at(&b, 24),
+        }))
+    }
+
+    /// Durably erases the snapshot locator, if there is one (every open does, before it
+    /// writes to the log: a snapshot describes the log of one clean close only).
+    pub(crate) fn clear_snapshot_locator(&self, media: &Media) {
+        let mut b = [0u8; LOCATOR_LEN];
+        media.read(self.at + LOCATOR, &mut b);
+        if b.iter().any(|&x| x != 0) {
+            media.write(self.at + LOCATOR, &[0u8; LOCATOR_LEN]);
+            media.persist(self.at + LOCATOR, LOCATOR_LEN);
+        }
     }
 }
 
@@ -242,6 +319,34 @@ mod tests {
         assert_eq!(sb.read_marks(&m, false).unwrap().generation, 90);
         m.write_u64(512 + FORMATTED, encode_count(200));
         assert_eq!(sb.read_marks(&m, false).unwrap().formatted, 200);
+    }
+
+    #[test]
+    fn snapshot_locator_round_trips_clears_and_every_flipped_byte_is_caught() {
+        let m = media();
+        let sb = Superblock { at: 512 };
+        sb.format(&m, 0);
+        assert_eq!(sb.read_snapshot_locator(&m), Ok(None));
+        let l = SnapshotLocator {
+            first: 7,
+            chunks: 3,
+            bytes: 70_000,
+            crc: 0xdead_beef,
+        };
+        sb.write_snapshot_locator(&m, &l);
+        assert_eq!(sb.read_snapshot_locator(&m), Ok(Some(l)));
+        for byte in 0..LOCATOR_LEN {
+            let at = 512 + LOCATOR + byte;
+            let mut b = [0u8];
+            m.read(at, &mut b);
+            m.write(at, &[b[0] ^ 4]);
+            assert!(sb.read_snapshot_locator(&m).is_err(), "byte {byte}");
+            m.write(at, &b);
+        }
+        sb.clear_snapshot_locator(&m);
+        assert_eq!(sb.read_snapshot_locator(&m), Ok(None));
+        // The close record is untouched by the locator.
+        assert_eq!(sb.read_close_record(&m), Ok(CloseRecord::default()));
     }
 
     #[test]

@@ -60,7 +60,7 @@ fn recover_with(
     threads: usize,
 ) -> Result<Outcome, Vec<Damage>> {
     let mapping = Mapping::new(config);
-    let r = recover(media, geometry, marks, close, &mapping, threads)?;
+    let r = recover(media, geometry, marks, close, Ok(None), &mapping, threads)?;
     Ok(Outcome {
         pieces: pieces(&mapping),
         nodes: mapping.nodes(),

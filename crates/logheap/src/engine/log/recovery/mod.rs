@@ -39,7 +39,10 @@
 //!
 //! *After a clean close* nothing can be torn: any tail region, torn header or uncommitted
 //! block is damage, and the log must hold exactly what the clean-close record says
-//! (transactions, blocks, chunks, largest version).
+//! (transactions, blocks, chunks, largest version). The log is read and judged all the
+//! same, but when the close left a sound snapshot of the mapping and the allocator
+//! ([`snapshot`](super::snapshot)), that is loaded instead of replaying the log
+//! ([`RecoveryReport::snapshot`] says whether it was, or why not).
 //!
 //! What a crash and damage at the very end of a log look alike: after a crash, damage to
 //! the last transaction of a log set is indistinguishable from that transaction being
@@ -55,9 +58,11 @@ mod scan;
 use std::fmt;
 
 use super::chunks::{ChunkGeometry, TailChunk, payload_start};
+use super::home_alloc::HomeAllocator;
 use super::layout::{CHUNK_HEADER, LogKind, header_erase_order};
 use super::mapping::Mapping;
-use super::superblock::{CloseRecord, Marks};
+use super::snapshot::Snapshot;
+use super::superblock::{CloseRecord, Marks, SnapshotLocator};
 use crate::media::Media;
 
 use rules::log_kind_name;
@@ -82,6 +87,23 @@ pub struct RecoveryReport {
     pub chunks_reclaimed: u64,
     /// Largest version seen.
     pub max_version: u64,
+    /// Whether the mapping and the allocator were loaded from the clean-close snapshot.
+    pub snapshot: SnapshotUse,
+}
+
+/// Whether an open loaded the clean-close snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotUse {
+    /// There was none: the pool was not closed cleanly, or its close had no room for one
+    /// (or was written by a version without snapshots). The log was replayed.
+    #[default]
+    None,
+    /// The mapping and the allocator were loaded from it (the log was still read and
+    /// checked, but not replayed).
+    Loaded,
+    /// It could not be used, for the reason given; the log was replayed instead.
+    Rejected(String),
 }
 
 /// A transaction recovery dropped because a crash interrupted its write.
@@ -201,6 +223,7 @@ impl RecoveryReport {
             dropped: verdict.dropped.clone(),
             chunks_reclaimed: 0,
             max_version: verdict.max_version,
+            snapshot: SnapshotUse::None,
         }
     }
 }
@@ -230,28 +253,57 @@ pub(crate) fn threads_for(requested: usize, geometry: &ChunkGeometry, formatted:
 /// state with `threads` threads, writing nothing. `close` is the clean-close record when
 /// the pool was closed cleanly. Refuses (with every problem found) when the log is
 /// damaged.
+/// Recovers the DRAM state from the log, or, after a clean close (`close`), from the
+/// snapshot that close left (`snapshot`: where it is, if there is one; `Err`: why the
+/// locator cannot be used), if it is sound.
 pub(crate) fn recover(
     media: &Media,
     geometry: &ChunkGeometry,
     marks: Marks,
     close: Option<CloseRecord>,
+    snapshot: Result<Option<SnapshotLocator>, String>,
     mapping: &Mapping,
     threads: usize,
 ) -> Result<Recovery, Vec<Damage>> {
-    let (scan, verdict, problems, replayed) = read_judge_replay(
-        media,
-        geometry,
-        marks,
-        close.as_ref(),
-        mapping,
-        threads,
-        false,
-    );
+    let mut snapshot_use = SnapshotUse::None;
+    let mut loaded = None;
+    match (close.as_ref(), snapshot) {
+        (None, _) | (Some(_), Ok(None)) => {}
+        (Some(_), Err(why)) => snapshot_use = SnapshotUse::Rejected(why),
+        (Some(close), Ok(Some(locator))) => {
+            let (prepared, (scan, verdict, problems)) =
+                read_judge_and_prepare(media, geometry, marks, close, &locator, threads);
+            if !problems.is_empty() {
+                return Err(problems);
+            }
+            match prepared.and_then(|(snapshot, allocator)| {
+                load_snapshot(&snapshot, allocator, geometry, &scan, mapping)
+            }) {
+                Ok(replayed) => {
+                    snapshot_use = SnapshotUse::Loaded;
+                    loaded = Some((scan, verdict, problems, Some(replayed)));
+                }
+                Err(why) => snapshot_use = SnapshotUse::Rejected(why),
+            }
+        }
+    }
+    let (scan, verdict, problems, replayed) = loaded.unwrap_or_else(|| {
+        read_judge_replay(
+            media,
+            geometry,
+            marks,
+            close.as_ref(),
+            mapping,
+            threads,
+            false,
+        )
+    });
     let Some(replayed) = replayed.filter(|_| problems.is_empty()) else {
         return Err(problems);
     };
 
     let mut report = RecoveryReport::of(close.is_some(), &scan, &verdict);
+    report.snapshot = snapshot_use;
     let mut free_chunks = scan.free.clone();
     let mut erase = Vec::new();
     let mut reclaim: Vec<u32> = scan.torn_headers.iter().map(|t| t.index).collect();
@@ -439,6 +491,97 @@ pub(crate) fn examine(
 /// Reads the log, judges it and, when nothing is wrong or `replay_anyway`, replays the
 /// committed transactions into `mapping`: on this thread alone when `threads` is 1, else
 /// with a crew of threads ([`parallel`]), with the same result.
+/// The log as read and judged, and the problems found.
+type Judged = (scan::Scan, rules::Verdict, Vec<Damage>);
+/// A snapshot read, and the allocator rebuilt from it; or why it cannot be used.
+type Prepared = Result<(Snapshot, HomeAllocator), String>;
+
+/// Reads and judges the log, and meanwhile (on a thread of its own, when there are
+/// several) reads the snapshot at `locator` and rebuilds the allocator from it: the
+/// snapshot's part fails if it is damaged, was written at another close than `close`, or
+/// holds allocations that cannot all be true.
+fn read_judge_and_prepare(
+    media: &Media,
+    geometry: &ChunkGeometry,
+    marks: Marks,
+    close: &CloseRecord,
+    locator: &SnapshotLocator,
+    threads: usize,
+) -> (Prepared, Judged) {
+    let prepare = || {
+        let snapshot = Snapshot::read(media, geometry, locator)?;
+        if snapshot.record != *close {
+            return Err("the snapshot was written at another close".to_string());
+        }
+        let allocator = HomeAllocator::rebuild(snapshot.allocations.iter().copied())
+            .map_err(|e| format!("the snapshot's allocations are inconsistent: {e:?}"))?;
+        Ok((snapshot, allocator))
+    };
+    if threads < 2 {
+        return (
+            prepare(),
+            read_judge(media, geometry, marks, Some(close), 1),
+        );
+    }
+    std::thread::scope(|s| {
+        let preparing = s.spawn(prepare);
+        let judged = read_judge(media, geometry, marks, Some(close), threads - 1);
+        let prepared = preparing
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (prepared, judged)
+    })
+}
+
+/// Loads `snapshot` into the empty `mapping`, after checking that its pieces agree with
+/// the log just read (`scan`); returns the state as replay would have, with `allocator`
+/// (rebuilt from the snapshot). Nothing is loaded when they do not agree.
+fn load_snapshot(
+    snapshot: &Snapshot,
+    allocator: HomeAllocator,
+    geometry: &ChunkGeometry,
+    scan: &scan::Scan,
+    mapping: &Mapping,
+) -> Result<replay::Replayed, String> {
+    let mut run_end = vec![None; geometry.count as usize];
+    for c in &scan.chunks {
+        run_end[c.index as usize] = Some(geometry.offset(c.index) + c.stop.offset() as u64);
+    }
+    snapshot.check_pieces(geometry, |c| run_end.get(c as usize).copied().flatten())?;
+    let mut live = vec![0i64; geometry.count as usize];
+    for p in &snapshot.pieces {
+        // Inside a chunk in a log: checked above.
+        live[geometry.chunk_of(p.log) as usize] += p.len as i64;
+        mapping.insert(p.home, p.len, p.log, &mut |_, _| {});
+    }
+    Ok(replay::Replayed { allocator, live })
+}
+
+/// Reads the log (with `threads` threads) and judges it, without replaying it.
+fn read_judge(
+    media: &Media,
+    geometry: &ChunkGeometry,
+    marks: Marks,
+    close: Option<&CloseRecord>,
+    threads: usize,
+) -> Judged {
+    let mut scan = if threads > 1 {
+        let batches = scan::Batches::new(geometry, marks.formatted, threads);
+        std::thread::scope(|s| {
+            for _ in 1..threads.min(parallel::MAX_THREADS) {
+                s.spawn(|| batches.take(media, geometry));
+            }
+            batches.take(media, geometry);
+        });
+        batches.merge()
+    } else {
+        scan::scan(media, geometry, marks.formatted)
+    };
+    let scan_problems = std::mem::take(&mut scan.problems);
+    let (verdict, problems) = judge(geometry, marks, close, &scan, scan_problems);
+    (scan, verdict, problems)
+}
+
 fn read_judge_replay(
     media: &Media,
     geometry: &ChunkGeometry,
@@ -563,6 +706,7 @@ mod tests {
             &geometry,
             marks,
             None,
+            Ok(None),
             &Mapping::new(MappingConfig::FULL),
             1,
         )

@@ -1,0 +1,424 @@
+//! The clean-close snapshot: the DRAM state a clean close leaves behind, so the next open
+//! need not replay the log ("Log-structured Non-volatile Main Memory", USENIX ATC 2017,
+//! §3.5).
+//!
+//! Replaying the log is most of what recovery costs (the mapping inserts and the
+//! allocator rebuild; reading and checking the blocks is a tenth of it). So a clean close
+//! writes what replay would rebuild — every mapped piece (home, length, log address) and
+//! every live allocation (home, size) — and the next open, after a clean close, loads it
+//! instead of replaying. Opening still reads the log and checks every chunk header and
+//! block checksum against the clean-close record, as any open does: a damaged log is
+//! refused whether or not a snapshot exists, so a snapshot never hides damage.
+//!
+//! **Where**: in chunks that are in no log (free formatted chunks first, then chunks not
+//! yet formatted). The first [`CHUNK_HEADER`] bytes of each are left as they are (zero in
+//! a formatted free chunk), so recovery, which reads only the headers of free chunks,
+//! still sees free chunks; a log that takes one later writes over the snapshot (a reused
+//! chunk's stale bytes are already expected there). Each snapshot chunk starts, after the
+//! header area, with a small header: magic, sequence number in the snapshot, the next
+//! chunk (or none), and the bytes of payload in this chunk.
+//!
+//! **Found by** a locator in the superblock ([`Superblock::write_snapshot_locator`]):
+//! first chunk, number of chunks, payload length, payload checksum, under a checksum of
+//! its own. The payload starts with the clean-close record it was written with.
+//!
+//! **Trusted only when** the pool was closed cleanly, the locator and every chunk header
+//! check out, the payload's CRC32C matches, its close record equals the superblock's, and
+//! its contents are consistent with the log just read (pieces sorted, disjoint, each
+//! inside a committed run of a chunk in a log; allocations accepted by the allocator's
+//! rebuild). Otherwise the open replays the log as after a crash (and says why in
+//! [`RecoveryReport::snapshot`](super::RecoveryReport::snapshot)).
+//!
+//! **Never stale**: every open durably erases the locator before it writes anything else
+//! to the log, and a clean close writes the chunks, then the locator, then the
+//! clean-close record, each durable before the next; the pool is marked closed after all
+//! of them. A crash anywhere in between leaves a pool that was not closed cleanly, whose
+//! open ignores any snapshot.
+//!
+//! [`Superblock::write_snapshot_locator`]: super::superblock::Superblock::write_snapshot_locator
+
+use super::chunks::ChunkGeometry;
+use super::layout::{CHUNK_HEADER, HOME_LIMIT, u32_at, u64_at};
+use super::mapping::Piece;
+use super::superblock::{CloseRecord, SnapshotLocator};
+use crate::media::Media;
+
+const PAYLOAD_MAGIC: [u8; 8] = *b"LHSNAP01";
+const CHUNK_MAGIC: [u8; 8] = *b"LHSNAPCH";
+/// Bytes of a snapshot chunk's own header (after the chunk header area): magic,
+/// sequence number, next chunk, payload bytes in this chunk, four zero bytes.
+const SNAP_CHUNK_HEADER: usize = 24;
+/// No next chunk.
+const LAST: u32 = u32::MAX;
+/// Payload bytes before the pieces: magic, close record, piece and allocation counts.
+const PAYLOAD_HEADER: usize = 8 + 32 + 16;
+const PIECE_BYTES: usize = 24;
+const ALLOCATION_BYTES: usize = 16;
+
+/// What a clean close leaves for the next open: the state replay would rebuild.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Snapshot {
+    /// The clean-close record written with it.
+    pub record: CloseRecord,
+    /// Every mapped piece, sorted by home.
+    pub pieces: Vec<Piece>,
+    /// Every live allocation (home, size), sorted by home.
+    pub allocations: Vec<(u64, u64)>,
+}
+
+/// Payload bytes one snapshot chunk holds.
+fn payload_per_chunk(geometry: &ChunkGeometry) -> usize {
+    geometry.size as usize - CHUNK_HEADER - SNAP_CHUNK_HEADER
+}
+
+impl Snapshot {
+    /// Its bytes.
+    fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(
+            PAYLOAD_HEADER
+                + self.pieces.len() * PIECE_BYTES
+                + self.allocations.len() * ALLOCATION_BYTES,
+        );
+        b.extend_from_slice(&PAYLOAD_MAGIC);
+        for v in self.record.words() {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&(self.pieces.len() as u64).to_le_bytes());
+        b.extend_from_slice(&(self.allocations.len() as u64).to_le_bytes());
+        for p in &self.pieces {
+            for v in [p.home, p.len, p.log] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        for &(home, size) in &self.allocations {
+            b.extend_from_slice(&home.to_le_bytes());
+            b.extend_from_slice(&size.to_le_bytes());
+        }
+        b
+    }
+
+    /// Decodes a payload whose checksum matched; checks its shape (not its contents).
+    fn decode(b: &[u8]) -> Result<Snapshot, String> {
+        if b.len() < PAYLOAD_HEADER || b[..8] != PAYLOAD_MAGIC {
+            return Err("the snapshot payload has no valid header".into());
+        }
+        let record = CloseRecord::from_words([8, 16, 24, 32].map(|at| u64_at(b, at)));
+        let (pieces, allocations) = (u64_at(b, 40), u64_at(b, 48));
+        let expected = (pieces as u128) * PIECE_BYTES as u128
+            + (allocations as u128) * ALLOCATION_BYTES as u128
+            + PAYLOAD_HEADER as u128;
+        if expected != b.len() as u128 {
+            return Err(format!(
+                "the snapshot payload holds {} bytes, not the {expected} its counts need",
+                b.len()
+            ));
+        }
+        let body = &b[PAYLOAD_HEADER..];
+        let (piece_bytes, alloc_bytes) = body.split_at(pieces as usize * PIECE_BYTES);
+        Ok(Snapshot {
+            record,
+            pieces: piece_bytes
+                .chunks_exact(PIECE_BYTES)
+                .map(|p| Piece {
+                    home: u64_at(p, 0),
+                    len: u64_at(p, 8),
+                    log: u64_at(p, 16),
+                })
+                .collect(),
+            allocations: alloc_bytes
+                .chunks_exact(ALLOCATION_BYTES)
+                .map(|a| (u64_at(a, 0), u64_at(a, 8)))
+                .collect(),
+        })
+    }
+
+    /// Writes the snapshot into `free` chunks (in that order; none of them in a log) and
+    /// makes it durable. Returns its locator, or `None` (nothing written) when the free
+    /// chunks are too few to hold it.
+    pub(crate) fn write(
+        &self,
+        media: &Media,
+        geometry: &ChunkGeometry,
+        free: &[u32],
+    ) -> Option<SnapshotLocator> {
+        let payload = self.encode();
+        let per_chunk = payload_per_chunk(geometry);
+        let needed = payload.len().div_ceil(per_chunk).max(1);
+        let chunks = free.get(..needed)?;
+        for (i, (part, &c)) in payload
+            .chunks(per_chunk)
+            .chain(payload.is_empty().then_some(&[][..]))
+            .zip(chunks)
+            .enumerate()
+        {
+            let next = chunks.get(i + 1).copied().unwrap_or(LAST);
+            let mut head = [0u8; SNAP_CHUNK_HEADER];
+            head[..8].copy_from_slice(&CHUNK_MAGIC);
+            head[8..12].copy_from_slice(&(i as u32).to_le_bytes());
+            head[12..16].copy_from_slice(&next.to_le_bytes());
+            head[16..20].copy_from_slice(&(part.len() as u32).to_le_bytes());
+            let at = geometry.offset(c) as usize + CHUNK_HEADER;
+            media.write(at, &head);
+            media.write(at + SNAP_CHUNK_HEADER, part);
+            media.flush(at, SNAP_CHUNK_HEADER + part.len());
+        }
+        media.fence();
+        Some(SnapshotLocator {
+            first: chunks[0],
+            chunks: needed as u32,
+            bytes: payload.len() as u64,
+            crc: crc32c::crc32c(&payload),
+        })
+    }
+
+    /// Reads the snapshot `locator` points to, checking every chunk header and the
+    /// payload's checksum. The error says why it cannot be used.
+    pub(crate) fn read(
+        media: &Media,
+        geometry: &ChunkGeometry,
+        locator: &SnapshotLocator,
+    ) -> Result<Snapshot, String> {
+        let per_chunk = payload_per_chunk(geometry) as u64;
+        if locator.chunks as u64 != locator.bytes.div_ceil(per_chunk).max(1)
+            || locator.chunks > geometry.count
+        {
+            return Err(format!(
+                "the snapshot locator's {} chunks cannot hold {} bytes",
+                locator.chunks, locator.bytes
+            ));
+        }
+        let mut payload = Vec::with_capacity(locator.bytes as usize);
+        let mut chunk = locator.first;
+        let mut head = [0u8; SNAP_CHUNK_HEADER];
+        for i in 0..locator.chunks {
+            if chunk >= geometry.count {
+                return Err(format!("snapshot chunk {i} is outside the pool"));
+            }
+            let at = geometry.offset(chunk) as usize + CHUNK_HEADER;
+            media.read(at, &mut head);
+            let (seq, next, len) = (u32_at(&head, 8), u32_at(&head, 12), u32_at(&head, 16));
+            let expected_len = (locator.bytes - payload.len() as u64).min(per_chunk);
+            let last = i + 1 == locator.chunks;
+            if head[..8] != CHUNK_MAGIC
+                || head[20..] != [0; 4]
+                || seq != i
+                || len as u64 != expected_len
+                || (next == LAST) != last
+            {
+                return Err(format!(
+                    "the header of snapshot chunk {i} (chunk {chunk}) is damaged"
+                ));
+            }
+            let start = payload.len();
+            payload.resize(start + len as usize, 0);
+            media.read(at + SNAP_CHUNK_HEADER, &mut payload[start..]);
+            chunk = next;
+        }
+        if crc32c::crc32c(&payload) != locator.crc {
+            return Err("the snapshot's checksum does not match".into());
+        }
+        Snapshot::decode(&payload)
+    }
+
+    /// Checks that the pieces can be loaded into an empty mapping: sorted by home,
+    /// disjoint, inside the home space, each inside the committed run of blocks of a
+    /// chunk in a log (`run_end(chunk)`: pool offset where that run ends, `None` for a
+    /// chunk in no log).
+    pub(crate) fn check_pieces(
+        &self,
+        geometry: &ChunkGeometry,
+        run_end: impl Fn(u32) -> Option<u64>,
+    ) -> Result<(), String> {
+        let mut home_end = 0;
+        for p in &self.pieces {
+            let bad = |why: &str| Err(format!("snapshot piece {:#x}+{}: {why}", p.home, p.len));
+            if p.len == 0 || p.home < home_end {
+                return bad("empty, unsorted or overlapping");
+            }
+            home_end = match p.home.checked_add(p.len) {
+                Some(end) if end <= HOME_LIMIT => end,
+                _ => return bad("outside the home space"),
+            };
+            let data_end = geometry.offset(geometry.count);
+            if p.log < geometry.start || p.log >= data_end {
+                return bad("maps outside the log");
+            }
+            let c = geometry.chunk_of(p.log);
+            let chunk_start = geometry.offset(c);
+            let inside = run_end(c).is_some_and(|end| {
+                p.log >= chunk_start + CHUNK_HEADER as u64
+                    && p.log.checked_add(p.len).is_some_and(|e| e <= end)
+            });
+            if !inside {
+                return bad("maps outside the committed blocks of a log chunk");
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::media::{MediaConfig, SimConfig};
+
+    const CHUNK: u64 = 4096;
+
+    fn setup() -> (Media, ChunkGeometry) {
+        let media = Media::sim(
+            64 * CHUNK as usize,
+            &MediaConfig::default(),
+            SimConfig::default(),
+        )
+        .unwrap();
+        (media, ChunkGeometry::new(0, 64 * CHUNK, CHUNK))
+    }
+
+    fn sample(pieces: u64) -> Snapshot {
+        Snapshot {
+            record: CloseRecord {
+                max_version: 77,
+                transactions: 5,
+                blocks: 9,
+                chunks_in_use: 2,
+            },
+            pieces: (0..pieces)
+                .map(|i| Piece {
+                    home: (1 << 20) + i * 64,
+                    len: 40,
+                    log: 64 + i * 48,
+                })
+                .collect(),
+            allocations: (0..pieces / 2)
+                .map(|i| ((1 << 20) + i * 128, 100))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_snapshot_round_trips_across_chunks_in_any_order() {
+        let (media, geometry) = setup();
+        let snap = sample(500);
+        let free = [40, 3, 17, 9, 60, 61, 62];
+        let locator = snap.write(&media, &geometry, &free).unwrap();
+        assert!(locator.chunks > 3, "spans several chunks");
+        assert_eq!(Snapshot::read(&media, &geometry, &locator).unwrap(), snap);
+        // The chunk header areas stay untouched (zero), so the chunks still look free.
+        for &c in &free {
+            let mut head = [0u8; CHUNK_HEADER];
+            media.read(geometry.offset(c) as usize, &mut head);
+            assert_eq!(head, [0u8; CHUNK_HEADER]);
+        }
+        // An empty snapshot takes one chunk.
+        let empty = Snapshot::default();
+        let locator = empty.write(&media, &geometry, &free).unwrap();
+        assert_eq!(locator.chunks, 1);
+        assert_eq!(Snapshot::read(&media, &geometry, &locator).unwrap(), empty);
+    }
+
+    #[test]
+    fn too_few_free_chunks_write_nothing() {
+        let (media, geometry) = setup();
+        let before = media.counters();
+        assert!(sample(500).write(&media, &geometry, &[1, 2]).is_none());
+        assert_eq!(media.counters(), before);
+    }
+
+    #[test]
+    fn every_flipped_byte_of_a_snapshot_is_caught() {
+        let (media, geometry) = setup();
+        let snap = sample(100);
+        let free = [5, 6, 7];
+        let locator = snap.write(&media, &geometry, &free).unwrap();
+        let used = locator.bytes as usize + SNAP_CHUNK_HEADER;
+        for &c in &free[..locator.chunks as usize] {
+            let start = geometry.offset(c) as usize + CHUNK_HEADER;
+            for at in start..(start + used).min(geometry.offset(c + 1) as usize) {
+                let mut b = [0u8];
+                media.read(at, &mut b);
+                media.write(at, &[b[0] ^ 0x10]);
+                assert!(
+                    Snapshot::read(&media, &geometry, &locator).is_err(),
+                    "a flip at {at} went unnoticed"
+                );
+                media.write(at, &b);
+            }
+        }
+        // A locator that does not fit its chunks, or points outside the pool.
+        let mut bad = locator;
+        bad.chunks += 1;
+        assert!(Snapshot::read(&media, &geometry, &bad).is_err());
+        let mut bad = locator;
+        bad.first = geometry.count + 3;
+        assert!(Snapshot::read(&media, &geometry, &bad).is_err());
+        let mut bad = locator;
+        bad.bytes = u64::MAX;
+        assert!(Snapshot::read(&media, &geometry, &bad).is_err());
+    }
+
+    /// A sound snapshot of another close (same log geometry, another record) is not
+    /// loaded: the open replays the log and says why.
+    #[test]
+    fn a_snapshot_of_another_close_is_not_loaded() {
+        use crate::engine::log::superblock::Superblock;
+        use crate::{Config, PPtr, Pool, SnapshotUse};
+        let config = Config::default().size(1 << 20).chunk_size(4096);
+        let pool = Pool::create_sim(&config, SimConfig::default()).unwrap();
+        let root: PPtr<u64> = pool.root().unwrap();
+        pool.transaction(|tx| tx.write(root, &41)).unwrap();
+        let media = pool.media().clone();
+        pool.close().unwrap();
+        let image = media.crash_simulator().unwrap().persisted_image();
+
+        let file = crate::PoolFile::open_image(image, &config.media, SimConfig::default()).unwrap();
+        let geometry = ChunkGeometry::of(file.header());
+        let superblock = Superblock {
+            at: file.layout().superblock.start as usize,
+        };
+        let media = file.media();
+        let at = superblock.read_snapshot_locator(media).unwrap().unwrap();
+        let mut snapshot = Snapshot::read(media, &geometry, &at).unwrap();
+        snapshot.record.transactions += 1;
+        let free: Vec<u32> = (geometry.count - 8..geometry.count).collect();
+        let at = snapshot.write(media, &geometry, &free).unwrap();
+        superblock.write_snapshot_locator(media, &at);
+        let image = media.crash_simulator().unwrap().persisted_image();
+        drop(file);
+
+        let pool = Pool::open_image(image, &config, SimConfig::default()).unwrap();
+        assert_eq!(
+            pool.stats().log.recovery.snapshot,
+            SnapshotUse::Rejected("the snapshot was written at another close".into())
+        );
+        assert_eq!(pool.read(|tx| tx.read(root)).unwrap(), 41);
+    }
+
+    #[test]
+    fn pieces_are_checked_against_the_log() {
+        let geometry = ChunkGeometry::new(0, 64 * CHUNK, CHUNK);
+        // Chunk 0 is in a log with committed blocks up to byte 3000 of it.
+        let run_end = |c: u32| (c == 0).then_some(3000);
+        let ok = |pieces: Vec<Piece>| {
+            Snapshot {
+                pieces,
+                ..Snapshot::default()
+            }
+            .check_pieces(&geometry, run_end)
+        };
+        let p = |home, len, log| Piece { home, len, log };
+        assert!(ok(vec![p(1 << 20, 8, 64), p((1 << 20) + 8, 8, 72)]).is_ok());
+        // Overlapping, unsorted, empty.
+        assert!(ok(vec![p(1 << 20, 16, 64), p((1 << 20) + 8, 8, 72)]).is_err());
+        assert!(ok(vec![p((1 << 20) + 8, 8, 64), p(1 << 20, 8, 72)]).is_err());
+        assert!(ok(vec![p(1 << 20, 0, 64)]).is_err());
+        // Outside home space, in the chunk header, past the committed run, in a free
+        // chunk, outside the pool.
+        assert!(ok(vec![p(HOME_LIMIT - 4, 8, 64)]).is_err());
+        assert!(ok(vec![p(u64::MAX - 2, 8, 64)]).is_err());
+        assert!(ok(vec![p(1 << 20, 8, 8)]).is_err());
+        assert!(ok(vec![p(1 << 20, 8, 2996)]).is_err());
+        assert!(ok(vec![p(1 << 20, 8, CHUNK + 64)]).is_err());
+        assert!(ok(vec![p(1 << 20, 8, 64 * CHUNK + 64)]).is_err());
+        assert!(ok(vec![p(1 << 20, u64::MAX, 64)]).is_err());
+    }
+}
