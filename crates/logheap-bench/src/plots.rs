@@ -136,6 +136,32 @@ fn save(
     Ok(vec![svg, png])
 }
 
+/// Draws one grouped bar chart (a bar per series in each category; `None`: no bar) as
+/// `<stem>.svg` and `<stem>.png` in `dir`, for figures other than the bench's own (e.g.
+/// `logheap recovery-bench`'s). Returns the files, or why none was drawn.
+pub fn draw_bars(
+    dir: &Path,
+    stem: &str,
+    title: &str,
+    y_label: &str,
+    categories: Vec<String>,
+    series: Vec<(String, Vec<Option<f64>>)>,
+) -> Result<Vec<PathBuf>, Box<dyn std::error::Error>> {
+    if !font() {
+        return Err(Box::new(NoFont));
+    }
+    save(
+        dir,
+        stem,
+        &Bars {
+            title,
+            y_label,
+            categories,
+            series,
+        },
+    )
+}
+
 fn workloads_in(results: &[RunResult]) -> Vec<Workload> {
     Workload::ALL
         .into_iter()

@@ -10,13 +10,18 @@
 //!   log; it times each open, with each thread count, `--repeat` times (each open drops
 //!   the pool again without closing it);
 //! - *clean*: closes the pool cleanly and times each open the same way (closing
-//!   cleanly again after each). The log engine keeps its mapping in DRAM only, so an
-//!   open after a clean close reads and replays the whole log too, and also checks it
-//!   against the clean-close record.
+//!   cleanly again after each). A clean close leaves a snapshot of the mapping and the
+//!   allocator (§3.5), so this open reads and checks the whole log but loads the
+//!   snapshot instead of replaying the log; each run says whether it did.
 //!
 //! Each run reports the log bytes read (chunks in use times the chunk size), the
-//! seconds the open took, and their ratio in GB/s. The first open of each thread count
-//! also reads every object back and compares it with what was written.
+//! seconds the open took, their ratio in GB/s, and the DRAM the mapping holds after the
+//! open beside the payload (objects times value size). The first open of each thread
+//! count also reads every object back and compares it with what was written. With
+//! several `--value-size`s, each gets its own pool. The summary tables give the
+//! figures of the paper's Fig. 12 (recovery against threads and value size), Fig. 13
+//! (mapping DRAM against value size) and the clean-open speedup; `--plot DIR` draws
+//! them.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -34,9 +39,9 @@ pub struct Args {
     /// Objects to allocate and write.
     #[arg(long, default_value_t = 1_000_000)]
     objects: u64,
-    /// Value size in bytes (1 to 65535).
-    #[arg(long, default_value_t = 128)]
-    value_size: u64,
+    /// Value sizes in bytes, 1 to 65535 (repeat the option; default 128).
+    #[arg(long = "value-size")]
+    value_size: Vec<u64>,
     /// Recovery thread counts to measure (repeat the option; default 1 and 2).
     #[arg(long = "threads")]
     threads: Vec<usize>,
@@ -67,6 +72,9 @@ pub struct Args {
     /// Print one JSON object per run instead of a table.
     #[arg(long)]
     json: bool,
+    /// Draw the figures (SVG and PNG) into this directory.
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 /// One timed open.
@@ -88,6 +96,10 @@ struct Run {
     log_bytes: u64,
     seconds: f64,
     gb_per_s: f64,
+    /// Objects times value size.
+    payload_bytes: u64,
+    /// DRAM the mapping holds after the open.
+    mapping_dram_bytes: u64,
 }
 
 /// The value of object `i` after `round` overwrites.
@@ -105,9 +117,8 @@ fn value(i: u64, round: u64, size: usize, buf: &mut Vec<u8>) {
 
 /// Fills the pool: every object allocated with its first value, then `updates` of
 /// them overwritten once. Returns each object's home and number of overwrites.
-fn fill(pool: &Pool, args: &Args) -> Result<(Vec<u64>, Vec<u64>), String> {
+fn fill(pool: &Pool, args: &Args, size: usize) -> Result<(Vec<u64>, Vec<u64>), String> {
     let n = args.objects;
-    let size = args.value_size as usize;
     let batch = args.batch.max(1);
     let writers = args.writers.max(1) as u64;
     // Writer w allocates the objects w, w + writers, ...
@@ -229,7 +240,12 @@ fn timed_open(path: &Path, threads: usize) -> Result<(Pool, f64), String> {
 
 /// Runs the benchmark and prints its results.
 pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
-    if !(1..=65535).contains(&args.value_size) {
+    let sizes = if args.value_size.is_empty() {
+        vec![128]
+    } else {
+        args.value_size.clone()
+    };
+    if sizes.iter().any(|s| !(1..=65535).contains(s)) {
         return Err("--value-size must be 1 to 65535".into());
     }
     let threads = if args.threads.is_empty() {
@@ -246,10 +262,36 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         .prefix("logheap-recovery-bench-")
         .tempdir_in(&base)
         .map_err(|e| format!("{}: {e}", base.display()))?;
-    let path = dir.path().join("recovery.pool");
+    let mut runs = Vec::new();
+    for &value_size in &sizes {
+        let path = dir.path().join(format!("recovery-{value_size}.pool"));
+        runs.extend(measure(args, &path, value_size, &threads)?);
+        std::fs::remove_file(&path)?;
+    }
+    if !args.json {
+        print_tables(&runs, &sizes, &threads);
+    }
+    if let Some(out) = &args.plot {
+        std::fs::create_dir_all(out)?;
+        match plot(&runs, &sizes, &threads, out) {
+            Ok(files) => eprintln!("plots: {} files in {}", files.len(), out.display()),
+            Err(e) => eprintln!("plots not drawn: {e}"),
+        }
+    }
+    Ok(())
+}
+
+/// Fills a pool of `value_size`-byte objects at `path` and times its opens after a
+/// crash and after a clean close with each thread count.
+fn measure(
+    args: &Args,
+    path: &Path,
+    value_size: u64,
+    threads: &[usize],
+) -> Result<Vec<Run>, Box<dyn std::error::Error>> {
     // Each object: a block preamble share, an allocation record and its image; each
     // overwrite: an entry and its data. Sparse, so the slack costs nothing.
-    let per_object = args.value_size + 64;
+    let per_object = value_size + 64;
     let log_estimate = (args.objects as f64
         * per_object as f64
         * (1.0 + args.update_share.clamp(0.0, 1.0))) as u64;
@@ -259,13 +301,12 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         .chunk_size(args.chunk_size)
         .reserve_space(false);
     let started = Instant::now();
-    let pool = Pool::create(&path, &config)?;
-    let (homes, rounds) = fill(&pool, args)?;
+    let pool = Pool::create(path, &config)?;
+    let (homes, rounds) = fill(&pool, args, value_size as usize)?;
     let written = pool.stats().log;
     eprintln!(
-        "wrote {} objects of {} B ({} overwritten) in {:.1} s: {} chunks of {} B in use",
+        "wrote {} objects of {value_size} B ({} overwritten) in {:.1} s: {} chunks of {} B in use",
         args.objects,
-        args.value_size,
         rounds.iter().filter(|&&r| r > 0).count(),
         started.elapsed().as_secs_f64(),
         written.chunks_total - written.chunks_free,
@@ -277,15 +318,16 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut runs = Vec::new();
     for state in ["crashed", "clean"] {
         if state == "clean" {
-            let (pool, _) = timed_open(&path, 0)?;
+            let (pool, _) = timed_open(path, 0)?;
             pool.close()?;
         }
-        for &t in &threads {
+        for &t in threads {
             for r in 0..args.repeat.max(1) {
-                let (pool, seconds) = timed_open(&path, t)?;
-                let report = pool.stats().log.recovery;
+                let (pool, seconds) = timed_open(path, t)?;
+                let stats = pool.stats().log;
+                let report = &stats.recovery;
                 if r == 0 {
-                    verify(&pool, &homes, &rounds, args.value_size as usize)?;
+                    verify(&pool, &homes, &rounds, value_size as usize)?;
                 }
                 let log_bytes = report.chunks_in_use * args.chunk_size;
                 let run = Run {
@@ -299,12 +341,14 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                         SnapshotUse::Rejected(why) => format!("rejected: {why}"),
                     },
                     objects: args.objects,
-                    value_size: args.value_size,
+                    value_size,
                     chunks_in_use: report.chunks_in_use,
                     transactions: report.transactions,
                     log_bytes,
                     seconds,
                     gb_per_s: log_bytes as f64 / seconds / 1e9,
+                    payload_bytes: args.objects * value_size,
+                    mapping_dram_bytes: stats.mapping_dram_bytes,
                 };
                 if run.was_clean != (state == "clean") {
                     return Err(format!(
@@ -322,7 +366,7 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                     println!("{}", serde_json::to_string(&run)?);
                 } else {
                     eprintln!(
-                        "{state:>7}  threads {t:>2}  run {}: {:.3} s, {:.1} MB of log, {:.3} GB/s, snapshot {}",
+                        "{state:>7}  {value_size} B  threads {t:>2}  run {}: {:.3} s, {:.1} MB of log, {:.3} GB/s, snapshot {}",
                         run.run,
                         run.seconds,
                         run.log_bytes as f64 / 1e6,
@@ -334,31 +378,148 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     }
-    if !args.json {
-        println!(
-            "| pool state | threads | log MB | transactions | best s | best GB/s | median GB/s |"
-        );
-        println!("|---|---|---|---|---|---|---|");
+    Ok(runs)
+}
+
+/// The runs of one value size, pool state and thread count.
+fn runs_of<'r>(runs: &'r [Run], size: u64, state: &str, threads: usize) -> Vec<&'r Run> {
+    runs.iter()
+        .filter(|r| r.value_size == size && r.state == state && r.threads == threads)
+        .collect()
+}
+
+/// The shortest open of `runs` in seconds.
+fn best(runs: &[&Run]) -> f64 {
+    runs.iter().map(|r| r.seconds).fold(f64::INFINITY, f64::min)
+}
+
+/// The per-run table, the clean-open speedup and the mapping's DRAM, as Markdown.
+fn print_tables(runs: &[Run], sizes: &[u64], threads: &[usize]) {
+    println!(
+        "| value B | pool state | threads | log MB | transactions | best s | best GB/s | median GB/s |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for &size in sizes {
         for state in ["crashed", "clean"] {
-            for &t in &threads {
-                let mine: Vec<&Run> = runs
-                    .iter()
-                    .filter(|r| r.state == state && r.threads == t)
-                    .collect();
+            for &t in threads {
+                let mine = runs_of(runs, size, state, t);
                 let mut rates: Vec<f64> = mine.iter().map(|r| r.gb_per_s).collect();
                 rates.sort_by(f64::total_cmp);
-                let best = mine.iter().map(|r| r.seconds).fold(f64::INFINITY, f64::min);
                 println!(
-                    "| {state} | {t} | {:.1} | {} | {best:.3} | {:.3} | {:.3} |",
+                    "| {size} | {state} | {t} | {:.1} | {} | {:.3} | {:.3} | {:.3} |",
                     mine[0].log_bytes as f64 / 1e6,
                     mine[0].transactions,
+                    best(&mine),
                     rates[rates.len() - 1],
                     rates[rates.len() / 2]
                 );
             }
         }
     }
-    Ok(())
+    println!();
+    println!(
+        "| value B | threads | after a crash, best s | after a clean close, best s | clean open faster by |"
+    );
+    println!("|---|---|---|---|---|");
+    for &size in sizes {
+        for &t in threads {
+            let crashed = best(&runs_of(runs, size, "crashed", t));
+            let clean = best(&runs_of(runs, size, "clean", t));
+            println!(
+                "| {size} | {t} | {crashed:.3} | {clean:.3} | {:.1}x |",
+                crashed / clean
+            );
+        }
+    }
+    println!();
+    println!(
+        "| value B | payload MB | mapping DRAM MB after a crash | after a clean close | DRAM / payload |"
+    );
+    println!("|---|---|---|---|---|");
+    for &size in sizes {
+        let crashed = runs_of(runs, size, "crashed", threads[0])[0];
+        let clean = runs_of(runs, size, "clean", threads[0])[0];
+        println!(
+            "| {size} | {:.1} | {:.1} | {:.1} | {:.3} |",
+            crashed.payload_bytes as f64 / 1e6,
+            crashed.mapping_dram_bytes as f64 / 1e6,
+            clean.mapping_dram_bytes as f64 / 1e6,
+            crashed.mapping_dram_bytes as f64 / crashed.payload_bytes as f64
+        );
+    }
+}
+
+/// Draws Fig. 12 (open time against threads, for each value size and pool state; log
+/// read per second against value size) and Fig. 13 (mapping DRAM over payload against
+/// value size).
+fn plot(
+    runs: &[Run],
+    sizes: &[u64],
+    threads: &[usize],
+    out: &Path,
+) -> Result<Vec<PathBuf>, Box<dyn std::error::Error>> {
+    use logheap_bench::plots::draw_bars;
+    let mut files = Vec::new();
+    let thread_names: Vec<String> = threads.iter().map(|t| format!("{t} threads")).collect();
+    let size_names: Vec<String> = sizes.iter().map(|s| format!("{s} B")).collect();
+    let mut by_threads = Vec::new();
+    for &size in sizes {
+        for state in ["crashed", "clean"] {
+            let v = threads
+                .iter()
+                .map(|&t| Some(best(&runs_of(runs, size, state, t))))
+                .collect();
+            by_threads.push((format!("{size} B, {state}"), v));
+        }
+    }
+    files.extend(draw_bars(
+        out,
+        "fig12a-open-time-vs-threads",
+        "Open time after a crash and after a clean close",
+        "seconds (best)",
+        thread_names,
+        by_threads,
+    )?);
+    let by_size = threads
+        .iter()
+        .map(|&t| {
+            let v = sizes
+                .iter()
+                .map(|&s| {
+                    let mine = runs_of(runs, s, "crashed", t);
+                    Some(mine[0].log_bytes as f64 / best(&mine) / 1e9)
+                })
+                .collect();
+            (format!("{t} threads"), v)
+        })
+        .collect();
+    files.extend(draw_bars(
+        out,
+        "fig12b-recovery-rate-vs-value-size",
+        "Crash recovery: log read per second",
+        "GB/s (best)",
+        size_names.clone(),
+        by_size,
+    )?);
+    let dram = vec![(
+        "mapping DRAM / payload".to_string(),
+        sizes
+            .iter()
+            .map(|&s| {
+                let r = runs_of(runs, s, "crashed", threads[0])[0];
+                Some(r.mapping_dram_bytes as f64 / r.payload_bytes as f64)
+            })
+            .collect(),
+    )];
+    files.extend(draw_bars(
+        out,
+        "fig13-mapping-dram-vs-value-size",
+        "Mapping DRAM against value size",
+        "DRAM / payload",
+        size_names,
+        dram,
+    )?);
+    Ok(files)
 }
 
 #[cfg(test)]

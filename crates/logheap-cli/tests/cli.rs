@@ -303,8 +303,11 @@ fn bench_writes_jsonl_table_and_plots() {
 #[test]
 fn recovery_bench_times_crashed_and_clean_opens_per_thread_count() {
     let dir = tempfile::tempdir().unwrap();
+    let plots = dir.path().join("plots");
     let run = logheap()
         .args(["recovery-bench", "--objects", "3000", "--value-size", "100"])
+        .args(["--value-size", "700", "--plot"])
+        .arg(&plots)
         .args([
             "--threads",
             "1",
@@ -327,13 +330,38 @@ fn recovery_bench_times_crashed_and_clean_opens_per_thread_count() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    // 2 pool states x 2 thread counts x 2 runs (the first of each reads every object back).
-    assert_eq!(runs.len(), 8);
+    // 2 value sizes x 2 pool states x 2 thread counts x 2 runs (the first of each reads
+    // every object back).
+    assert_eq!(runs.len(), 16);
     for r in &runs {
         assert_eq!(r["was_clean"], r["state"] == "clean", "{r}");
+        // A clean open loads the snapshot its close wrote; a crashed one has none.
+        let snapshot = if r["state"] == "clean" {
+            "loaded"
+        } else {
+            "none"
+        };
+        assert_eq!(r["snapshot"], snapshot, "{r}");
         assert!(r["log_bytes"].as_u64().unwrap() > 300_000, "{r}");
         assert!(r["seconds"].as_f64().unwrap() > 0.0, "{r}");
         assert_eq!(r["transactions"], runs[0]["transactions"], "{r}");
+        let dram = r["mapping_dram_bytes"].as_u64().unwrap();
+        assert!(
+            dram > 0 && dram < r["payload_bytes"].as_u64().unwrap(),
+            "{r}"
+        );
     }
     assert_eq!(runs[2]["threads"], 3);
+    assert_eq!(runs[8]["value_size"], 700);
+    assert_eq!(runs[8]["payload_bytes"], 3000 * 700);
+    // The figures are drawn when a font is there (CI installs one).
+    if std::path::Path::new("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf").exists() {
+        for fig in [
+            "fig12a-open-time-vs-threads",
+            "fig12b-recovery-rate-vs-value-size",
+            "fig13-mapping-dram-vs-value-size",
+        ] {
+            assert!(plots.join(format!("{fig}.svg")).is_file(), "{fig}");
+        }
+    }
 }
