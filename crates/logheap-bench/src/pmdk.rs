@@ -347,8 +347,8 @@ mod imp {
         let preload_seconds = start.elapsed().as_secs_f64();
 
         let threads = spec.threads.max(1);
-        // Each thread's operations are drawn before the clock starts (logheap's harness
-        // draws them as it goes: a few tens of nanoseconds per operation).
+        // Each thread's operations are drawn before the clock starts, as logheap's
+        // harness draws them.
         let per_thread: Vec<Vec<Op>> = (0..threads)
             .map(|t| stream.thread_ops(spec.seed, spec.ops, threads, t))
             .collect();

@@ -359,12 +359,6 @@ impl Prepared {
         &self.stream
     }
 
-    /// Runs the next operation of the workload (drawn from `rng`) as one transaction.
-    pub fn operate(&self, pool: &Pool, rng: &mut impl Rng) -> Result<(), Error> {
-        let op = self.stream.next_op(rng);
-        self.apply(pool, &op)
-    }
-
     /// Runs `op` as one transaction: SPS swaps two elements; insert workloads insert;
     /// update workloads look the key up, then delete it if found, else insert it.
     pub fn apply(&self, pool: &Pool, op: &Op) -> Result<(), Error> {
