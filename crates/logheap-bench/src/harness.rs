@@ -183,7 +183,11 @@ pub fn run_reporting(
     // Each thread's operations are drawn before the clock starts, as for PMDK: drawing
     // a Zipf key costs a `powf`, which is no part of a transaction.
     let per_thread: Vec<Vec<Op>> = (0..threads)
-        .map(|t| prepared.stream().thread_ops(spec.seed, spec.ops, threads, t))
+        .map(|t| {
+            prepared
+                .stream()
+                .thread_ops(spec.seed, spec.ops, threads, t)
+        })
         .collect();
     let seconds = run_timed(threads, |t| {
         per_thread[t]

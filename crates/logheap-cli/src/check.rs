@@ -76,6 +76,15 @@ fn print_report(r: &CheckReport) {
             "heap          {} allocations, {} bytes; {} log bytes live",
             r.allocations, r.allocated_bytes, r.live_log_bytes
         );
+        match &rec.snapshot {
+            logheap::SnapshotUse::None => {}
+            logheap::SnapshotUse::Loaded => {
+                println!("snapshot      sound: the next open loads it instead of replaying the log")
+            }
+            logheap::SnapshotUse::Rejected(why) => {
+                println!("snapshot      not usable ({why}): the next open replays the log")
+            }
+        }
     }
     if r.problems.is_empty() {
         println!("result        sound");

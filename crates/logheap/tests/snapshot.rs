@@ -131,6 +131,13 @@ fn snapshot_bytes(image: &[u8]) -> Vec<usize> {
     out
 }
 
+/// `image` with one bit of byte `at` flipped.
+fn image_with_flip(image: &[u8], at: usize) -> Vec<u8> {
+    let mut damaged = image.to_vec();
+    damaged[at] ^= 1 << (at % 8);
+    damaged
+}
+
 fn open(image: Vec<u8>, config: &Config) -> Pool {
     Pool::open_image(image, config, SimConfig::default()).unwrap()
 }
@@ -143,6 +150,10 @@ fn a_clean_open_loads_the_snapshot_and_rebuilds_what_a_replay_would() {
             let pool = Pool::create_sim(&config, SimConfig::default()).unwrap();
             let expected = run(&pool, 300, 7);
             let image = closed_image(pool);
+            // `logheap check` finds that the snapshot holds what the log does.
+            let checked = logheap::check::check_image(image.clone()).unwrap();
+            assert!(checked.is_sound(), "{name}: {:?}", checked.problems);
+            assert_eq!(checked.recovery.unwrap().snapshot, SnapshotUse::Loaded);
             let loaded = open(image.clone(), &config);
             let replayed = open(without_snapshot(image), &config);
             let report = loaded.stats().log.recovery;
@@ -185,9 +196,7 @@ fn a_damaged_snapshot_is_rejected_and_the_log_replayed() {
         .chain(locator..locator + 64)
         .collect();
     for at in offsets {
-        let mut damaged = image.clone();
-        damaged[at] ^= 1 << (at % 8);
-        let pool = open(damaged, &config);
+        let pool = open(image_with_flip(&image, at), &config);
         let report = pool.stats().log.recovery;
         assert!(
             matches!(report.snapshot, SnapshotUse::Rejected(_)),
@@ -196,6 +205,14 @@ fn a_damaged_snapshot_is_rejected_and_the_log_replayed() {
         );
         assert!(state(&pool) == expected, "flip at {at}");
         assert_eq!(rebuilt(&pool), reference, "flip at {at}");
+        if at % 5 == 0 {
+            let checked = logheap::check::check_image(image_with_flip(&image, at)).unwrap();
+            assert!(checked.is_sound(), "flip at {at}: {:?}", checked.problems);
+            assert!(matches!(
+                checked.recovery.unwrap().snapshot,
+                SnapshotUse::Rejected(_)
+            ));
+        }
     }
 }
 

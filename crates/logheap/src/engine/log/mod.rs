@@ -344,9 +344,14 @@ impl LogEngine {
                 .ok(),
             false => None,
         };
+        let snapshot = match clean {
+            true => superblock.read_snapshot_locator(media),
+            false => Ok(None),
+        };
         let mapping = Mapping::new(MappingConfig::FULL);
         let threads = recovery::threads_for(0, &geometry, marks.formatted);
-        let mut found = recovery::examine(media, &geometry, marks, close, &mapping, threads);
+        let mut found =
+            recovery::examine(media, &geometry, marks, close, snapshot, &mapping, threads);
         problems.append(&mut found.problems);
         found.problems = problems;
         found

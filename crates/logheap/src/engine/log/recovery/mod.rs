@@ -406,11 +406,15 @@ impl Recovery {
 /// Examines the log read-only and collects every problem (up to a bound), for checking
 /// tools: the recovery rules, the replay, and the consistency of the mapping it implies.
 /// `threads` as for [`recover`] (the result is the same whatever the number).
+/// Examines the log read-only (for `logheap check` and `inspect`), collecting every
+/// problem; after a clean close (`close`) also whether the snapshot at `snapshot` would
+/// be loaded, and whether it holds exactly what replaying the log rebuilds.
 pub(crate) fn examine(
     media: &Media,
     geometry: &ChunkGeometry,
     marks: Marks,
     close: Option<CloseRecord>,
+    snapshot: Result<Option<SnapshotLocator>, String>,
     mapping: &Mapping,
     threads: usize,
 ) -> Examination {
@@ -478,8 +482,29 @@ pub(crate) fn examine(
         })
         .collect();
     let allocations = replayed.allocator.allocations();
+    let mut report = RecoveryReport::of(close.is_some(), &scan, &verdict);
+    report.snapshot = match (close.as_ref(), snapshot) {
+        (None, _) | (Some(_), Ok(None)) => SnapshotUse::None,
+        (Some(_), Err(why)) => SnapshotUse::Rejected(why),
+        (Some(close), Ok(Some(locator))) => match Snapshot::read(media, geometry, &locator) {
+            Err(why) => SnapshotUse::Rejected(why),
+            Ok(s) if s.record != *close => {
+                SnapshotUse::Rejected("the snapshot was written at another close".into())
+            }
+            Ok(s) if joined(&s.pieces) == joined(&pieces) && s.allocations == allocations => {
+                SnapshotUse::Loaded
+            }
+            Ok(_) => {
+                problems.push(Damage::at(
+                    geometry.offset(locator.first),
+                    "the clean-close snapshot disagrees with the log".into(),
+                ));
+                SnapshotUse::Rejected("the snapshot disagrees with the log".into())
+            }
+        },
+    };
     Examination {
-        report: RecoveryReport::of(close.is_some(), &scan, &verdict),
+        report,
         logs,
         allocations: allocations.len() as u64,
         allocated_bytes: allocations.iter().map(|a| a.1).sum(),
@@ -580,6 +605,22 @@ fn read_judge(
     let scan_problems = std::mem::take(&mut scan.problems);
     let (verdict, problems) = judge(geometry, marks, close, &scan, scan_problems);
     (scan, verdict, problems)
+}
+
+/// `pieces` (sorted by home) with neighbours joined when they continue each other in
+/// home space and in the log: how a mapping cuts its ranges (at its partitions) does not
+/// change what it maps.
+fn joined(pieces: &[super::mapping::Piece]) -> Vec<super::mapping::Piece> {
+    let mut out: Vec<super::mapping::Piece> = Vec::with_capacity(pieces.len());
+    for &p in pieces {
+        match out.last_mut() {
+            Some(last) if last.home + last.len == p.home && last.log + last.len == p.log => {
+                last.len += p.len
+            }
+            _ => out.push(p),
+        }
+    }
+    out
 }
 
 fn read_judge_replay(
