@@ -89,7 +89,7 @@ fn examine_with(
     threads: usize,
 ) -> Vec<String> {
     let mapping = Mapping::new(config);
-    let found = examine(media, geometry, marks, close, &mapping, threads);
+    let found = examine(media, geometry, marks, close, Ok(None), &mapping, threads);
     let mut out = vec![
         format!("report {:?}", found.report),
         format!("logs {:?}", found.logs),

@@ -50,6 +50,7 @@
 
 #[cfg(test)]
 mod equivalence;
+mod held;
 mod parallel;
 mod replay;
 mod rules;

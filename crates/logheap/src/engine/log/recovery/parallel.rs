@@ -43,11 +43,12 @@
 //! nothing has been written to the mapping yet, and the sequential replay runs instead,
 //! so that the problems are the same, in the same order.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock, RwLock};
 
 use super::Damage;
+use super::held::Held;
 use super::replay::{self, Meaning, Phase, Replayed};
 use super::rules::Verdict;
 use super::scan::{Batches, Scan};
@@ -59,7 +60,7 @@ use crate::media::Media;
 
 /// log2 of the home-space regions that threads divide the allocation records by: the
 /// allocator's superblock, which small objects never cross.
-const REGION_SHIFT: u32 = 16;
+pub(super) const REGION_SHIFT: u32 = 16;
 /// log2 of the smallest unit of home space that threads divide the mapping by (the
 /// mapping's partitions when those are larger).
 const MIN_DATA_SHIFT: u32 = 12;
@@ -678,114 +679,6 @@ fn touches(start: u64, end: u64, t: usize, threads: usize) -> bool {
     let first = start >> REGION_SHIFT;
     let last = (end.max(start + 1) - 1) >> REGION_SHIFT;
     last - first + 1 >= threads as u64 || (first..=last).any(|r| r % threads as u64 == t as u64)
-}
-
-/// The live allocations that touch one thread's regions, as `(start, end)`. They never
-/// overlap each other (an allocation that would is refused).
-#[derive(Debug)]
-struct Held {
-    /// Allocations inside one region, by region, each list sorted by start, none empty
-    /// (except the focused region's, which is kept apart).
-    small: BTreeMap<u64, Vec<(u64, u64)>>,
-    /// The region most recently used and its list, taken out of `small` (records in a
-    /// row mostly fall in one region).
-    focus: (u64, Vec<(u64, u64)>),
-    /// Allocations across a region boundary: start -> end.
-    large: BTreeMap<u64, u64>,
-}
-
-impl Held {
-    fn new() -> Held {
-        Held {
-            small: BTreeMap::new(),
-            focus: (u64::MAX, Vec::new()),
-            large: BTreeMap::new(),
-        }
-    }
-
-    /// The list of `region`, which becomes the focused one.
-    fn list(&mut self, region: u64) -> &mut Vec<(u64, u64)> {
-        if self.focus.0 != region {
-            let list = self.small.remove(&region).unwrap_or_default();
-            let (old, old_list) = std::mem::replace(&mut self.focus, (region, list));
-            if !old_list.is_empty() {
-                self.small.insert(old, old_list);
-            }
-        }
-        &mut self.focus.1
-    }
-
-    /// Whether an allocation overlaps `[s, e)` (`s < e`).
-    fn overlaps(&mut self, s: u64, e: u64) -> bool {
-        // Allocations do not overlap: the last one starting before `e` ends last.
-        let ends_after_s = |list: &[(u64, u64)]| {
-            let pos = list.partition_point(|&(start, _)| start < e);
-            pos > 0 && list[pos - 1].1 > s
-        };
-        if self
-            .large
-            .range(..e)
-            .next_back()
-            .is_some_and(|(_, &end)| end > s)
-        {
-            return true;
-        }
-        let (first, last) = (s >> REGION_SHIFT, (e - 1) >> REGION_SHIFT);
-        if first == last {
-            return ends_after_s(self.list(first));
-        }
-        let focused = (first..=last).contains(&self.focus.0) && ends_after_s(&self.focus.1);
-        focused
-            || self
-                .small
-                .range(first..=last)
-                .any(|(_, list)| ends_after_s(list))
-    }
-
-    /// Whether one allocation holds all of `[s, e)`.
-    fn holds(&mut self, s: u64, e: u64) -> bool {
-        let list = self.list(s >> REGION_SHIFT);
-        let pos = list.partition_point(|&(start, _)| start <= s);
-        let in_small = pos > 0 && list[pos - 1].1 >= e;
-        in_small
-            || self
-                .large
-                .range(..=s)
-                .next_back()
-                .is_some_and(|(_, &end)| end >= e)
-    }
-
-    /// Removes the allocation starting at `s` and returns its end, if there is one.
-    fn remove(&mut self, s: u64) -> Option<u64> {
-        let list = self.list(s >> REGION_SHIFT);
-        let pos = list.partition_point(|&(start, _)| start < s);
-        if list.get(pos).is_some_and(|&(start, _)| start == s) {
-            return Some(list.remove(pos).1);
-        }
-        self.large.remove(&s)
-    }
-
-    /// Adds `[s, e)`, which overlaps nothing held.
-    fn insert(&mut self, s: u64, e: u64) {
-        let region = s >> REGION_SHIFT;
-        if (e - 1) >> REGION_SHIFT == region {
-            let list = self.list(region);
-            let pos = list.partition_point(|&(start, _)| start < s);
-            list.insert(pos, (s, e));
-        } else {
-            self.large.insert(s, e);
-        }
-    }
-
-    /// Every allocation held, sorted, as (start, end).
-    fn into_sorted(mut self) -> Vec<(u64, u64)> {
-        self.list(u64::MAX);
-        let mut all: Vec<(u64, u64)> = self.small.into_values().flatten().collect();
-        all.extend(self.large);
-        // Two sorted runs: the stable sort merges them.
-        all.sort();
-        all
-    }
 }
 
 /// The records step of thread `t` of `threads`: replays the records of its regions.

@@ -1,9 +1,8 @@
 //! Replaying committed transactions in version order into the mapping and the allocator,
 //! checking that their allocation records agree with each other.
 
-use std::collections::BTreeMap;
-
 use super::Damage;
+use super::held::Held;
 use super::rules::{Verdict, log_name};
 use super::scan::Scan;
 use crate::engine::log::ROOT_HOME;
@@ -104,7 +103,7 @@ pub(crate) fn replay(
     order.sort_unstable();
 
     let mut live = vec![0i64; geometry.count as usize];
-    let mut allocations: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut held = Held::new();
     for &(_, phase, ci, bi) in &order {
         let ch = &scan.chunks[ci];
         let kind = ch.header.kind;
@@ -132,34 +131,36 @@ pub(crate) fn replay(
             };
             match meaning {
                 Meaning::Free { len } => {
-                    if allocations.get(&e.home) != Some(&len) {
-                        problems.push(damage(format!(
-                            "free record for {:#x}+{len}, which is not allocated",
-                            e.home
-                        )));
-                        continue;
+                    match held.remove(e.home) {
+                        Some(end) if end == e.home + len => {}
+                        other => {
+                            if let Some(end) = other {
+                                held.insert(e.home, end);
+                            }
+                            problems.push(damage(format!(
+                                "free record for {:#x}+{len}, which is not allocated",
+                                e.home
+                            )));
+                            continue;
+                        }
                     }
-                    allocations.remove(&e.home);
                     mapping.remove(e.home, len, &mut displaced);
                 }
                 Meaning::Allocation { len } => {
                     let end = e.home + len;
-                    if let Some((s, l)) = overlapping(&allocations, e.home, end) {
+                    if let Some((s, end)) = held.overlapping(e.home, end) {
                         problems.push(damage(format!(
-                            "allocation record {:#x}+{len} overlaps the live allocation {s:#x}+{l}",
-                            e.home
+                            "allocation record {:#x}+{len} overlaps the live allocation {s:#x}+{}",
+                            e.home,
+                            end - s
                         )));
                         continue;
                     }
-                    allocations.insert(e.home, len);
+                    held.insert(e.home, end);
                 }
                 Meaning::Data if kind == LogKind::Alloc => {
                     let end = e.home + e.size as u64;
-                    let inside = allocations
-                        .range(..=e.home)
-                        .next_back()
-                        .is_some_and(|(&s, &l)| end <= s + l);
-                    if !inside {
+                    if !held.holds(e.home, end) {
                         problems.push(damage(format!(
                             "initial data for {:#x}+{} lies outside any allocation",
                             e.home, e.size
@@ -176,6 +177,7 @@ pub(crate) fn replay(
             }
         }
     }
+    let allocations = held.into_sorted().into_iter().map(|(s, e)| (s, e - s));
     let allocator = HomeAllocator::rebuild(allocations).unwrap_or_else(|e| {
         problems.push(Damage::at(
             geometry.start,
@@ -193,14 +195,4 @@ pub(super) enum Phase {
     Allocations,
     InitialData,
     Updates,
-}
-
-/// A live allocation overlapping `[start, end)`, if any.
-fn overlapping(allocations: &BTreeMap<u64, u64>, start: u64, end: u64) -> Option<(u64, u64)> {
-    let before = allocations
-        .range(..=start)
-        .next_back()
-        .filter(|&(&s, &l)| s + l > start);
-    let after = allocations.range(start..end).next();
-    before.or(after).map(|(&s, &l)| (s, l))
 }
