@@ -526,9 +526,8 @@ impl Media {
             return;
         }
         let start_tick = self.emulation.map(|_| TscClock::get().now());
-        let (counters, unfenced, dirty) = self.with_slot(|slot| {
+        let (unfenced, mut dirty) = self.with_slot(|slot| {
             (
-                slot.counters.clone(),
                 std::mem::take(&mut slot.unfenced_bytes),
                 std::mem::take(&mut slot.dirty),
             )
@@ -545,22 +544,25 @@ impl Media {
                 }
             }
         }
-        counters.add_fence();
-        if let (Some(emulation), Some(start)) = (self.emulation, start_tick) {
-            let ns = emulation.delay_ns(unfenced);
-            TscClock::get().spin_until(start, ns);
-            counters.add_emulated_delay(ns);
-        }
-        if !dirty.is_empty() {
+        let delay = match (self.emulation, start_tick) {
+            (Some(emulation), Some(start)) => {
+                let ns = emulation.delay_ns(unfenced);
+                TscClock::get().spin_until(start, ns);
+                Some(ns)
+            }
+            _ => None,
+        };
+        dirty.clear();
+        self.with_slot(|slot| {
+            slot.counters.add_fence();
+            if let Some(ns) = delay {
+                slot.counters.add_emulated_delay(ns);
+            }
             // Hand the (now empty) vector back so its allocation is reused.
-            let mut dirty = dirty;
-            dirty.clear();
-            self.with_slot(|slot| {
-                if slot.dirty.is_empty() {
-                    slot.dirty = dirty;
-                }
-            });
-        }
+            if slot.dirty.is_empty() {
+                slot.dirty = dirty;
+            }
+        });
     }
 
     /// Flush then fence: `[offset, offset + len)` is durable when it returns.
