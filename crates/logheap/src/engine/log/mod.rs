@@ -505,7 +505,12 @@ impl LogEngine {
             }
             break;
         }
-        tx.reads.extend(words.iter().map(|&(i, _)| i as u32));
+        // Consecutive reads of one stripe (the fields of one object) are recorded once.
+        for &(i, _) in &words {
+            if tx.reads.last() != Some(&(i as u32)) {
+                tx.reads.push(i as u32);
+            }
+        }
         tx.stripe_words = words;
         tx.writes.overlay(home, buf);
         Ok(())
