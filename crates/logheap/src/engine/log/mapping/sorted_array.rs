@@ -481,11 +481,21 @@ impl<K: Key> ArrayWriter<'_, K> {
     fn reallocate(&mut self, capacity: usize) {
         let old = self.block();
         let len = old.len();
+        debug_assert!(len <= capacity);
         let fresh = Block::<K>::alloc(capacity);
         // SAFETY: `fresh` was just made and is not shared yet.
         let new = unsafe { Block::<K>::at(fresh) };
-        for i in 0..len {
-            new.set(i, old.entry(i));
+        // SAFETY: both ranges hold `len` entries of their blocks, which are distinct
+        // allocations. Only this writer ever stores into the old block, and readers only
+        // load from it, so reading it with plain loads races with no store; nobody else
+        // can see the new block before `publish`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(old.keys.as_ptr(), new.keys.as_ptr() as *mut K, len);
+            std::ptr::copy_nonoverlapping(
+                old.logs.as_ptr(),
+                new.logs.as_ptr() as *mut AtomicU64,
+                len,
+            );
         }
         new.set_len(len);
         self.publish(fresh);
