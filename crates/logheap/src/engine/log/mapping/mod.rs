@@ -4,16 +4,25 @@
 //! - **two-layer mapping** ([`directory`]): home space cut into fixed partitions (4 KiB by
 //!   default) found by a shift, each with its own small index; off, one skip list covers
 //!   the whole space (the paper's *Base*). A partition's index is a compact sorted array
-//!   ([`sorted_array`], 16 bytes per mapped range) by default, or a skip list as in the
-//!   paper ([`PartitionIndex`]);
+//!   ([`sorted_array`], 12 bytes per mapped range in partitions of up to 64 KiB, 16 in
+//!   larger ones) by default, or a skip list as in the paper ([`PartitionIndex`]);
 //! - **group update**: applied at commit by the engine (contiguous writes of a
 //!   transaction become one log entry and one mapping update);
 //! - **tree node caches** ([`node_cache`]): per-thread set-associative caches of nodes;
 //! - **lock-free reads** ([`skiplist`]): readers traverse without any lock; off, each
-//!   partition has a readers-writer lock (the paper's *2L-GU-C*).
+//!   partition has a readers-writer lock (the paper's *2L-GU-C*), boxed beside its index
+//!   so that lock-free configurations pay one null pointer for it.
 //!
 //! Writers of one partition are serialised by the list's writer lock. Mappings that cross
 //! a partition boundary are split at it.
+//!
+//! **DRAM** ([`Mapping::dram_bytes`]): the directory's arrays, 32 bytes per partition
+//! (index and lock pointer), the sorted arrays' blocks (an 8-byte header, entries, and at
+//! most an eighth plus two entries of slack while growing) or the skip lists' nodes, and
+//! the node caches. The allocator's own per-block overhead is not counted.
+//!
+//! **Bulk load** ([`Mapping::load_sorted`]): an empty mapping filled from sorted pieces
+//! (a snapshot), each sorted-array partition built at its final size in one block.
 
 mod directory;
 mod node_cache;
@@ -58,8 +67,9 @@ pub struct MappingConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PartitionIndex {
-    /// A sorted array of packed 16-byte entries under a sequence lock: compact, one
-    /// binary search per lookup, in-place updates (the default).
+    /// A sorted array of packed 12-byte entries (16-byte in partitions over 64 KiB)
+    /// under a sequence lock: compact, one binary search per lookup, in-place updates
+    /// (the default).
     #[default]
     SortedArray,
     /// A skip list of nodes, as in the paper.
