@@ -40,7 +40,7 @@
 //! at a time and then stay put, so a doubling policy would leave a quarter of every
 //! block empty on average. A block shrinks when less than half of it is in use, to the
 //! same margin, so alternating inserts and removals never reallocate. Steady-state
-//! updates allocate nothing. [`SortedArray::load`] builds a block at its exact final
+//! updates allocate nothing. [`ArrayWriter::load`] builds a block at its exact final
 //! size (for loading a snapshot).
 
 use std::alloc::Layout;
