@@ -51,6 +51,11 @@ impl<T> Slots<T> {
     fn iter(&self) -> impl Iterator<Item = &T> {
         (0..self.slots.len()).filter_map(|i| self.get(i))
     }
+
+    /// The made `T`s with their slot numbers.
+    fn numbered(&self) -> impl Iterator<Item = (usize, &T)> {
+        (0..self.slots.len()).filter_map(|i| Some((i, self.get(i)?)))
+    }
 }
 
 impl<T> Drop for Slots<T> {
@@ -109,12 +114,23 @@ impl<P> Directory<P> {
             .get_or_make(c, make)
     }
 
-    /// Every partition made so far.
+    /// Every partition made so far, in order.
     pub(crate) fn partitions(&self) -> impl Iterator<Item = &P> {
         self.root
             .iter()
             .flat_map(|m| m.iter())
             .flat_map(|l| l.iter())
+    }
+
+    /// Every partition made so far with its number, in order.
+    pub(crate) fn numbered(&self) -> impl Iterator<Item = (u64, &P)> {
+        let [_, b1, b2] = self.bits;
+        self.root.numbered().flat_map(move |(a, m)| {
+            m.numbered().flat_map(move |(b, l)| {
+                l.numbered()
+                    .map(move |(c, p)| ((((a as u64) << b1 | b as u64) << b2) | c as u64, p))
+            })
+        })
     }
 
     /// DRAM held by the directory arrays.
@@ -139,6 +155,8 @@ mod tests {
         assert_eq!(*d.get_or_make((1 << 35) - 1, || 9), 9);
         assert_eq!(d.get(12345), Some(&7));
         assert_eq!(d.partitions().count(), 2);
+        let numbered: Vec<(u64, u64)> = d.numbered().map(|(p, v)| (p, *v)).collect();
+        assert_eq!(numbered, [(12345, 7), ((1 << 35) - 1, 9)]);
         let single: Directory<u64> = Directory::new(0);
         assert_eq!(*single.get_or_make(0, || 1), 1);
     }

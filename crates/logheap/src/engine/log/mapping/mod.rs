@@ -4,16 +4,25 @@
 //! - **two-layer mapping** ([`directory`]): home space cut into fixed partitions (4 KiB by
 //!   default) found by a shift, each with its own small index; off, one skip list covers
 //!   the whole space (the paper's *Base*). A partition's index is a compact sorted array
-//!   ([`sorted_array`], 16 bytes per mapped range) by default, or a skip list as in the
-//!   paper ([`PartitionIndex`]);
+//!   ([`sorted_array`], 12 bytes per mapped range in partitions of up to 64 KiB, 16 in
+//!   larger ones) by default, or a skip list as in the paper ([`PartitionIndex`]);
 //! - **group update**: applied at commit by the engine (contiguous writes of a
 //!   transaction become one log entry and one mapping update);
 //! - **tree node caches** ([`node_cache`]): per-thread set-associative caches of nodes;
 //! - **lock-free reads** ([`skiplist`]): readers traverse without any lock; off, each
-//!   partition has a readers-writer lock (the paper's *2L-GU-C*).
+//!   partition has a readers-writer lock (the paper's *2L-GU-C*), boxed beside its index
+//!   so that lock-free configurations pay one null pointer for it.
 //!
 //! Writers of one partition are serialised by the list's writer lock. Mappings that cross
 //! a partition boundary are split at it.
+//!
+//! **DRAM** ([`Mapping::dram_bytes`]): the directory's arrays, 32 bytes per partition
+//! (index and lock pointer), the sorted arrays' blocks (an 8-byte header, entries, and at
+//! most an eighth plus two entries of slack while growing) or the skip lists' nodes, and
+//! the node caches. The allocator's own per-block overhead is not counted.
+//!
+//! **Bulk load** ([`Mapping::load_sorted`]): an empty mapping filled from sorted pieces
+//! (a snapshot), each sorted-array partition built at its final size in one block.
 
 mod directory;
 mod node_cache;
@@ -22,14 +31,14 @@ mod sorted_array;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crossbeam_utils::CachePadded;
 
 use self::directory::Directory;
 use self::node_cache::{CacheCounters, CacheHandle};
 use self::skiplist::SkipList;
-use self::sorted_array::SortedArray;
+use self::sorted_array::{Entry, Key, Narrow, SortedArray, Wide};
 use super::layout::HOME_LIMIT;
 
 /// The largest partition size (sorted-array entries keep offsets and lengths in 32 bits).
@@ -58,8 +67,9 @@ pub struct MappingConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PartitionIndex {
-    /// A sorted array of packed 16-byte entries under a sequence lock: compact, one
-    /// binary search per lookup, in-place updates (the default).
+    /// A sorted array of packed 12-byte entries (16-byte in partitions over 64 KiB)
+    /// under a sequence lock: compact, one binary search per lookup, in-place updates
+    /// (the default).
     #[default]
     SortedArray,
     /// A skip list of nodes, as in the paper.
@@ -192,18 +202,46 @@ pub(crate) struct Extent {
     pub log: Option<u64>,
 }
 
+/// Which sorted array a mapping's partitions are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Narrow,
+    Wide,
+}
+
 /// A partition's index.
 #[derive(Debug)]
 enum Index {
-    Sorted(SortedArray),
+    /// A sorted array with 4-byte keys (partitions of up to 64 KiB).
+    Narrow(SortedArray<Narrow>),
+    /// A sorted array with 8-byte keys (larger partitions).
+    Wide(SortedArray<Wide>),
+    /// A skip list.
     Skip(Box<SkipList>),
 }
 
-/// One partition: its index and, for locked reads, its readers-writer lock.
+/// One partition: its index and, only for locked reads, its readers-writer lock (made
+/// with the partition; lock-free configurations carry just a null pointer).
 #[derive(Debug)]
 struct Partition {
     index: Index,
-    rw: RwLock<()>,
+    rw: Option<Box<RwLock<()>>>,
+}
+
+impl Partition {
+    /// Its read lock, when reads lock.
+    fn read_lock(&self) -> Option<RwLockReadGuard<'_, ()>> {
+        self.rw
+            .as_ref()
+            .map(|l| l.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Its write lock, when reads lock.
+    fn write_lock(&self) -> Option<RwLockWriteGuard<'_, ()>> {
+        self.rw
+            .as_ref()
+            .map(|l| l.write().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 /// The home-to-log mapping of one pool.
@@ -270,12 +308,12 @@ impl Mapping {
     /// Partition `p`, made empty on first use.
     fn partition(&self, p: u64) -> &Partition {
         self.partitions.get_or_make(p, || Partition {
-            index: if self.config.sorted_arrays() {
-                Index::Sorted(SortedArray::new(p << self.shift))
-            } else {
-                Index::Skip(Box::default())
+            index: match self.partitions_kind() {
+                None => Index::Skip(Box::default()),
+                Some(Kind::Narrow) => Index::Narrow(SortedArray::new()),
+                Some(Kind::Wide) => Index::Wide(SortedArray::new()),
             },
-            rw: RwLock::new(()),
+            rw: (!self.config.lock_free_reads).then(Box::default),
         })
     }
 
@@ -327,10 +365,15 @@ impl Mapping {
                 at = stop;
                 continue;
             };
-            let _read = (!self.config.lock_free_reads)
-                .then(|| part.rw.read().unwrap_or_else(|e| e.into_inner()));
+            let _read = part.read_lock();
+            let base = p << self.shift;
             match &part.index {
-                Index::Sorted(array) => array.read(at, stop, &mut f, &mut |whole, seq| {
+                Index::Narrow(array) => array.read(base, at, stop, &mut f, &mut |whole, seq| {
+                    if let Some(c) = &cache {
+                        c.put(at.max(whole.home), array.seq_word(), seq, whole);
+                    }
+                }),
+                Index::Wide(array) => array.read(base, at, stop, &mut f, &mut |whole, seq| {
                     if let Some(c) = &cache {
                         c.put(at.max(whole.home), array.seq_word(), seq, whole);
                     }
@@ -398,11 +441,12 @@ impl Mapping {
         }
         for (p, s, e) in self.split(home, home + len) {
             let part = self.partition(p);
-            let _excl = (!self.config.lock_free_reads)
-                .then(|| part.rw.write().unwrap_or_else(|e| e.into_inner()));
+            let _excl = part.write_lock();
             let log = log + (s - home);
+            let base = p << self.shift;
             match &part.index {
-                Index::Sorted(array) => array.writer().insert(s, e - s, log, displaced),
+                Index::Narrow(array) => array.writer(base).insert(s, e - s, log, displaced),
+                Index::Wide(array) => array.writer(base).insert(s, e - s, log, displaced),
                 Index::Skip(list) => list.writer().insert(s, e - s, log, displaced),
             }
         }
@@ -415,10 +459,11 @@ impl Mapping {
         }
         for (p, s, e) in self.split(home, home + len) {
             if let Some(part) = self.partitions.get(p) {
-                let _excl = (!self.config.lock_free_reads)
-                    .then(|| part.rw.write().unwrap_or_else(|e| e.into_inner()));
+                let _excl = part.write_lock();
+                let base = p << self.shift;
                 match &part.index {
-                    Index::Sorted(array) => array.writer().clear(s, e, displaced),
+                    Index::Narrow(array) => array.writer(base).clear(s, e, displaced),
+                    Index::Wide(array) => array.writer(base).clear(s, e, displaced),
                     Index::Skip(list) => {
                         list.writer().clear(s, e, displaced);
                     }
@@ -427,15 +472,135 @@ impl Mapping {
         }
     }
 
+    /// Fills this mapping, which must be empty and have no other writer meanwhile, with
+    /// `pieces`: sorted by home, non-overlapping, each of non-zero length within the home
+    /// space, with no log range running past `u64::MAX` (as a snapshot of a mapping,
+    /// taken by [`Mapping::for_each_piece`], lists them). A piece may cross partition
+    /// boundaries; it is split there.
+    ///
+    /// The pieces are iterated twice: first they are all checked, and any that breaks
+    /// the rules is refused with an `Err` saying which and why, with the mapping left
+    /// untouched (empty); then they are loaded. Sorted-array partitions are built
+    /// directly at their final size, one block each, with no per-entry insertion; skip
+    /// lists get plain inserts. The mapping not being empty is an error too.
+    // Its user, opening a pool from the snapshot written at clean close, is being written
+    // on another branch.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn load_sorted<I>(&self, pieces: I) -> Result<(), String>
+    where
+        I: IntoIterator<Item = Piece>,
+        I::IntoIter: Clone,
+    {
+        let pieces = pieces.into_iter();
+        if self.nodes() != 0 {
+            return Err("the mapping to load pieces into is not empty".into());
+        }
+        let mut end = 0u64;
+        for (i, x) in pieces.clone().enumerate() {
+            if x.len == 0 {
+                return Err(format!("piece {i} ({x:?}) is empty"));
+            }
+            if x.home.checked_add(x.len).is_none_or(|e| e > HOME_LIMIT) {
+                return Err(format!(
+                    "piece {i} ({x:?}) runs past the home space (2^47 bytes)"
+                ));
+            }
+            if x.log.checked_add(x.len).is_none() {
+                return Err(format!("piece {i} ({x:?}) runs past the last log offset"));
+            }
+            if x.home < end {
+                return Err(format!(
+                    "piece {i} ({x:?}) is out of order or overlaps the one before \
+                     (which ends at home {end})"
+                ));
+            }
+            end = x.home + x.len;
+        }
+        match self.partitions_kind() {
+            Some(Kind::Narrow) => self.load_arrays::<Narrow>(pieces, |i| match i {
+                Index::Narrow(a) => Some(a),
+                _ => None,
+            }),
+            Some(Kind::Wide) => self.load_arrays::<Wide>(pieces, |i| match i {
+                Index::Wide(a) => Some(a),
+                _ => None,
+            }),
+            None => {
+                for x in pieces {
+                    self.insert(x.home, x.len, x.log, &mut |_, _| {});
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The kind of sorted array partitions are, or `None` for skip lists.
+    fn partitions_kind(&self) -> Option<Kind> {
+        if !self.config.sorted_arrays() {
+            None
+        } else if 1u64 << self.shift <= Narrow::MAX_PARTITION {
+            Some(Kind::Narrow)
+        } else {
+            Some(Kind::Wide)
+        }
+    }
+
+    /// [`Mapping::load_sorted`] for sorted arrays with keys `K` (`array` picks a
+    /// partition's array), once the pieces are checked.
+    fn load_arrays<K: Key>(
+        &self,
+        pieces: impl Iterator<Item = Piece>,
+        array: impl Fn(&Index) -> Option<&SortedArray<K>>,
+    ) {
+        let mut current: Option<u64> = None;
+        let mut entries: Vec<Entry> = Vec::new();
+        let flush = |p: u64, entries: &mut Vec<Entry>| {
+            let part = self.partition(p);
+            let base = p << self.shift;
+            let loaded = array(&part.index).is_some_and(|a| {
+                let _excl = part.write_lock();
+                a.writer(base).load(entries)
+            });
+            if !loaded {
+                // Another writer raced the load (which its caller rules out): insert.
+                for e in entries.iter() {
+                    self.insert(base + e.off, e.len, e.log, &mut |_, _| {});
+                }
+            }
+            entries.clear();
+        };
+        for x in pieces {
+            for (p, s, e) in self.split(x.home, x.home + x.len) {
+                if current != Some(p) {
+                    if let Some(c) = current {
+                        flush(c, &mut entries);
+                    }
+                    current = Some(p);
+                }
+                entries.push(Entry {
+                    off: s - (p << self.shift),
+                    len: e - s,
+                    log: x.log + (s - x.home),
+                });
+            }
+        }
+        if let Some(c) = current {
+            flush(c, &mut entries);
+        }
+    }
+
     /// Calls `f` with every mapped piece (for checking tools).
     pub(crate) fn for_each_piece(&self, mut f: impl FnMut(Piece)) {
         let _guard = crossbeam_epoch::pin();
-        for part in self.partitions.partitions() {
-            let _read = (!self.config.lock_free_reads)
-                .then(|| part.rw.read().unwrap_or_else(|e| e.into_inner()));
+        for (p, part) in self.partitions.numbered() {
+            let _read = part.read_lock();
+            let base = p << self.shift;
             match &part.index {
-                Index::Sorted(array) => {
-                    array.for_each(&mut |home, len, log| f(Piece { home, len, log }))
+                Index::Narrow(array) => {
+                    array.for_each(base, &mut |home, len, log| f(Piece { home, len, log }))
+                }
+                Index::Wide(array) => {
+                    array.for_each(base, &mut |home, len, log| f(Piece { home, len, log }))
                 }
                 Index::Skip(list) => list.for_each_overlapping(0, u64::MAX, |_, v| {
                     f(Piece {
@@ -450,10 +615,12 @@ impl Mapping {
 
     /// Number of mapped ranges (skip-list nodes or sorted-array entries).
     pub(crate) fn nodes(&self) -> u64 {
+        let _guard = crossbeam_epoch::pin();
         self.partitions
             .partitions()
             .map(|p| match &p.index {
-                Index::Sorted(array) => array.len() as u64,
+                Index::Narrow(array) => array.len() as u64,
+                Index::Wide(array) => array.len() as u64,
                 Index::Skip(list) => list.len() as u64,
             })
             .sum()
@@ -467,13 +634,18 @@ impl Mapping {
     /// DRAM held by the mapping: directory, partitions, nodes or entries, and node
     /// caches.
     pub(crate) fn dram_bytes(&self) -> u64 {
+        let _guard = crossbeam_epoch::pin();
         let parts: usize = self
             .partitions
             .partitions()
             .map(|p| {
                 std::mem::size_of::<Partition>()
+                    + p.rw
+                        .as_ref()
+                        .map_or(0, |_| std::mem::size_of::<RwLock<()>>())
                     + match &p.index {
-                        Index::Sorted(array) => array.dram_bytes(),
+                        Index::Narrow(array) => array.dram_bytes(),
+                        Index::Wide(array) => array.dram_bytes(),
                         Index::Skip(list) => std::mem::size_of::<SkipList>() + list.dram_bytes(),
                     }
             })
@@ -553,6 +725,131 @@ mod tests {
                     prop_assert_eq!(lookup_bytes(&m, base + home, len), model[home as usize..(home + len) as usize].to_vec());
                 }
             }
+        }
+    }
+
+    fn pieces_of(m: &Mapping) -> Vec<Piece> {
+        let mut out = Vec::new();
+        m.for_each_piece(|p| out.push(p));
+        out
+    }
+
+    /// Configurations covering every index kind: skip lists (one and per partition),
+    /// narrow and wide sorted arrays, with and without read locks.
+    fn load_configs() -> Vec<MappingConfig> {
+        let mut out: Vec<MappingConfig> = MappingConfig::NAMED.iter().map(|&(_, c)| c).collect();
+        for size in [256, 1 << 16, 1 << 17] {
+            out.push(MappingConfig {
+                partition_size: size,
+                ..MappingConfig::FULL
+            });
+        }
+        out
+    }
+
+    proptest! {
+        /// A mapping loaded from sorted pieces equals one built by inserting them: the
+        /// same pieces (split at partition boundaries), the same lookups, and it keeps
+        /// working under later updates.
+        #[test]
+        fn load_sorted_equals_inserting(
+            gaps in prop::collection::vec((0u64..300, 1u64..700, any::<bool>()), 0..120),
+            config in 0usize..9,
+        ) {
+            let cfg = load_configs()[config];
+            let mut pieces = Vec::new();
+            let mut home = (1u64 << 20) - 500;
+            for (i, (gap, len, contiguous)) in gaps.into_iter().enumerate() {
+                home += gap;
+                let log = match pieces.last() {
+                    Some(&Piece { log, len: l, .. }) if contiguous => log + l,
+                    _ => 1_000_000 * (i as u64 + 1),
+                };
+                pieces.push(Piece { home, len, log });
+                home += len;
+            }
+            let loaded = Mapping::new(cfg);
+            prop_assert_eq!(loaded.load_sorted(pieces.iter().copied()), Ok(()));
+            let inserted = Mapping::new(cfg);
+            for x in &pieces {
+                inserted.insert(x.home, x.len, x.log, &mut |_, _| {});
+            }
+            prop_assert_eq!(pieces_of(&loaded), pieces_of(&inserted));
+            prop_assert_eq!(loaded.nodes(), inserted.nodes());
+            prop_assert_eq!(loaded.partition_count(), inserted.partition_count());
+            let start = (1u64 << 20) - 600;
+            let span = home - start + 100;
+            prop_assert_eq!(lookup_bytes(&loaded, start, span), lookup_bytes(&inserted, start, span));
+            // Loaded blocks are exact; updates after the load grow them as usual.
+            for m in [&loaded, &inserted] {
+                m.insert(1 << 20, 1000, 77, &mut |_, _| {});
+                m.remove((1 << 20) + 2000, 10, &mut |_, _| {});
+            }
+            prop_assert_eq!(lookup_bytes(&loaded, start, span), lookup_bytes(&inserted, start, span));
+        }
+    }
+
+    #[test]
+    fn load_sorted_refuses_bad_pieces_and_changes_nothing() {
+        let p = |home: u64, len: u64, log: u64| Piece { home, len, log };
+        let bad: [(&str, Vec<Piece>); 6] = [
+            ("empty", vec![p(4096, 8, 1), p(8192, 0, 2)]),
+            ("out of order", vec![p(8192, 8, 1), p(4096, 8, 2)]),
+            ("overlaps", vec![p(4096, 100, 1), p(4196 - 1, 8, 2)]),
+            ("home space", vec![p(HOME_LIMIT - 8, 16, 1)]),
+            ("home space", vec![p(u64::MAX - 4, 8, 1)]),
+            ("log offset", vec![p(4096, 16, u64::MAX - 8)]),
+        ];
+        for cfg in load_configs() {
+            for (why, pieces) in &bad {
+                let m = Mapping::new(cfg);
+                let err = m.load_sorted(pieces.iter().copied()).unwrap_err();
+                assert!(err.contains(why), "{cfg}: {err}");
+                assert_eq!((m.nodes(), m.partition_count()), (0, 0), "{cfg}: {why}");
+            }
+            // Pieces that only touch are fine; a mapping holding anything is refused.
+            let m = Mapping::new(cfg);
+            let touching = [p(4096, 8, 1), p(4104, 8, 2), p(HOME_LIMIT - 8, 8, 3)];
+            assert_eq!(m.load_sorted(touching), Ok(()));
+            assert_eq!(pieces_of(&m), touching);
+            let err = m.load_sorted([p(1 << 30, 8, 1)]).unwrap_err();
+            assert!(err.contains("not empty"), "{err}");
+            assert_eq!(pieces_of(&m), touching);
+            assert_eq!(
+                m.load_sorted([]),
+                Err("the mapping to load pieces into is not empty".into())
+            );
+        }
+    }
+
+    /// Times loading 2 M pieces (about the hashtable benchmark's mapping) into the
+    /// default configuration. Run by hand, in release mode:
+    /// `cargo test --release -p logheap --lib load_sorted_timing -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a timing, run by hand"]
+    fn load_sorted_timing() {
+        let pieces: Vec<Piece> = (0..2_000_000u64)
+            .map(|i| Piece {
+                home: (1 << 20) + i * 186,
+                len: 152,
+                log: (1 << 22) + i * 200,
+            })
+            .collect();
+        for _ in 0..3 {
+            let m = Mapping::new(MappingConfig::FULL);
+            let start = std::time::Instant::now();
+            m.load_sorted(pieces.iter().copied()).unwrap();
+            let took = start.elapsed();
+            println!(
+                "load_sorted: 2 M pieces in {:?} ({} entries, {} partitions, {} bytes of DRAM)",
+                took,
+                m.nodes(),
+                m.partition_count(),
+                m.dram_bytes()
+            );
+            let mut bytes = 0;
+            m.for_each_piece(|x| bytes += x.len);
+            assert_eq!(bytes, 2_000_000 * 152);
         }
     }
 
