@@ -221,9 +221,12 @@ impl Snapshot {
     }
 
     /// Checks that the pieces can be loaded into an empty mapping: sorted by home,
-    /// disjoint, inside the home space, each inside the committed run of blocks of a
-    /// chunk in a log (`run_end(chunk)`: pool offset where that run ends, `None` for a
-    /// chunk in no log).
+    /// disjoint, inside the home space (as [`Mapping::load_sorted`] also checks), and
+    /// each inside the committed run of blocks of a chunk in a log (`run_end(chunk)`:
+    /// pool offset where that run ends, `None` for a chunk in no log), which only the
+    /// log can tell.
+    ///
+    /// [`Mapping::load_sorted`]: super::mapping::Mapping::load_sorted
     pub(crate) fn check_pieces(
         &self,
         geometry: &ChunkGeometry,

@@ -485,7 +485,6 @@ impl Mapping {
     /// lists get plain inserts. The mapping not being empty is an error too.
     // Its user, opening a pool from the snapshot written at clean close, is being written
     // on another branch.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn load_sorted<I>(&self, pieces: I) -> Result<(), String>
     where
         I: IntoIterator<Item = Piece>,

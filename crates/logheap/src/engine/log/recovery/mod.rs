@@ -574,11 +574,11 @@ fn load_snapshot(
         run_end[c.index as usize] = Some(geometry.offset(c.index) + c.stop.offset() as u64);
     }
     snapshot.check_pieces(geometry, |c| run_end.get(c as usize).copied().flatten())?;
+    mapping.load_sorted(snapshot.pieces.iter().copied())?;
     let mut live = vec![0i64; geometry.count as usize];
     for p in &snapshot.pieces {
         // Inside a chunk in a log: checked above.
         live[geometry.chunk_of(p.log) as usize] += p.len as i64;
-        mapping.insert(p.home, p.len, p.log, &mut |_, _| {});
     }
     Ok(replay::Replayed { allocator, live })
 }
