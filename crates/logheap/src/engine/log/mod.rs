@@ -73,6 +73,10 @@ pub(crate) struct TxState {
     stripe_words: Vec<(usize, u64)>,
     /// Buffers of the commit path.
     buffers: CommitBuffers,
+    /// The transaction's epoch guard, held from begin to finish: the mapping's readers
+    /// and writers need one, and once the thread holds one, each lookup's own pin is a
+    /// counter increment instead of a fence.
+    pin: Option<crossbeam_epoch::Guard>,
 }
 
 thread_local! {
@@ -404,6 +408,7 @@ impl LogEngine {
     /// transaction left if there are any.
     pub(crate) fn begin(&self, read_only: bool) -> TxState {
         let mut tx = SPARE_STATE.take().unwrap_or_default();
+        tx.pin = Some(crossbeam_epoch::pin());
         tx.id = self.next_tx_id.fetch_add(1, Ordering::Relaxed);
         tx.rv = self.clock.now();
         tx.read_only = read_only;
@@ -415,6 +420,7 @@ impl LogEngine {
         tx.forget_attempt();
         tx.allocs.clear();
         tx.alloc_then_freed.clear();
+        tx.pin = None;
         SPARE_STATE.set(Some(tx));
     }
 
