@@ -34,7 +34,7 @@ use self::commit_data::CommitBuffers;
 use self::home_alloc::{AllocError, HEAP_START, HomeAllocator};
 use self::layout::HOME_LIMIT;
 use self::log_writer::LogWriter;
-use self::mapping::Mapping;
+use self::mapping::{AddressMap, Mapping};
 use self::snapshot::Snapshot;
 use self::superblock::{CloseRecord, Superblock};
 use crate::config::Fault;

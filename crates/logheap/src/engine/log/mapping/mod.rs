@@ -23,6 +23,12 @@
 //!
 //! **Bulk load** ([`Mapping::load_sorted`]): an empty mapping filled from sorted pieces
 //! (a snapshot), each sorted-array partition built at its final size in one block.
+//!
+//! **For other engines** ([`AddressMap`]): what an engine needs of a mapping — byte
+//! ranges of home space redirected to some other place (here the log; for an
+//! out-of-place engine, its update region), lock-free lookups, one writer per range —
+//! as a trait that [`Mapping`] implements, with a conformance check
+//! (`tests::conforms`) any other implementation can be held to.
 
 mod directory;
 mod node_cache;
@@ -185,6 +191,215 @@ impl fmt::Display for MappingConfig {
     }
 }
 
+/// An address mapping as an engine uses it: byte ranges of home space (any offset and
+/// length) mapped to locations elsewhere, with lookups that take no lock and updates
+/// serialised per range by the caller's locks (the STM's). Implemented by [`Mapping`];
+/// the log engine calls its inherent methods, which are the same.
+pub(crate) trait AddressMap: Send + Sync {
+    /// Calls `f` with every byte of `[home, home + len)`, in address order, as mapped
+    /// extents and unmapped holes. Each byte is reported once, except when a writer
+    /// races the lookup: then a later report of the same bytes supersedes the earlier
+    /// (the caller's STM validation then rejects the read anyway).
+    fn lookup(&self, home: u64, len: u64, f: impl FnMut(Extent));
+    /// Maps `[home, home + len)` to `target..target + len`, calling `displaced(target,
+    /// len)` for every mapped piece it replaces.
+    fn insert(&self, home: u64, len: u64, target: u64, displaced: &mut impl FnMut(u64, u64));
+    /// Unmaps `[home, home + len)`, calling `displaced` for what was mapped there.
+    fn remove(&self, home: u64, len: u64, displaced: &mut impl FnMut(u64, u64));
+    /// Calls `f` with every mapped piece.
+    fn for_each_piece(&self, f: impl FnMut(Piece));
+    /// DRAM the mapping holds.
+    fn dram_bytes(&self) -> u64;
+}
+
+impl AddressMap for Mapping {
+    /// Calls `f` with every byte of `[home, home + len)`, in address order, as mapped
+    /// extents and unmapped holes. Each byte is reported once, except when a writer
+    /// races the lookup: then a later report of the same bytes supersedes the earlier.
+    fn lookup(&self, home: u64, len: u64, mut f: impl FnMut(Extent)) {
+        if len == 0 {
+            return;
+        }
+        let end = home + len;
+        let _guard = crossbeam_epoch::pin();
+        let register = || self.register_cache();
+        let cache = self.config.node_cache.then_some(CacheHandle {
+            id: self.id,
+            alive: &self.alive,
+            register: &register,
+        });
+        let mut at = home;
+        while at < end {
+            if let Some(v) = cache.as_ref().and_then(|c| c.get(at)) {
+                let stop = (v.home + v.len).min(end);
+                f(Extent {
+                    home: at,
+                    len: stop - at,
+                    log: Some(v.log + (at - v.home)),
+                });
+                at = stop;
+                continue;
+            }
+            let p = at >> self.shift;
+            let stop = ((p + 1) << self.shift).min(end);
+            let Some(part) = self.partitions.get(p) else {
+                f(Extent {
+                    home: at,
+                    len: stop - at,
+                    log: None,
+                });
+                at = stop;
+                continue;
+            };
+            let _read = part.read_lock();
+            let base = p << self.shift;
+            match &part.index {
+                Index::Narrow(array) => array.read(base, at, stop, &mut f, &mut |whole, seq| {
+                    if let Some(c) = &cache {
+                        c.put(at.max(whole.home), array.seq_word(), seq, whole);
+                    }
+                }),
+                Index::Wide(array) => array.read(base, at, stop, &mut f, &mut |whole, seq| {
+                    if let Some(c) = &cache {
+                        c.put(at.max(whole.home), array.seq_word(), seq, whole);
+                    }
+                }),
+                Index::Skip(list) => {
+                    let mut first = true;
+                    let mut pos = at;
+                    list.for_each_overlapping(at, stop, |node, v| {
+                        if first && let Some(c) = &cache {
+                            if let Some((seq, sv)) = node.snapshot()
+                                && sv == v
+                            {
+                                c.put(
+                                    at.max(v.home),
+                                    node.seq_word(),
+                                    seq,
+                                    Piece {
+                                        home: v.home,
+                                        len: v.len,
+                                        log: v.log,
+                                    },
+                                );
+                            }
+                            first = false;
+                        }
+                        let s = v.home.max(at);
+                        let e = v.end().min(stop);
+                        if s > pos {
+                            f(Extent {
+                                home: pos,
+                                len: s - pos,
+                                log: None,
+                            });
+                        }
+                        f(Extent {
+                            home: s,
+                            len: e - s,
+                            log: Some(v.log + (s - v.home)),
+                        });
+                        pos = e;
+                    });
+                    if pos < stop {
+                        f(Extent {
+                            home: pos,
+                            len: stop - pos,
+                            log: None,
+                        });
+                    }
+                }
+            }
+            at = stop;
+        }
+    }
+
+    /// Maps `[home, home + len)` to `log`, reporting displaced bytes.
+    fn insert(&self, home: u64, len: u64, log: u64, displaced: &mut impl FnMut(u64, u64)) {
+        if len == 0 {
+            return;
+        }
+        for (p, s, e) in self.split(home, home + len) {
+            let part = self.partition(p);
+            let _excl = part.write_lock();
+            let log = log + (s - home);
+            let base = p << self.shift;
+            match &part.index {
+                Index::Narrow(array) => array.writer(base).insert(s, e - s, log, displaced),
+                Index::Wide(array) => array.writer(base).insert(s, e - s, log, displaced),
+                Index::Skip(list) => list.writer().insert(s, e - s, log, displaced),
+            }
+        }
+    }
+
+    /// Unmaps `[home, home + len)`, reporting displaced bytes.
+    fn remove(&self, home: u64, len: u64, displaced: &mut impl FnMut(u64, u64)) {
+        if len == 0 {
+            return;
+        }
+        for (p, s, e) in self.split(home, home + len) {
+            if let Some(part) = self.partitions.get(p) {
+                let _excl = part.write_lock();
+                let base = p << self.shift;
+                match &part.index {
+                    Index::Narrow(array) => array.writer(base).clear(s, e, displaced),
+                    Index::Wide(array) => array.writer(base).clear(s, e, displaced),
+                    Index::Skip(list) => {
+                        list.writer().clear(s, e, displaced);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Calls `f` with every mapped piece (for checking tools).
+    fn for_each_piece(&self, mut f: impl FnMut(Piece)) {
+        let _guard = crossbeam_epoch::pin();
+        for (p, part) in self.partitions.numbered() {
+            let _read = part.read_lock();
+            let base = p << self.shift;
+            match &part.index {
+                Index::Narrow(array) => {
+                    array.for_each(base, &mut |home, len, log| f(Piece { home, len, log }))
+                }
+                Index::Wide(array) => {
+                    array.for_each(base, &mut |home, len, log| f(Piece { home, len, log }))
+                }
+                Index::Skip(list) => list.for_each_overlapping(0, u64::MAX, |_, v| {
+                    f(Piece {
+                        home: v.home,
+                        len: v.len,
+                        log: v.log,
+                    })
+                }),
+            }
+        }
+    }
+
+    /// DRAM held by the mapping: directory, partitions, nodes or entries, and node
+    /// caches.
+    fn dram_bytes(&self) -> u64 {
+        let _guard = crossbeam_epoch::pin();
+        let parts: usize = self
+            .partitions
+            .partitions()
+            .map(|p| {
+                std::mem::size_of::<Partition>()
+                    + p.rw
+                        .as_ref()
+                        .map_or(0, |_| std::mem::size_of::<RwLock<()>>())
+                    + match &p.index {
+                        Index::Narrow(array) => array.dram_bytes(),
+                        Index::Wide(array) => array.dram_bytes(),
+                        Index::Skip(list) => std::mem::size_of::<SkipList>() + list.dram_bytes(),
+                    }
+            })
+            .sum();
+        let caches = self.cache_figures().caches as usize * node_cache::CACHE_BYTES;
+        (self.partitions.dram_bytes() + parts + caches) as u64
+    }
+}
+
 /// A mapped piece of a range: `len` bytes at `home` live at pool offset `log`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Piece {
@@ -327,151 +542,6 @@ impl Mapping {
         })
     }
 
-    /// Calls `f` with every byte of `[home, home + len)`, in address order, as mapped
-    /// extents and unmapped holes. Each byte is reported once, except when a writer
-    /// races the lookup: then a later report of the same bytes supersedes the earlier.
-    pub(crate) fn lookup(&self, home: u64, len: u64, mut f: impl FnMut(Extent)) {
-        if len == 0 {
-            return;
-        }
-        let end = home + len;
-        let _guard = crossbeam_epoch::pin();
-        let register = || self.register_cache();
-        let cache = self.config.node_cache.then_some(CacheHandle {
-            id: self.id,
-            alive: &self.alive,
-            register: &register,
-        });
-        let mut at = home;
-        while at < end {
-            if let Some(v) = cache.as_ref().and_then(|c| c.get(at)) {
-                let stop = (v.home + v.len).min(end);
-                f(Extent {
-                    home: at,
-                    len: stop - at,
-                    log: Some(v.log + (at - v.home)),
-                });
-                at = stop;
-                continue;
-            }
-            let p = at >> self.shift;
-            let stop = ((p + 1) << self.shift).min(end);
-            let Some(part) = self.partitions.get(p) else {
-                f(Extent {
-                    home: at,
-                    len: stop - at,
-                    log: None,
-                });
-                at = stop;
-                continue;
-            };
-            let _read = part.read_lock();
-            let base = p << self.shift;
-            match &part.index {
-                Index::Narrow(array) => array.read(base, at, stop, &mut f, &mut |whole, seq| {
-                    if let Some(c) = &cache {
-                        c.put(at.max(whole.home), array.seq_word(), seq, whole);
-                    }
-                }),
-                Index::Wide(array) => array.read(base, at, stop, &mut f, &mut |whole, seq| {
-                    if let Some(c) = &cache {
-                        c.put(at.max(whole.home), array.seq_word(), seq, whole);
-                    }
-                }),
-                Index::Skip(list) => {
-                    let mut first = true;
-                    let mut pos = at;
-                    list.for_each_overlapping(at, stop, |node, v| {
-                        if first && let Some(c) = &cache {
-                            if let Some((seq, sv)) = node.snapshot()
-                                && sv == v
-                            {
-                                c.put(
-                                    at.max(v.home),
-                                    node.seq_word(),
-                                    seq,
-                                    Piece {
-                                        home: v.home,
-                                        len: v.len,
-                                        log: v.log,
-                                    },
-                                );
-                            }
-                            first = false;
-                        }
-                        let s = v.home.max(at);
-                        let e = v.end().min(stop);
-                        if s > pos {
-                            f(Extent {
-                                home: pos,
-                                len: s - pos,
-                                log: None,
-                            });
-                        }
-                        f(Extent {
-                            home: s,
-                            len: e - s,
-                            log: Some(v.log + (s - v.home)),
-                        });
-                        pos = e;
-                    });
-                    if pos < stop {
-                        f(Extent {
-                            home: pos,
-                            len: stop - pos,
-                            log: None,
-                        });
-                    }
-                }
-            }
-            at = stop;
-        }
-    }
-
-    /// Maps `[home, home + len)` to `log`, reporting displaced bytes.
-    pub(crate) fn insert(
-        &self,
-        home: u64,
-        len: u64,
-        log: u64,
-        displaced: &mut impl FnMut(u64, u64),
-    ) {
-        if len == 0 {
-            return;
-        }
-        for (p, s, e) in self.split(home, home + len) {
-            let part = self.partition(p);
-            let _excl = part.write_lock();
-            let log = log + (s - home);
-            let base = p << self.shift;
-            match &part.index {
-                Index::Narrow(array) => array.writer(base).insert(s, e - s, log, displaced),
-                Index::Wide(array) => array.writer(base).insert(s, e - s, log, displaced),
-                Index::Skip(list) => list.writer().insert(s, e - s, log, displaced),
-            }
-        }
-    }
-
-    /// Unmaps `[home, home + len)`, reporting displaced bytes.
-    pub(crate) fn remove(&self, home: u64, len: u64, displaced: &mut impl FnMut(u64, u64)) {
-        if len == 0 {
-            return;
-        }
-        for (p, s, e) in self.split(home, home + len) {
-            if let Some(part) = self.partitions.get(p) {
-                let _excl = part.write_lock();
-                let base = p << self.shift;
-                match &part.index {
-                    Index::Narrow(array) => array.writer(base).clear(s, e, displaced),
-                    Index::Wide(array) => array.writer(base).clear(s, e, displaced),
-                    Index::Skip(list) => {
-                        list.writer().clear(s, e, displaced);
-                    }
-                }
-            }
-        }
-    }
-
     /// Fills this mapping, which must be empty and have no other writer meanwhile, with
     /// `pieces`: sorted by home, non-overlapping, each of non-zero length within the home
     /// space, with no log range running past `u64::MAX` (as a snapshot of a mapping,
@@ -588,30 +658,6 @@ impl Mapping {
         }
     }
 
-    /// Calls `f` with every mapped piece (for checking tools).
-    pub(crate) fn for_each_piece(&self, mut f: impl FnMut(Piece)) {
-        let _guard = crossbeam_epoch::pin();
-        for (p, part) in self.partitions.numbered() {
-            let _read = part.read_lock();
-            let base = p << self.shift;
-            match &part.index {
-                Index::Narrow(array) => {
-                    array.for_each(base, &mut |home, len, log| f(Piece { home, len, log }))
-                }
-                Index::Wide(array) => {
-                    array.for_each(base, &mut |home, len, log| f(Piece { home, len, log }))
-                }
-                Index::Skip(list) => list.for_each_overlapping(0, u64::MAX, |_, v| {
-                    f(Piece {
-                        home: v.home,
-                        len: v.len,
-                        log: v.log,
-                    })
-                }),
-            }
-        }
-    }
-
     /// Number of mapped ranges (skip-list nodes or sorted-array entries).
     pub(crate) fn nodes(&self) -> u64 {
         let _guard = crossbeam_epoch::pin();
@@ -630,29 +676,6 @@ impl Mapping {
         self.partitions.partitions().count() as u64
     }
 
-    /// DRAM held by the mapping: directory, partitions, nodes or entries, and node
-    /// caches.
-    pub(crate) fn dram_bytes(&self) -> u64 {
-        let _guard = crossbeam_epoch::pin();
-        let parts: usize = self
-            .partitions
-            .partitions()
-            .map(|p| {
-                std::mem::size_of::<Partition>()
-                    + p.rw
-                        .as_ref()
-                        .map_or(0, |_| std::mem::size_of::<RwLock<()>>())
-                    + match &p.index {
-                        Index::Narrow(array) => array.dram_bytes(),
-                        Index::Wide(array) => array.dram_bytes(),
-                        Index::Skip(list) => std::mem::size_of::<SkipList>() + list.dram_bytes(),
-                    }
-            })
-            .sum();
-        let caches = self.cache_figures().caches as usize * node_cache::CACHE_BYTES;
-        (self.partitions.dram_bytes() + parts + caches) as u64
-    }
-
     /// Node-cache hits and misses over all threads.
     pub(crate) fn cache_figures(&self) -> CacheFigures {
         let all = self
@@ -669,9 +692,72 @@ impl Mapping {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Holds an [`AddressMap`] made by `make` to the trait's contract: random inserts
+    /// and removes of byte ranges (some crossing 4 KiB boundaries) against a byte-level
+    /// model, checking every lookup (each byte reported once, in order, with its target
+    /// or as a hole), the displaced bytes of every update, and the pieces.
+    pub(crate) fn conforms<M: AddressMap>(make: impl Fn() -> M, seed: u64) {
+        use rand::{Rng, SeedableRng};
+        let m = make();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let mut model: std::collections::BTreeMap<u64, u64> = Default::default();
+        let base = 1u64 << 20;
+        for step in 0..2000 {
+            let home = base + rng.random_range(0..3 * 4096u64);
+            let len = rng.random_range(1..700u64);
+            let mut displaced = 0;
+            let expected: u64 = model.range(home..home + len).count() as u64;
+            if rng.random_bool(0.75) {
+                let target = rng.random_range(1u64 << 30..1u64 << 40);
+                m.insert(home, len, target, &mut |_, n| displaced += n);
+                for i in 0..len {
+                    model.insert(home + i, target + i);
+                }
+            } else {
+                m.remove(home, len, &mut |_, n| displaced += n);
+                for i in 0..len {
+                    model.remove(&(home + i));
+                }
+            }
+            assert_eq!(displaced, expected, "step {step}: displaced bytes");
+            let (from, n) = (home.saturating_sub(300), len + 600);
+            let mut next = from;
+            m.lookup(from, n, |x| {
+                assert_eq!(x.home, next, "step {step}: extents out of order");
+                for i in 0..x.len {
+                    let want = model.get(&(x.home + i)).copied();
+                    assert_eq!(
+                        x.log.map(|t| t + i),
+                        want,
+                        "step {step}: byte {}",
+                        x.home + i
+                    );
+                }
+                next = x.home + x.len;
+            });
+            assert_eq!(next, from + n, "step {step}: lookup stopped short");
+        }
+        let mut mapped = 0;
+        m.for_each_piece(|p| {
+            for i in 0..p.len {
+                assert_eq!(model.get(&(p.home + i)), Some(&(p.log + i)));
+            }
+            mapped += p.len;
+        });
+        assert_eq!(mapped, model.len() as u64);
+        assert!(m.dram_bytes() > 0);
+    }
+
+    #[test]
+    fn every_mapping_configuration_conforms_to_the_address_map_contract() {
+        for (name, config) in MappingConfig::NAMED {
+            conforms(|| Mapping::new(config), name.len() as u64);
+        }
+    }
 
     fn lookup_bytes(m: &Mapping, home: u64, len: u64) -> Vec<Option<u64>> {
         let mut out = vec![None; len as usize];

@@ -61,7 +61,7 @@ use std::fmt;
 use super::chunks::{ChunkGeometry, TailChunk, payload_start};
 use super::home_alloc::HomeAllocator;
 use super::layout::{CHUNK_HEADER, LogKind, header_erase_order};
-use super::mapping::Mapping;
+use super::mapping::{AddressMap, Mapping};
 use super::snapshot::Snapshot;
 use super::superblock::{CloseRecord, Marks, SnapshotLocator};
 use crate::media::Media;

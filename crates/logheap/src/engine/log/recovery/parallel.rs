@@ -55,7 +55,7 @@ use super::scan::{Batches, Scan};
 use crate::engine::log::chunks::ChunkGeometry;
 use crate::engine::log::home_alloc::{AllocError, HomeAllocator};
 use crate::engine::log::layout::{HOME_LIMIT, LogKind};
-use crate::engine::log::mapping::Mapping;
+use crate::engine::log::mapping::{AddressMap, Mapping};
 use crate::media::Media;
 
 /// log2 of the home-space regions that threads divide the allocation records by: the

@@ -9,7 +9,7 @@ use crate::engine::log::ROOT_HOME;
 use crate::engine::log::chunks::ChunkGeometry;
 use crate::engine::log::home_alloc::HomeAllocator;
 use crate::engine::log::layout::{DecodedEntry, HOME_LIMIT, LogKind, u64_at};
-use crate::engine::log::mapping::Mapping;
+use crate::engine::log::mapping::AddressMap;
 use crate::media::Media;
 
 /// The DRAM state rebuilt from the log.
@@ -73,14 +73,15 @@ pub(super) fn check_entry(
     }
 }
 
-/// Replays every committed transaction of `scan` into `mapping` (empty on entry).
+/// Replays every committed transaction of `scan` into `mapping` (empty on entry; any
+/// [`AddressMap`]).
 /// Records that cannot all be true are reported in `problems` and skipped.
 pub(crate) fn replay(
     media: &Media,
     geometry: &ChunkGeometry,
     scan: &Scan,
     verdict: &Verdict,
-    mapping: &Mapping,
+    mapping: &impl AddressMap,
     problems: &mut Vec<Damage>,
 ) -> Replayed {
     // Within a version: frees, then allocation records, then the allocations' initial
