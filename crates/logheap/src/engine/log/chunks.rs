@@ -256,11 +256,16 @@ pub(crate) struct Appended {
     pub transactions: u64,
     pub blocks: u64,
     pub max_version: u64,
+    /// The appended blocks' share of the log's fingerprint
+    /// ([`block_digest`](super::layout::block_digest)).
+    pub digest: u64,
 }
 
 impl Appended {
-    /// Counts one appended transaction of `blocks` blocks at `version`.
-    pub(crate) fn record(&mut self, blocks: usize, version: u64) {
+    /// Counts one appended transaction of `blocks` blocks at `version`, whose blocks'
+    /// share of the log's fingerprint is `digest`.
+    pub(crate) fn record(&mut self, blocks: usize, version: u64, digest: u64) {
+        self.digest ^= digest;
         self.transactions += 1;
         self.blocks += blocks as u64;
         self.max_version = self.max_version.max(version);

@@ -221,7 +221,9 @@ pub(crate) fn encode_block<'a>(
     out.resize(out.len().next_multiple_of(BLOCK_ALIGN), 0);
 }
 
-fn block_crc(chunk: u32, generation: u64, preamble: &[u8], entries: &[u8]) -> u32 {
+/// The checksum of a block: CRC32C of its chunk's index and generation (so a stale block
+/// of a reused chunk never validates), the first 20 bytes of its preamble and its entries.
+pub(crate) fn block_crc(chunk: u32, generation: u64, preamble: &[u8], entries: &[u8]) -> u32 {
     let mut crc = crc32c::crc32c(&chunk.to_le_bytes());
     crc = crc32c::crc32c_append(crc, &generation.to_le_bytes());
     crc = crc32c::crc32c_append(crc, preamble);
@@ -244,6 +246,8 @@ pub(crate) struct DecodedBlock {
     pub offset: u32,
     pub version: u64,
     pub peer: u64,
+    /// The checksum stored in its preamble (what [`block_digest`] takes).
+    pub crc: u32,
     pub entries: Vec<DecodedEntry>,
     /// Offset of the next block within the chunk.
     pub end: u32,
@@ -313,9 +317,29 @@ pub(crate) fn decode_block(
         offset: offset as u32,
         version,
         peer,
+        crc: u32_at(pre, 20),
         entries,
         end: (offset + block_size(0, len)) as u32,
     })
+}
+
+/// The checksum stored in an encoded block (`block` starts at its preamble).
+pub(crate) fn stored_crc(block: &[u8]) -> u32 {
+    u32_at(block, 20)
+}
+
+/// One block's share of a log's fingerprint: the XOR over the log's committed blocks
+/// of this hash of where each is and its stored checksum. Order does not matter, so a
+/// committer adds its blocks as it appends them and recovery adds what it reads; a
+/// block rewritten with a checksum of its own changes it (the snapshot of a clean close
+/// records it, so that a log changed behind the snapshot's back is noticed).
+pub(crate) fn block_digest(chunk: u32, offset: u32, crc: u32) -> u64 {
+    // splitmix64's finaliser over the three fields.
+    let mut x = ((chunk as u64) << 32 | offset as u64) ^ (crc as u64).rotate_left(23);
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {

@@ -8,8 +8,8 @@
 use super::chunks::{ChunkGeometry, ChunkPool, LogSet, TailChunk, TakenChunk, payload_start};
 use super::commit_data::Staged;
 use super::layout::{
-    ChunkHeader, END_MARK, ENTRY_HEADER, LogKind, MAX_BLOCK_ENTRIES, PREAMBLE, block_size,
-    encode_block,
+    ChunkHeader, END_MARK, ENTRY_HEADER, LogKind, MAX_BLOCK_ENTRIES, PREAMBLE, block_digest,
+    block_size, encode_block, stored_crc,
 };
 use crate::media::Media;
 
@@ -174,7 +174,9 @@ impl LogWriter<'_> {
     /// deallocation; their bytes in `staging`) at `version` and makes them durable with
     /// one fence (`fence` is false only for fault injection). Puts where each data
     /// entry's bytes went into `placed` (cleared first) and returns the number of blocks
-    /// written. On [`OutOfChunks`] nothing was written and the log set is unchanged.
+    /// written and their share of the log's fingerprint
+    /// ([`block_digest`](super::layout::block_digest)). On [`OutOfChunks`] nothing was
+    /// written and the log set is unchanged.
     pub(crate) fn append(
         &self,
         set: &mut LogSet,
@@ -183,7 +185,7 @@ impl LogWriter<'_> {
         version: u64,
         fence: bool,
         placed: &mut Vec<Placed>,
-    ) -> Result<usize, OutOfChunks> {
+    ) -> Result<(usize, u64), OutOfChunks> {
         let (media, geometry, pool) = (self.media, self.geometry, self.pool);
         let mut tails = set.tails.map(|t| t.current);
         let mut plan = std::mem::take(&mut set.plan);
@@ -204,6 +206,7 @@ impl LogWriter<'_> {
             }
         }
         let blocks = &plan.blocks;
+        let mut digest = 0;
         let address = |b: &PlannedBlock| geometry.offset(b.chunk) + b.offset as u64;
         for (i, b) in blocks.iter().enumerate() {
             let chunk_at = geometry.offset(b.chunk);
@@ -229,6 +232,7 @@ impl LogWriter<'_> {
             if last_in_chunk && !b.zero_rest && end + END_MARK <= geometry.size as usize {
                 set.scratch.extend_from_slice(&[0u8; END_MARK]);
             }
+            digest ^= block_digest(b.chunk, b.offset, stored_crc(&set.scratch));
             media.write_nt(at as usize, &set.scratch);
             let mut data_at = at + PREAMBLE as u64;
             for e in entries {
@@ -252,6 +256,6 @@ impl LogWriter<'_> {
         }
         let count = plan.blocks.len();
         set.plan = plan;
-        Ok(count)
+        Ok((count, digest))
     }
 }

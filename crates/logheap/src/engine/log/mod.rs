@@ -159,6 +159,9 @@ pub(crate) struct LogEngine {
     /// What the log held after recovery (the log sets count what is appended since), for
     /// the clean-close record.
     recovered_log: CloseRecord,
+    /// The fingerprint of the log after recovery (the log sets add what they append),
+    /// for the clean-close snapshot.
+    recovered_digest: u64,
     report: RecoveryReport,
     fault: Option<Fault>,
 }
@@ -311,6 +314,7 @@ impl LogEngine {
             next_tx_id: AtomicU64::new(1),
             superblock,
             recovered_log: recovered.in_log,
+            recovered_digest: recovered.log_digest,
             report: recovered.report,
             fault,
             media,
@@ -379,12 +383,16 @@ impl LogEngine {
             blocks: base.blocks + sets.iter().map(|s| s.appended.blocks).sum::<u64>(),
             chunks_in_use: self.chunks.in_use(),
         };
+        let log_digest = sets
+            .iter()
+            .fold(self.recovered_digest, |d, s| d ^ s.appended.digest);
         drop(sets);
         let mut pieces = Vec::with_capacity(self.mapping.nodes() as usize);
         self.mapping.for_each_piece(|p| pieces.push(p));
         pieces.sort_unstable_by_key(|p| p.home);
         let snapshot = Snapshot {
             record,
+            log_digest,
             pieces,
             allocations: lock(&self.allocator).allocations(),
         };
@@ -673,8 +681,8 @@ impl LogEngine {
             self.fault.is_none(),
             &mut b.placed,
         );
-        if let Ok(blocks) = appended {
-            set.appended.record(blocks, version);
+        if let Ok((blocks, digest)) = appended {
+            set.appended.record(blocks, version, digest);
         }
         lock(&self.log_sets).push(set);
         if appended.is_err() {

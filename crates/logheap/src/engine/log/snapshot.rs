@@ -23,8 +23,10 @@
 //! its own. The payload starts with the clean-close record it was written with.
 //!
 //! **Trusted only when** the pool was closed cleanly, the locator and every chunk header
-//! check out, the payload's CRC32C matches, its close record equals the superblock's, and
-//! its contents are consistent with the log just read (pieces sorted, disjoint, each
+//! check out, the payload's CRC32C matches, its close record equals the superblock's, the
+//! log just read has the fingerprint it recorded (an order-free hash of every committed
+//! block's place and checksum: a block rewritten since, even with a valid checksum of
+//! its own, is noticed), and its contents are consistent with the log (pieces sorted, disjoint, each
 //! inside a committed run of a chunk in a log; allocations accepted by the allocator's
 //! rebuild). Otherwise the open replays the log as after a crash (and says why in
 //! [`RecoveryReport::snapshot`](super::RecoveryReport::snapshot)).
@@ -50,8 +52,9 @@ const CHUNK_MAGIC: [u8; 8] = *b"LHSNAPCH";
 const SNAP_CHUNK_HEADER: usize = 24;
 /// No next chunk.
 const LAST: u32 = u32::MAX;
-/// Payload bytes before the pieces: magic, close record, piece and allocation counts.
-const PAYLOAD_HEADER: usize = 8 + 32 + 16;
+/// Payload bytes before the pieces: magic, close record, log fingerprint, piece and
+/// allocation counts.
+const PAYLOAD_HEADER: usize = 8 + 32 + 8 + 16;
 const PIECE_BYTES: usize = 24;
 const ALLOCATION_BYTES: usize = 16;
 
@@ -60,6 +63,9 @@ const ALLOCATION_BYTES: usize = 16;
 pub(crate) struct Snapshot {
     /// The clean-close record written with it.
     pub record: CloseRecord,
+    /// The fingerprint of the log it describes
+    /// ([`block_digest`](super::layout::block_digest)).
+    pub log_digest: u64,
     /// Every mapped piece, sorted by home.
     pub pieces: Vec<Piece>,
     /// Every live allocation (home, size), sorted by home.
@@ -83,6 +89,7 @@ impl Snapshot {
         for v in self.record.words() {
             b.extend_from_slice(&v.to_le_bytes());
         }
+        b.extend_from_slice(&self.log_digest.to_le_bytes());
         b.extend_from_slice(&(self.pieces.len() as u64).to_le_bytes());
         b.extend_from_slice(&(self.allocations.len() as u64).to_le_bytes());
         for p in &self.pieces {
@@ -103,7 +110,8 @@ impl Snapshot {
             return Err("the snapshot payload has no valid header".into());
         }
         let record = CloseRecord::from_words([8, 16, 24, 32].map(|at| u64_at(b, at)));
-        let (pieces, allocations) = (u64_at(b, 40), u64_at(b, 48));
+        let log_digest = u64_at(b, 40);
+        let (pieces, allocations) = (u64_at(b, 48), u64_at(b, 56));
         let expected = (pieces as u128) * PIECE_BYTES as u128
             + (allocations as u128) * ALLOCATION_BYTES as u128
             + PAYLOAD_HEADER as u128;
@@ -117,6 +125,7 @@ impl Snapshot {
         let (piece_bytes, alloc_bytes) = body.split_at(pieces as usize * PIECE_BYTES);
         Ok(Snapshot {
             record,
+            log_digest,
             pieces: piece_bytes
                 .chunks_exact(PIECE_BYTES)
                 .map(|p| Piece {
@@ -285,6 +294,7 @@ mod tests {
                 blocks: 9,
                 chunks_in_use: 2,
             },
+            log_digest: 0x1234_5678_9abc_def0,
             pieces: (0..pieces)
                 .map(|i| Piece {
                     home: (1 << 20) + i * 64,
@@ -394,6 +404,63 @@ mod tests {
             SnapshotUse::Rejected("the snapshot was written at another close".into())
         );
         assert_eq!(pool.read(|tx| tx.read(root)).unwrap(), 41);
+    }
+
+    /// A block rewritten after the close with a checksum of its own (the log still
+    /// reads as sound) is noticed by the log's fingerprint: the snapshot is not loaded
+    /// and the log, which is the truth, is replayed.
+    #[test]
+    fn a_log_changed_behind_the_snapshot_is_noticed() {
+        use crate::engine::log::ROOT_HOME;
+        use crate::engine::log::layout::{
+            BlockScan, HeaderState, PREAMBLE, block_crc, decode_block,
+        };
+        use crate::{Config, PPtr, Pool, SnapshotUse};
+        let config = Config::default().size(1 << 20).chunk_size(4096);
+        let pool = Pool::create_sim(&config, SimConfig::default()).unwrap();
+        let root: PPtr<u64> = pool.root().unwrap();
+        pool.transaction(|tx| tx.write(root, &41)).unwrap();
+        let media = pool.media().clone();
+        pool.close().unwrap();
+        let mut image = media.crash_simulator().unwrap().persisted_image();
+
+        let file = crate::PoolFile::open_image(image.clone(), &config.media, SimConfig::default())
+            .unwrap();
+        let geometry = ChunkGeometry::of(file.header());
+        drop(file);
+        let mut changed = false;
+        for c in 0..geometry.count {
+            let at = geometry.offset(c) as usize;
+            let chunk = &mut image[at..at + geometry.size as usize];
+            let head: [u8; CHUNK_HEADER] = chunk[..CHUNK_HEADER].try_into().unwrap();
+            let HeaderState::Valid(header) = HeaderState::of(&head) else {
+                continue;
+            };
+            let BlockScan::Block(b) = decode_block(chunk, c, header.generation, 64) else {
+                continue;
+            };
+            if let Some(e) = b
+                .entries
+                .iter()
+                .find(|e| e.home == ROOT_HOME && e.size == 8)
+            {
+                chunk[e.data as usize] ^= 1;
+                let start = b.offset as usize;
+                let (pre, body) = chunk[start..b.end as usize].split_at_mut(PREAMBLE);
+                let len = u32_at(pre, 16) as usize;
+                let crc = block_crc(c, header.generation, &pre[..20], &body[..len]);
+                pre[20..24].copy_from_slice(&crc.to_le_bytes());
+                changed = true;
+                break;
+            }
+        }
+        assert!(changed, "the root's update block was found");
+        let pool = Pool::open_image(image, &config, SimConfig::default()).unwrap();
+        assert!(matches!(
+            pool.stats().log.recovery.snapshot,
+            SnapshotUse::Rejected(ref why) if why.contains("not the one")
+        ));
+        assert_eq!(pool.read(|tx| tx.read(root)).unwrap(), 40);
     }
 
     #[test]

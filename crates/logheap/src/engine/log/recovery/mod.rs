@@ -60,7 +60,7 @@ use std::fmt;
 
 use super::chunks::{ChunkGeometry, TailChunk, payload_start};
 use super::home_alloc::HomeAllocator;
-use super::layout::{CHUNK_HEADER, LogKind, header_erase_order};
+use super::layout::{CHUNK_HEADER, LogKind, block_digest, header_erase_order};
 use super::mapping::{AddressMap, Mapping};
 use super::snapshot::Snapshot;
 use super::superblock::{CloseRecord, Marks, SnapshotLocator};
@@ -195,6 +195,8 @@ pub(crate) struct Recovery {
     pub report: RecoveryReport,
     /// What the log holds after the repair: the committed transactions.
     pub in_log: CloseRecord,
+    /// The fingerprint of the committed blocks ([`log_digest`]).
+    pub log_digest: u64,
     /// Byte ranges (pool offsets) to zero: what the dropped transactions left.
     erase: Vec<(u64, u64)>,
     /// Chunks whose header is erased: they held nothing committed.
@@ -278,7 +280,7 @@ pub(crate) fn recover(
                 return Err(problems);
             }
             match prepared.and_then(|(snapshot, allocator)| {
-                load_snapshot(&snapshot, allocator, geometry, &scan, mapping)
+                load_snapshot(&snapshot, allocator, geometry, &scan, &verdict, mapping)
             }) {
                 Ok(replayed) => {
                     snapshot_use = SnapshotUse::Loaded;
@@ -356,6 +358,7 @@ pub(crate) fn recover(
     };
     let max_generation = scan.chunks.iter().map(|c| c.header.generation).max();
     let max_owner = scan.chunks.iter().map(|c| c.header.owner).max();
+    let log_digest = log_digest(&scan, &verdict);
     Ok(Recovery {
         allocator: replayed.allocator,
         free_chunks,
@@ -365,6 +368,7 @@ pub(crate) fn recover(
         tails,
         report,
         in_log,
+        log_digest,
         erase,
         reclaim,
     })
@@ -492,6 +496,9 @@ pub(crate) fn examine(
             Ok(s) if s.record != *close => {
                 SnapshotUse::Rejected("the snapshot was written at another close".into())
             }
+            Ok(s) if s.log_digest != log_digest(&scan, &verdict) => {
+                SnapshotUse::Rejected(STALE_LOG.into())
+            }
             Ok(s) if joined(&s.pieces) == joined(&pieces) && s.allocations == allocations => {
                 SnapshotUse::Loaded
             }
@@ -517,6 +524,21 @@ pub(crate) fn examine(
 /// Reads the log, judges it and, when nothing is wrong or `replay_anyway`, replays the
 /// committed transactions into `mapping`: on this thread alone when `threads` is 1, else
 /// with a crew of threads ([`parallel`]), with the same result.
+/// Why a snapshot whose log fingerprint does not match is not loaded.
+const STALE_LOG: &str = "the log is not the one the snapshot was written for";
+
+/// The fingerprint of the committed blocks of `scan`: the XOR of their
+/// [`block_digest`]s.
+fn log_digest(scan: &scan::Scan, verdict: &rules::Verdict) -> u64 {
+    scan.chunks
+        .iter()
+        .flat_map(|c| c.blocks.iter().map(move |b| (c.index, b)))
+        .filter(|(_, b)| {
+            verdict.uncommitted.is_empty() || !verdict.uncommitted.contains(&b.version)
+        })
+        .fold(0, |d, (chunk, b)| d ^ block_digest(chunk, b.offset, b.crc))
+}
+
 /// The log as read and judged, and the problems found.
 type Judged = (scan::Scan, rules::Verdict, Vec<Damage>);
 /// A snapshot read, and the allocator rebuilt from it; or why it cannot be used.
@@ -567,8 +589,12 @@ fn load_snapshot(
     allocator: HomeAllocator,
     geometry: &ChunkGeometry,
     scan: &scan::Scan,
+    verdict: &rules::Verdict,
     mapping: &Mapping,
 ) -> Result<replay::Replayed, String> {
+    if snapshot.log_digest != log_digest(scan, verdict) {
+        return Err(STALE_LOG.into());
+    }
     let mut run_end = vec![None; geometry.count as usize];
     for c in &scan.chunks {
         run_end[c.index as usize] = Some(geometry.offset(c.index) + c.stop.offset() as u64);

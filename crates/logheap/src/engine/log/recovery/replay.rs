@@ -133,7 +133,9 @@ pub(crate) fn replay(
             match meaning {
                 Meaning::Free { len } => {
                     match held.remove(e.home) {
-                        Some(end) if end == e.home + len => {}
+                        // Held allocations end after they start; `len` comes from the
+                        // file and may be anything, so no sum.
+                        Some(end) if end - e.home == len => {}
                         other => {
                             if let Some(end) = other {
                                 held.insert(e.home, end);
