@@ -369,19 +369,28 @@ mod tests {
         assert!(Snapshot::read(&media, &geometry, &bad).is_err());
     }
 
+    /// A cleanly closed pool whose root (a `u64`) holds 41: its config, root and image.
+    fn closed_pool_holding_41() -> (crate::Config, crate::PPtr<u64>, Vec<u8>) {
+        let config = crate::Config::default().size(1 << 20).chunk_size(4096);
+        let pool = crate::Pool::create_sim(&config, SimConfig::default()).unwrap();
+        let root: crate::PPtr<u64> = pool.root().unwrap();
+        pool.transaction(|tx| tx.write(root, &41)).unwrap();
+        let media = pool.media().clone();
+        pool.close().unwrap();
+        (
+            config,
+            root,
+            media.crash_simulator().unwrap().persisted_image(),
+        )
+    }
+
     /// A sound snapshot of another close (same log geometry, another record) is not
     /// loaded: the open replays the log and says why.
     #[test]
     fn a_snapshot_of_another_close_is_not_loaded() {
         use crate::engine::log::superblock::Superblock;
-        use crate::{Config, PPtr, Pool, SnapshotUse};
-        let config = Config::default().size(1 << 20).chunk_size(4096);
-        let pool = Pool::create_sim(&config, SimConfig::default()).unwrap();
-        let root: PPtr<u64> = pool.root().unwrap();
-        pool.transaction(|tx| tx.write(root, &41)).unwrap();
-        let media = pool.media().clone();
-        pool.close().unwrap();
-        let image = media.crash_simulator().unwrap().persisted_image();
+        use crate::{Pool, SnapshotUse};
+        let (config, root, image) = closed_pool_holding_41();
 
         let file = crate::PoolFile::open_image(image, &config.media, SimConfig::default()).unwrap();
         let geometry = ChunkGeometry::of(file.header());
@@ -415,14 +424,8 @@ mod tests {
         use crate::engine::log::layout::{
             BlockScan, HeaderState, PREAMBLE, block_crc, decode_block,
         };
-        use crate::{Config, PPtr, Pool, SnapshotUse};
-        let config = Config::default().size(1 << 20).chunk_size(4096);
-        let pool = Pool::create_sim(&config, SimConfig::default()).unwrap();
-        let root: PPtr<u64> = pool.root().unwrap();
-        pool.transaction(|tx| tx.write(root, &41)).unwrap();
-        let media = pool.media().clone();
-        pool.close().unwrap();
-        let mut image = media.crash_simulator().unwrap().persisted_image();
+        use crate::{Pool, SnapshotUse};
+        let (config, root, mut image) = closed_pool_holding_41();
 
         let file = crate::PoolFile::open_image(image.clone(), &config.media, SimConfig::default())
             .unwrap();
