@@ -36,6 +36,12 @@ pub struct Config {
     /// others replay the data. The recovered state is the same whatever the number (at
     /// most 1024 are used). Not stored in the pool: each open chooses.
     pub recovery_threads: usize,
+    /// The log engine's cleaner takes a chunk when its live (still mapped) bytes are
+    /// below this fraction of its payload (default 0.2, as in "Log-structured
+    /// Non-volatile Main Memory", USENIX ATC 2017, §3.4); committing threads clean when
+    /// free chunks run low, and take any chunk that is not wholly live when none is
+    /// left. Not stored in the pool: each open chooses.
+    pub clean_threshold: f64,
     /// A deliberate defect, for showing that crash tests catch one. Never set it in
     /// production code.
     #[doc(hidden)]
@@ -66,6 +72,7 @@ impl Default for Config {
             mapping: MappingConfig::default(),
             reserve_space: true,
             recovery_threads: 0,
+            clean_threshold: 0.2,
             fault: None,
         }
     }
@@ -125,6 +132,17 @@ impl Config {
     /// [`recovery_threads`](Self::recovery_threads)).
     pub fn recovery_threads(mut self, threads: usize) -> Self {
         self.recovery_threads = threads;
+        self
+    }
+
+    /// Sets the live fraction below which the cleaner takes a chunk (see
+    /// [`clean_threshold`](Self::clean_threshold)); clamped to `0.0..=1.0`.
+    pub fn clean_threshold(mut self, fraction: f64) -> Self {
+        self.clean_threshold = if fraction.is_nan() {
+            0.2
+        } else {
+            fraction.clamp(0.0, 1.0)
+        };
         self
     }
 

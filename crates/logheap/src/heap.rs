@@ -115,7 +115,13 @@ impl Pool {
 
     fn start(file: PoolFile, config: &Config) -> Result<Pool> {
         check_engine(file.header().engine)?;
-        let engine = LogEngine::open(&file, config.mapping, config.fault, config.recovery_threads)?;
+        let engine = LogEngine::open(
+            &file,
+            config.mapping,
+            config.fault,
+            config.recovery_threads,
+            config.clean_threshold,
+        )?;
         Ok(Pool { engine, file })
     }
 

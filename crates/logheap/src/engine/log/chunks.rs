@@ -3,7 +3,7 @@
 //! the cleaner), and the log tails of each log set ("Log-structured Non-volatile Main
 //! Memory", USENIX ATC 2017, §3.3).
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::layout::{CHUNK_HEADER, ChunkHeader, LogKind};
@@ -56,7 +56,43 @@ pub(crate) struct ChunkPool {
     state: Mutex<FreeChunks>,
     /// Live (mapped) data bytes per chunk.
     live: Box<[AtomicI64]>,
+    /// Per chunk: it is in a log but no log appends to it any more (not a log's tail),
+    /// so everything in it is committed and the cleaner may take it.
+    sealed: Box<[AtomicBool]>,
+    /// Per chunk: the committed blocks in it, for the clean-close record and the log's
+    /// fingerprint.
+    books: Box<[Mutex<Book>]>,
+    /// Chunks the cleaner reclaimed, waiting for readers to leave them.
+    released: Arc<Released>,
     next_generation: AtomicU64,
+}
+
+/// The committed blocks of one chunk.
+#[derive(Debug, Default)]
+pub(crate) struct Book {
+    /// Their versions, in the order appended.
+    pub versions: Vec<u64>,
+    /// Their share of the log's fingerprint
+    /// ([`block_digest`](super::layout::block_digest)).
+    pub digest: u64,
+}
+
+/// Chunks reclaimed by the cleaner: `waiting` of them are in their grace period (a
+/// reader may still be copying from one); those past it are in `ready`.
+#[derive(Debug, Default)]
+struct Released {
+    ready: Mutex<Vec<u32>>,
+    waiting: AtomicU64,
+}
+
+/// What the chunk books add up to (for the clean-close record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct BookTotals {
+    pub blocks: u64,
+    /// Distinct versions.
+    pub transactions: u64,
+    pub max_version: u64,
+    pub digest: u64,
 }
 
 #[derive(Debug)]
@@ -77,6 +113,13 @@ pub(crate) struct TakenChunk {
     pub generation: u64,
     /// Its payload is all zeros.
     pub zero_payload: bool,
+}
+
+/// Most chunks kept for the cleaner ([`ChunkPool::reserve`]).
+const CLEANER_RESERVE: u64 = 4;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Chunks formatted at a time: a quarter of those formatted so far, within these bounds.
@@ -108,6 +151,11 @@ impl ChunkPool {
                 in_use,
             }),
             live: (0..geometry.count).map(|_| AtomicI64::new(0)).collect(),
+            sealed: (0..geometry.count).map(|_| AtomicBool::new(false)).collect(),
+            books: (0..geometry.count)
+                .map(|_| Mutex::new(Book::default()))
+                .collect(),
+            released: Arc::default(),
             next_generation: AtomicU64::new(generation + 1),
         }
     }
@@ -116,11 +164,33 @@ impl ChunkPool {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Takes a free chunk, formatting more chunks when none is left; `None` when every
-    /// chunk is in a log.
+    /// Chunks kept for the cleaner: a committer does not take the last of them, so the
+    /// cleaner always has room to move live data to.
+    pub(crate) fn reserve(&self) -> u64 {
+        (self.geometry.count as u64 / 8).min(CLEANER_RESERVE)
+    }
+
+    /// Takes a free chunk for a committer, formatting more chunks when none is left;
+    /// `None` when only the cleaner's reserve is left.
     pub(crate) fn take(&self) -> Option<TakenChunk> {
+        self.take_as(false)
+    }
+
+    /// Takes a free chunk for the cleaner (which may use the reserve).
+    pub(crate) fn take_for_cleaner(&self) -> Option<TakenChunk> {
+        self.take_as(true)
+    }
+
+    fn take_as(&self, cleaner: bool) -> Option<TakenChunk> {
         let chunk = {
             let mut st = self.lock();
+            let ready = std::mem::take(&mut *lock(&self.released.ready));
+            st.in_use -= ready.len() as u32;
+            st.free.extend(ready);
+            let available = st.free.len() as u64 + (self.geometry.count - st.formatted) as u64;
+            if !cleaner && available <= self.reserve() {
+                return None;
+            }
             if st.free.is_empty() {
                 self.format_more(&mut st);
             }
@@ -128,6 +198,8 @@ impl ChunkPool {
             st.in_use += 1;
             chunk
         };
+        self.sealed[chunk as usize].store(false, Ordering::Relaxed);
+        debug_assert!(lock(&self.books[chunk as usize]).versions.is_empty());
         // A chunk that was never in a log is usually all zeros: then its blocks need no
         // end mark after them (the zeros are one). Reused chunks hold stale bytes. One
         // read of the chunk tells, once per chunk's turn in a log.
@@ -186,20 +258,110 @@ impl ChunkPool {
     /// Every chunk in no log: the formatted ones (lowest first), then those not yet
     /// formatted.
     pub(crate) fn unused(&self) -> Vec<u32> {
-        let st = self.lock();
+        let mut st = self.lock();
+        let ready = std::mem::take(&mut *lock(&self.released.ready));
+        st.in_use -= ready.len() as u32;
+        st.free.extend(ready);
         let mut out: Vec<u32> = st.free.iter().rev().copied().collect();
         out.extend(st.formatted..self.geometry.count);
         out
     }
 
-    /// Chunks in no log (formatted or not).
+    /// Chunks in no log (formatted or not), including those in their grace period.
     pub(crate) fn free_count(&self) -> u64 {
         self.geometry.count as u64 - self.in_use()
     }
 
-    /// Chunks in a log.
+    /// Chunks a committer can take now (past their grace period, beyond the reserve).
+    pub(crate) fn available(&self) -> u64 {
+        let waiting = self.released.waiting.load(Ordering::Relaxed);
+        self.free_count()
+            .saturating_sub(waiting)
+            .saturating_sub(self.reserve())
+    }
+
+    /// Chunks in a log (a chunk the cleaner reclaimed leaves its log at once, though it
+    /// is taken again only after its grace period).
     pub(crate) fn in_use(&self) -> u64 {
-        self.lock().in_use as u64
+        let st = self.lock();
+        let ready = lock(&self.released.ready);
+        let waiting = self.released.waiting.load(Ordering::Relaxed);
+        st.in_use as u64 - waiting - ready.len() as u64
+    }
+
+    /// Marks chunk `c` as no log's tail any more.
+    pub(crate) fn seal(&self, c: u32) {
+        if let Some(s) = self.sealed.get(c as usize) {
+            s.store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether chunk `c` is in a log and no log appends to it.
+    pub(crate) fn is_sealed(&self, c: u32) -> bool {
+        self.sealed
+            .get(c as usize)
+            .is_some_and(|s| s.load(Ordering::Acquire))
+    }
+
+    /// Records a committed block (of `version`, fingerprint share `digest`) in chunk
+    /// `c`.
+    pub(crate) fn record_block(&self, c: u32, version: u64, digest: u64) {
+        if let Some(b) = self.books.get(c as usize) {
+            let mut b = lock(b);
+            b.versions.push(version);
+            b.digest ^= digest;
+        }
+    }
+
+    /// The largest version of a block in chunk `c` (0 if none).
+    pub(crate) fn max_version_in(&self, c: u32) -> u64 {
+        self.books
+            .get(c as usize)
+            .map_or(0, |b| lock(b).versions.iter().copied().max().unwrap_or(0))
+    }
+
+    /// What the books of all chunks add up to.
+    pub(crate) fn book_totals(&self) -> BookTotals {
+        let mut versions = Vec::new();
+        let mut digest = 0;
+        for b in self.books.iter() {
+            let b = lock(b);
+            versions.extend_from_slice(&b.versions);
+            digest ^= b.digest;
+        }
+        let blocks = versions.len() as u64;
+        versions.sort_unstable();
+        versions.dedup();
+        BookTotals {
+            blocks,
+            transactions: versions.len() as u64,
+            max_version: versions.last().copied().unwrap_or(0),
+            digest,
+        }
+    }
+
+    /// Takes chunk `c` out of the accounting when the cleaner has reclaimed it (its
+    /// header is erased) and hands it back to the free chunks once no reader can be in
+    /// it any more: after the grace period of `guard`'s epoch.
+    pub(crate) fn release(&self, c: u32, guard: &crossbeam_epoch::Guard) {
+        self.sealed[c as usize].store(false, Ordering::Relaxed);
+        *lock(&self.books[c as usize]) = Book::default();
+        self.live[c as usize].store(0, Ordering::Relaxed);
+        self.released.waiting.fetch_add(1, Ordering::Relaxed);
+        let released = self.released.clone();
+        guard.defer(move || {
+            let mut ready = lock(&released.ready);
+            ready.push(c);
+            released.waiting.fetch_sub(1, Ordering::Relaxed);
+        });
+        guard.flush();
+    }
+
+    /// Live bytes of chunk `c`.
+    pub(crate) fn live_of(&self, c: u32) -> i64 {
+        self.live
+            .get(c as usize)
+            .map_or(0, |l| l.load(Ordering::Relaxed))
     }
 
     /// Adjusts chunk `c`'s live bytes.
@@ -245,31 +407,6 @@ pub(crate) struct LogSet {
     pub scratch: Vec<u8>,
     /// Where commits are planned (reused by every commit).
     pub plan: Plan,
-    /// What this open appended through the set (counted here, where only the committer
-    /// holding the set writes, rather than in counters every committer shares).
-    pub appended: Appended,
-}
-
-/// Transactions and blocks appended, and the largest version.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Appended {
-    pub transactions: u64,
-    pub blocks: u64,
-    pub max_version: u64,
-    /// The appended blocks' share of the log's fingerprint
-    /// ([`block_digest`](super::layout::block_digest)).
-    pub digest: u64,
-}
-
-impl Appended {
-    /// Counts one appended transaction of `blocks` blocks at `version`, whose blocks'
-    /// share of the log's fingerprint is `digest`.
-    pub(crate) fn record(&mut self, blocks: usize, version: u64, digest: u64) {
-        self.digest ^= digest;
-        self.transactions += 1;
-        self.blocks += blocks as u64;
-        self.max_version = self.max_version.max(version);
-    }
 }
 
 impl LogSet {
@@ -279,7 +416,6 @@ impl LogSet {
             tails: [LogTail::default(); 3],
             scratch: Vec::new(),
             plan: Plan::default(),
-            appended: Appended::default(),
         }
     }
 

@@ -58,6 +58,8 @@ pub(crate) struct Plan {
     entries: Vec<Staged>,
     /// Chunks taken from the pool.
     taken: Vec<TakenChunk>,
+    /// Each block's share of the log's fingerprint.
+    digests: Vec<u64>,
 }
 
 /// Appends transactions to log sets on one media.
@@ -192,6 +194,7 @@ impl LogWriter<'_> {
         plan.blocks.clear();
         plan.entries.clear();
         plan.taken.clear();
+        plan.digests.clear();
         placed.clear();
         for kind in LogKind::ALL {
             let entries = logs[kind.index()];
@@ -232,7 +235,9 @@ impl LogWriter<'_> {
             if last_in_chunk && !b.zero_rest && end + END_MARK <= geometry.size as usize {
                 set.scratch.extend_from_slice(&[0u8; END_MARK]);
             }
-            digest ^= block_digest(b.chunk, b.offset, stored_crc(&set.scratch));
+            let d = block_digest(b.chunk, b.offset, stored_crc(&set.scratch));
+            plan.digests.push(d);
+            digest ^= d;
             media.write_nt(at as usize, &set.scratch);
             let mut data_at = at + PREAMBLE as u64;
             for e in entries {
@@ -250,6 +255,22 @@ impl LogWriter<'_> {
         }
         if fence {
             media.fence();
+        }
+        // The blocks are durable: book them, and let the cleaner have the chunks no log
+        // appends to any more.
+        for (b, &d) in plan.blocks.iter().zip(&plan.digests) {
+            pool.record_block(b.chunk, version, d);
+        }
+        for kind in LogKind::ALL {
+            let (old, new) = (set.tails[kind.index()].current, tails[kind.index()]);
+            if let Some(old) = old.filter(|o| new.is_none_or(|n| n.chunk != o.chunk)) {
+                pool.seal(old.chunk);
+            }
+        }
+        for t in &plan.taken {
+            if !tails.iter().flatten().any(|n| n.chunk == t.chunk) {
+                pool.seal(t.chunk);
+            }
         }
         for kind in LogKind::ALL {
             set.tails[kind.index()].current = tails[kind.index()];

@@ -6,12 +6,14 @@
 //! locks are released. Reads translate home addresses through the mapping and copy from
 //! the log. On open, [`recovery`] rebuilds the mapping and the allocator from the log.
 //!
-//! Parts: [`layout`] (bytes on media), [`chunks`] (chunk pool, log tails), [`log_writer`]
+//! Parts: [`layout`] (bytes on media), [`chunks`] (chunk pool, log tails), [`cleaner`]
+//! (reclaiming the space of stale log data), [`log_writer`]
 //! (commit-time append), [`mapping`] (home-to-log mapping), [`home_alloc`] (home-space
 //! allocator), [`recovery`], [`snapshot`] (what a clean close leaves so that the next
 //! open need not replay the log).
 
 mod chunks;
+mod cleaner;
 mod commit_data;
 mod home_alloc;
 mod layout;
@@ -52,6 +54,10 @@ const GENERATION_RESERVATION: u64 = 1 << 40;
 /// at most the pool, so at most four of its 64-byte stripes share a lock), within these
 /// bounds.
 const LOCK_BITS: std::ops::RangeInclusive<u32> = 12..=20;
+/// Times a commit that found no free chunk cleans and tries again before `PoolFull`.
+const BACK_PRESSURE_ROUNDS: usize = 8;
+/// Rounds a committer waits for reclaimed chunks to pass their grace period.
+const GRACE_ROUNDS: usize = 256;
 
 /// Per-attempt state of one transaction. Its buffers are reused from one transaction
 /// of a thread to the next ([`LogEngine::begin`], [`LogEngine::finish`]).
@@ -132,6 +138,12 @@ pub struct LogEngineStats {
     pub node_cache_hit_ratio: Option<f64>,
     /// Bytes of log data still mapped (live).
     pub live_log_bytes: u64,
+    /// Chunks the cleaner reclaimed since the pool was opened.
+    pub chunks_cleaned: u64,
+    /// Of those, chunks reclaimed without copying (nothing in them was live).
+    pub chunks_fast_cleaned: u64,
+    /// Live bytes the cleaner moved since the pool was opened.
+    pub cleaner_bytes_moved: u64,
     /// Live allocations.
     pub allocations: u64,
     /// Bytes in live allocations.
@@ -156,12 +168,15 @@ pub(crate) struct LogEngine {
     next_log_set: AtomicU32,
     next_tx_id: AtomicU64,
     superblock: Superblock,
-    /// What the log held after recovery (the log sets count what is appended since), for
-    /// the clean-close record.
-    recovered_log: CloseRecord,
-    /// The fingerprint of the log after recovery (the log sets add what they append),
-    /// for the clean-close snapshot.
-    recovered_digest: u64,
+    /// Versions of the transactions between their tick and the end of their publish
+    /// (the cleaner may not take their chunks; see [`cleaner`]).
+    committing: Mutex<Vec<u64>>,
+    cleaner: cleaner::Cleaner,
+    /// Live bytes below which a chunk is cleaned, as a fraction of its payload.
+    clean_threshold: f64,
+    /// Commits to go before the next inline cleaning pass is tried (after a pass that
+    /// found nothing to clean).
+    quiet: AtomicU64,
     report: RecoveryReport,
     fault: Option<Fault>,
 }
@@ -226,6 +241,7 @@ impl LogEngine {
         mapping: MappingConfig,
         fault: Option<Fault>,
         recovery_threads: usize,
+        clean_threshold: f64,
     ) -> Result<LogEngine> {
         mapping.check().map_err(Error::InvalidConfig)?;
         let media = file.media().clone();
@@ -295,11 +311,31 @@ impl LogEngine {
         for (c, &live) in recovered.live.iter().enumerate() {
             chunks.add_live(c as u32, live);
         }
+        for &(c, version, digest) in &recovered.books {
+            chunks.record_block(c, version, digest);
+        }
+        let books = chunks.book_totals();
+        debug_assert_eq!(
+            (books.blocks, books.transactions, books.digest),
+            (
+                recovered.in_log.blocks,
+                recovered.in_log.transactions,
+                recovered.log_digest
+            ),
+            "the chunk books disagree with what recovery found"
+        );
+        for &c in &recovered.in_logs {
+            if !recovered.tails.iter().any(|t| t.tail.chunk == c) {
+                chunks.seal(c);
+            }
+        }
         Ok(LogEngine {
             path: file.path().into(),
             geometry,
             root: ROOT_HOME..ROOT_HOME + root_size,
-            clock: VersionClock::starting_after(recovered.report.max_version),
+            // Versions go on above every version seen and above the cleaned-through
+            // version (a new transaction at or below it would count as committed).
+            clock: VersionClock::starting_after(recovered.report.max_version.max(marks.cleaned)),
             locks: LockTable::new(
                 (file.header().pool_size / 256)
                     .max(1)
@@ -313,8 +349,10 @@ impl LogEngine {
             next_log_set: AtomicU32::new(recovered.max_owner + 1),
             next_tx_id: AtomicU64::new(1),
             superblock,
-            recovered_log: recovered.in_log,
-            recovered_digest: recovered.log_digest,
+            committing: Mutex::new(Vec::new()),
+            cleaner: cleaner::Cleaner::new(marks.cleaned),
+            clean_threshold,
+            quiet: AtomicU64::new(0),
             report: recovered.report,
             fault,
             media,
@@ -343,6 +381,7 @@ impl LogEngine {
             superblock::Marks {
                 generation: 0,
                 formatted: geometry.count,
+                cleaned: 0,
             }
         });
         let close = match clean {
@@ -370,23 +409,16 @@ impl LogEngine {
     /// open can check it finds exactly that and load the snapshot instead of replaying
     /// the log. The caller then marks the pool closed.
     pub(crate) fn close(&self) {
-        // No commit is in progress (closing takes the pool): every log set is here.
-        let sets = lock(&self.log_sets);
-        let base = self.recovered_log;
+        // No commit or cleaning is in progress (closing takes the pool): the chunk books
+        // hold every committed block in the log.
+        let books = self.chunks.book_totals();
         let record = CloseRecord {
-            max_version: sets
-                .iter()
-                .map(|s| s.appended.max_version)
-                .fold(base.max_version, u64::max),
-            transactions: base.transactions
-                + sets.iter().map(|s| s.appended.transactions).sum::<u64>(),
-            blocks: base.blocks + sets.iter().map(|s| s.appended.blocks).sum::<u64>(),
+            max_version: books.max_version,
+            transactions: books.transactions,
+            blocks: books.blocks,
             chunks_in_use: self.chunks.in_use(),
         };
-        let log_digest = sets
-            .iter()
-            .fold(self.recovered_digest, |d, s| d ^ s.appended.digest);
-        drop(sets);
+        let log_digest = books.digest;
         let mut pieces = Vec::with_capacity(self.mapping.nodes() as usize);
         self.mapping.for_each_piece(|p| pieces.push(p));
         pieces.sort_unstable_by_key(|p| p.home);
@@ -623,10 +655,75 @@ impl LogEngine {
             self.media.count_transaction(false);
             return Ok(());
         }
+        if self.chunks.available() < self.low_water() {
+            self.clean_inline(tx, false);
+        }
         let mut buffers = std::mem::take(&mut tx.buffers);
-        let result = self.commit_with(tx, &mut buffers);
+        let mut result = self.commit_with(tx, &mut buffers);
+        // Back pressure: out of chunks, clean (or wait for the cleaner) and try again;
+        // `PoolFull` only when cleaning frees nothing.
+        for _ in 0..BACK_PRESSURE_ROUNDS {
+            if !matches!(result, Err(Error::PoolFull)) || !self.clean_inline(tx, true) {
+                break;
+            }
+            result = self.commit_with(tx, &mut buffers);
+        }
         tx.buffers = buffers;
         result
+    }
+
+    /// Free chunks below which committing threads clean inline.
+    fn low_water(&self) -> u64 {
+        (self.geometry.count as u64 / 16).clamp(2, 64)
+    }
+
+    /// Runs the cleaner in a committing thread (which holds no stripe lock), without the
+    /// transaction's epoch pin so that reclaimed chunks can pass their grace period.
+    /// `urgent`: the commit found no free chunk, so any chunk not wholly live may be
+    /// cleaned, and the thread waits for grace periods; returns whether a chunk can be
+    /// taken now.
+    fn clean_inline(&self, tx: &mut TxState, urgent: bool) -> bool {
+        if !urgent && self.quiet.load(Ordering::Relaxed) > 0 {
+            self.quiet.fetch_sub(1, Ordering::Relaxed);
+            return false;
+        }
+        tx.pin = None;
+        let threshold = if urgent { 0.98 } else { self.clean_threshold };
+        let mut cleaned = self.clean(threshold);
+        if urgent {
+            // Another pass may be running, and reclaimed chunks wait for readers.
+            for round in 0..GRACE_ROUNDS {
+                if self.chunks.available() > 0 {
+                    break;
+                }
+                crossbeam_epoch::pin().flush();
+                if round % 8 == 7 {
+                    cleaned += self.clean(threshold);
+                }
+                std::thread::yield_now();
+            }
+        } else if cleaned == 0 {
+            self.quiet
+                .store(self.geometry.count as u64 / 4 + 16, Ordering::Relaxed);
+        }
+        tx.pin = Some(crossbeam_epoch::pin());
+        cleaned > 0 || self.chunks.available() > 0
+    }
+
+    /// Ticks the clock for a committing transaction and registers it as committing.
+    fn tick_committing(&self) -> u64 {
+        let mut committing = lock(&self.committing);
+        let version = self.clock.tick();
+        committing.push(version);
+        version
+    }
+
+    /// The transaction at `version` has finished its commit (or will not commit).
+    fn done_committing(&self, version: u64) {
+        let mut committing = lock(&self.committing);
+        if let Some(k) = committing.iter().position(|&v| v == version) {
+            committing.swap_remove(k);
+        }
     }
 
     /// [`commit`](Self::commit) of a transaction that wrote, with its buffers.
@@ -646,9 +743,10 @@ impl LogEngine {
         let held =
             StripeLocks::acquire(&self.locks, &b.indices, tx.id, std::mem::take(&mut b.held))
                 .map_err(|_| Self::conflict(tx))?;
-        let version = self.clock.tick();
+        let version = self.tick_committing();
         if version != tx.rv + 1 && !self.reads_valid(tx, Some(&held)) {
             b.held = held.restore(&self.locks);
+            self.done_committing(version);
             return Err(Self::conflict(tx));
         }
         tx.allocs.sort_unstable();
@@ -662,6 +760,7 @@ impl LogEngine {
         if b.is_empty() {
             // Everything written was freed again by the transaction: nothing to log.
             b.held = held.restore(&self.locks);
+            self.done_committing(version);
             self.release_freed_allocs(tx);
             self.media.count_transaction(false);
             return Ok(());
@@ -681,12 +780,10 @@ impl LogEngine {
             self.fault.is_none(),
             &mut b.placed,
         );
-        if let Ok((blocks, digest)) = appended {
-            set.appended.record(blocks, version, digest);
-        }
         lock(&self.log_sets).push(set);
         if appended.is_err() {
             b.held = held.restore(&self.locks);
+            self.done_committing(version);
             return Err(Error::PoolFull);
         }
         {
@@ -722,6 +819,8 @@ impl LogEngine {
         if self.fault == Some(Fault::PublishBeforeFence) {
             self.media.fence();
         }
+        // Published (and durable): the cleaner may take its chunks from now on.
+        self.done_committing(version);
         tx.allocs.clear();
         self.media.add_payload(payload);
         self.media.count_transaction(true);
@@ -758,6 +857,9 @@ impl LogEngine {
             node_cache_misses: cache.misses,
             node_cache_hit_ratio: (lookups > 0).then(|| cache.hits as f64 / lookups as f64),
             live_log_bytes: self.chunks.total_live_bytes().max(0) as u64,
+            chunks_cleaned: self.cleaner.chunks_cleaned.load(Ordering::Relaxed),
+            chunks_fast_cleaned: self.cleaner.chunks_fast_cleaned.load(Ordering::Relaxed),
+            cleaner_bytes_moved: self.cleaner.bytes_moved.load(Ordering::Relaxed),
             allocations: a.live_count() as u64,
             allocated_bytes: a.live_bytes(),
             recovery: self.report.clone(),

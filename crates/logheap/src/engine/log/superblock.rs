@@ -9,6 +9,8 @@
 //! | 8 | 8 | chunk generation mark, copy B |
 //! | 16 | 8 | formatted chunks, copy A: count (low 32 bits), CRC32C of the count (high 32) |
 //! | 24 | 8 | formatted chunks, copy B |
+//! | 32 | 8 | cleaned-through version, copy A |
+//! | 40 | 8 | cleaned-through version, copy B |
 //! | 64 | 64 | clean-close record (see [`CloseRecord`]) |
 //! | 128 | 64 | snapshot locator (see [`SnapshotLocator`]), or zeros |
 //!
@@ -27,6 +29,12 @@
 //!   header, so recovery reads no further (an empty pool costs no scan). Chunks are
 //!   formatted in batches as the logs grow: headers zeroed and made durable first, then
 //!   the count.
+//! * The **cleaned-through version** `W` (zero until the cleaner first reclaims a chunk):
+//!   every transaction of version `W` or lower had finished its commit (its blocks were
+//!   durable) when the mark was written. The cleaner raises it before it reclaims a
+//!   chunk whose blocks are all of version `W` or lower, so recovery may take such blocks
+//!   as committed even when a peer pointer of theirs names a block the cleaner reclaimed
+//!   ([`super::recovery`]). Any value at most the true one is safe; it only grows.
 //! * The **clean-close record**: what the log held at the last clean close. Opening a
 //!   cleanly closed pool checks that the scan finds exactly that, so log data that went
 //!   missing (a zeroed chunk header, a truncated log) is damage, not a shorter log.
@@ -39,6 +47,7 @@ use crate::media::Media;
 
 const GENERATION: usize = 0;
 const FORMATTED: usize = 16;
+const CLEANED: usize = 32;
 const CLOSE: usize = 64;
 const CLOSE_MAGIC: [u8; 8] = *b"LHCLOSE\0";
 const CLOSE_LEN: usize = 64;
@@ -59,6 +68,8 @@ pub(crate) struct Marks {
     pub generation: u64,
     /// Chunks formatted so far.
     pub formatted: u32,
+    /// The cleaned-through version (0: the cleaner never reclaimed a chunk).
+    pub cleaned: u64,
 }
 
 /// What the log held when the pool was last closed cleanly.
@@ -175,10 +186,29 @@ impl Superblock {
                 ));
             }
         };
+        // The larger copy is right after a crash; damage to it can only make recovery
+        // take a transaction as committed that a crash interrupted, so it is bounded by
+        // the largest version a log can reach (checked with the log's versions).
+        let w = [0, 8].map(|i| media.read_u64(self.at + CLEANED + i));
+        if clean && w[0] != w[1] {
+            return Err(Damage::at(
+                (self.at + CLEANED) as u64,
+                format!(
+                    "the two copies of the cleaned-through version differ ({} and {}) after a clean close",
+                    w[0], w[1]
+                ),
+            ));
+        }
         Ok(Marks {
             generation: g[0].max(g[1]),
             formatted,
+            cleaned: w[0].max(w[1]),
         })
+    }
+
+    /// Durably raises the cleaned-through version to `version`.
+    pub(crate) fn write_cleaned(&self, media: &Media, version: u64) {
+        self.write_mark(media, CLEANED, version);
     }
 
     /// Durably sets the generation mark (both copies, one after the other).
@@ -295,7 +325,8 @@ mod tests {
             sb.read_marks(&m, true),
             Ok(Marks {
                 generation: 0,
-                formatted: 16
+                formatted: 16,
+                cleaned: 0
             })
         );
         sb.write_generation(&m, 77);

@@ -428,6 +428,7 @@ impl LogImage {
         let marks = Marks {
             generation: 0,
             formatted: self.geometry.count,
+            cleaned: 0,
         };
         same_with_any_threads(&self.media, &self.geometry, marks, None, config, what)
     }

@@ -197,6 +197,11 @@ pub(crate) struct Recovery {
     pub in_log: CloseRecord,
     /// The fingerprint of the committed blocks ([`log_digest`]).
     pub log_digest: u64,
+    /// The committed blocks, as (chunk, version, fingerprint share), for the chunk
+    /// books.
+    pub books: Vec<(u32, u64, u64)>,
+    /// Chunks in a log (after the repair).
+    pub in_logs: Vec<u32>,
     /// Byte ranges (pool offsets) to zero: what the dropped transactions left.
     erase: Vec<(u64, u64)>,
     /// Chunks whose header is erased: they held nothing committed.
@@ -359,6 +364,20 @@ pub(crate) fn recover(
     let max_generation = scan.chunks.iter().map(|c| c.header.generation).max();
     let max_owner = scan.chunks.iter().map(|c| c.header.owner).max();
     let log_digest = log_digest(&scan, &verdict);
+    let books = scan
+        .chunks
+        .iter()
+        .filter(|c| !reclaim.contains(&c.index))
+        .flat_map(|c| c.blocks.iter().map(move |b| (c.index, b)))
+        .filter(|(_, b)| !verdict.uncommitted.contains(&b.version))
+        .map(|(c, b)| (c, b.version, block_digest(c, b.offset, b.crc)))
+        .collect();
+    let in_logs = scan
+        .chunks
+        .iter()
+        .map(|c| c.index)
+        .filter(|c| !reclaim.contains(c))
+        .collect();
     Ok(Recovery {
         allocator: replayed.allocator,
         free_chunks,
@@ -369,6 +388,8 @@ pub(crate) fn recover(
         report,
         in_log,
         log_digest,
+        books,
+        in_logs,
         erase,
         reclaim,
     })
@@ -705,7 +726,7 @@ fn judge(
         ));
     }
     problems.append(&mut scan_problems);
-    let mut verdict = rules::judge(scan, geometry, close);
+    let mut verdict = rules::judge(scan, geometry, close, marks.cleaned);
     problems.append(&mut verdict.problems);
     let limit = |what: &str, value: u64, max: u64| {
         (value > max).then(|| {
@@ -730,6 +751,7 @@ fn judge(
                 u32::MAX as u64 - 1,
             ),
             limit("a transaction version", verdict.max_version, u64::MAX >> 3),
+            limit("the cleaned-through version", marks.cleaned, u64::MAX >> 3),
         ]
         .into_iter()
         .flatten(),
@@ -768,6 +790,7 @@ mod tests {
         let marks = Marks {
             generation: 0,
             formatted: 2,
+            cleaned: 0,
         };
         recover(
             &media,

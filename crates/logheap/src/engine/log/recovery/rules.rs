@@ -60,15 +60,23 @@ pub(crate) struct Verdict {
 }
 
 /// Applies the rules to what was read. `close` is the clean-close record when the pool
-/// was closed cleanly (`None` after a crash).
-pub(crate) fn judge(scan: &Scan, geometry: &ChunkGeometry, close: Option<&CloseRecord>) -> Verdict {
+/// was closed cleanly (`None` after a crash); `cleaned` is the superblock's
+/// cleaned-through version (0 when the cleaner never reclaimed a chunk).
+pub(crate) fn judge(
+    scan: &Scan,
+    geometry: &ChunkGeometry,
+    close: Option<&CloseRecord>,
+    cleaned: u64,
+) -> Verdict {
     let clean = close.is_some();
     let mut v = Verdict::default();
     let block_at = |ci: usize, offset: u32| geometry.offset(scan.chunks[ci].index) + offset as u64;
 
     // A transaction is committed when each of its blocks points to a valid block of the
     // same transaction: then none is missing (a missing one would leave its predecessor
-    // pointing at something else). Blocks are found by place without a map: chunks were
+    // pointing at something else). A transaction at or below the cleaned-through
+    // version had finished its commit before the cleaner reclaimed anything that held
+    // a block of it, so its peer pointers are not looked at. Blocks are found by place without a map: chunks were
     // read in index order, and each chunk's blocks are in offset order.
     let mut position = vec![u32::MAX; scan.chunks.last().map_or(0, |c| c.index as usize + 1)];
     for (ci, ch) in scan.chunks.iter().enumerate() {
@@ -91,7 +99,7 @@ pub(crate) fn judge(scan: &Scan, geometry: &ChunkGeometry, close: Option<&CloseR
             v.blocks += 1;
             v.max_version = v.max_version.max(b.version);
             versions.push(b.version);
-            if version_at(b.peer) != Some(b.version) {
+            if b.version > cleaned && version_at(b.peer) != Some(b.version) {
                 v.uncommitted.insert(b.version);
             }
         }
@@ -118,7 +126,7 @@ pub(crate) fn judge(scan: &Scan, geometry: &ChunkGeometry, close: Option<&CloseR
             chunks,
             tail: None,
         };
-        let gap = chain_break(scan, geometry, &log, &mut v.problems);
+        let gap = chain_break(scan, geometry, &log, &mut v.problems).filter(|_| cleaned == 0);
         walk(
             scan,
             geometry,

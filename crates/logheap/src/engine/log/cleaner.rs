@@ -1,0 +1,343 @@
+//! The log cleaner ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §3.4,
+//! §4.4): gives the space of stale log data back to the free chunks.
+//!
+//! A *victim* is a chunk of an update log that no log appends to any more (sealed),
+//! whose live bytes are below the threshold, and whose blocks are all of a version at
+//! most the *cleaned-through version* `W`: every transaction up to `W` had finished its
+//! commit when `W` was taken (no committing transaction is at or below it). A victim
+//! with no live byte is reclaimed without copying (fast cleaning). Otherwise a
+//! quasi-transaction takes the STM stripe locks of the victim's entries, looks each
+//! entry up again (its bytes are live where the mapping still points into the victim:
+//! a transaction may have overwritten them since), copies the live pieces into the
+//! cleaner's own update log — each source block's pieces as blocks of *the source
+//! block's version* whose peer pointer is the block itself (a transaction of one block,
+//! complete by itself), written and fenced one at a time — remaps them, and releases the
+//! locks with the versions they had (the data did not change, so no reader needs to
+//! retry).
+//!
+//! A victim is then reclaimed: `W` is made durable in the superblock (if it was not
+//! already), the victim's header is erased (word by word from the back, so a crash
+//! leaves a torn or free header, never a damaged one) and fenced, and the chunk returns
+//! to the free pool after an epoch grace period (a reader that found the old place in
+//! the mapping may still be copying from it).
+//!
+//! Why recovery stays right is said in the recovery rules ([`super::recovery`]).
+//! Allocation and deallocation logs are not cleaned (their records stay in the log).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::LogEngine;
+use super::chunks::{LogSet, TailChunk, payload_start};
+use super::layout::{
+    BlockScan, CHUNK_HEADER, ChunkHeader, END_MARK, EntryRef, LogKind, block_digest, block_size,
+    decode_block, encode_block, header_erase_order, stored_crc,
+};
+use super::mapping::AddressMap;
+use crate::stm::{StripeLocks, stripes};
+
+/// Victims taken by one cleaning pass at most.
+const VICTIMS_PER_PASS: usize = 8;
+
+/// The cleaner's state: its own log set (where moved data goes) and its figures.
+#[derive(Debug, Default)]
+pub(crate) struct Cleaner {
+    /// The cleaner's log set; its lock is held by the one pass running.
+    set: std::sync::Mutex<Option<LogSet>>,
+    /// Chunks reclaimed.
+    pub chunks_cleaned: AtomicU64,
+    /// Chunks reclaimed without copying.
+    pub chunks_fast_cleaned: AtomicU64,
+    /// Live bytes moved.
+    pub bytes_moved: AtomicU64,
+    /// The cleaned-through version made durable so far.
+    pub cleaned_through: AtomicU64,
+}
+
+impl Cleaner {
+    /// A cleaner whose durable cleaned-through version is `cleaned`.
+    pub(crate) fn new(cleaned: u64) -> Cleaner {
+        Cleaner {
+            cleaned_through: AtomicU64::new(cleaned),
+            ..Cleaner::default()
+        }
+    }
+}
+
+/// A live piece found in a victim: `len` bytes for `home`, now at pool offset `from`.
+#[derive(Debug, Clone, Copy)]
+struct LivePiece {
+    home: u64,
+    len: u64,
+    from: u64,
+}
+
+impl LogEngine {
+    /// The largest version up to which every transaction has finished its commit.
+    pub(super) fn committed_through(&self) -> u64 {
+        let committing = super::lock(&self.committing);
+        committing
+            .iter()
+            .min()
+            .map_or_else(|| self.clock.now(), |&m| m - 1)
+    }
+
+    /// Runs one cleaning pass: takes up to [`VICTIMS_PER_PASS`] victims whose live
+    /// bytes are below `threshold` (a fraction of a chunk's payload) and reclaims them.
+    /// Returns the number reclaimed; 0 as well when another pass is running.
+    pub(crate) fn clean(&self, threshold: f64) -> usize {
+        let Ok(mut set) = self.cleaner.set.try_lock() else {
+            return 0;
+        };
+        let w = self.committed_through();
+        let payload = (self.geometry.size - CHUNK_HEADER as u64) as f64;
+        let limit = (payload * threshold) as i64;
+        let mut victims: Vec<(i64, u32)> = Vec::new();
+        for c in 0..self.geometry.count {
+            if !self.chunks.is_sealed(c) {
+                continue;
+            }
+            let live = self.chunks.live_of(c);
+            if live > limit || self.chunks.max_version_in(c) > w {
+                continue;
+            }
+            match self.header_of(c) {
+                Some(h) if h.kind == LogKind::Update => victims.push((live, c)),
+                _ => {}
+            }
+        }
+        victims.sort_unstable();
+        victims.truncate(VICTIMS_PER_PASS);
+        if victims.is_empty() {
+            return 0;
+        }
+        let set = set.get_or_insert_with(|| {
+            LogSet::new(self.next_log_set.fetch_add(1, Ordering::Relaxed))
+        });
+        let mut reclaimed = 0;
+        for &(_, victim) in &victims {
+            if self.clean_victim(set, victim, w) {
+                reclaimed += 1;
+            }
+        }
+        reclaimed
+    }
+
+    /// The valid header of chunk `c`, if it has one.
+    fn header_of(&self, c: u32) -> Option<ChunkHeader> {
+        let mut head = [0u8; CHUNK_HEADER];
+        self.media
+            .read(self.geometry.offset(c) as usize, &mut head);
+        ChunkHeader::decode(&head)
+    }
+
+    /// Moves the live data out of `victim` and reclaims it; `false` when it could not
+    /// (a lock was busy, or the cleaner has no room).
+    fn clean_victim(&self, set: &mut LogSet, victim: u32, w: u64) -> bool {
+        let Some(header) = self.header_of(victim) else {
+            return false;
+        };
+        let base = self.geometry.offset(victim);
+        let fast = self.chunks.live_of(victim) == 0;
+        if !fast {
+            let bytes = self.media.read_vec(base as usize, self.geometry.size as usize);
+            // The source blocks: (version, entries as (home, len, pool offset)).
+            let mut blocks: Vec<(u64, Vec<(u64, u64, u64)>)> = Vec::new();
+            let mut at = payload_start() as usize;
+            while let BlockScan::Block(b) = decode_block(&bytes, victim, header.generation, at) {
+                at = b.end as usize;
+                let entries = b
+                    .entries
+                    .iter()
+                    .filter(|e| !e.tombstone && e.size > 0)
+                    .map(|e| (e.home, e.size as u64, base + e.data as u64))
+                    .collect();
+                blocks.push((b.version, entries));
+            }
+            let mut indices: Vec<usize> = blocks
+                .iter()
+                .flat_map(|(_, es)| es.iter())
+                .flat_map(|&(home, len, _)| stripes(home, len))
+                .map(|s| self.locks.index(s))
+                .collect();
+            indices.sort_unstable();
+            indices.dedup();
+            let owner = self.next_tx_id.fetch_add(1, Ordering::Relaxed);
+            let Ok(held) = StripeLocks::acquire(&self.locks, &indices, owner, Vec::new()) else {
+                return false;
+            };
+            // Under the locks no transaction changes these ranges: what maps into the
+            // victim now is live, and stays so until the locks are released.
+            let moved = self.move_live(set, &blocks);
+            let ok = moved.is_some();
+            if let Some(placed) = moved {
+                let chunks = &self.chunks;
+                let geometry = &self.geometry;
+                let mut displaced =
+                    |log: u64, n: u64| chunks.add_live(geometry.chunk_of(log), -(n as i64));
+                for (p, to) in placed {
+                    self.mapping.insert(p.home, p.len, to, &mut displaced);
+                    chunks.add_live(geometry.chunk_of(to), p.len as i64);
+                    self.cleaner.bytes_moved.fetch_add(p.len, Ordering::Relaxed);
+                }
+            }
+            held.restore(&self.locks);
+            if !ok {
+                return false;
+            }
+        }
+        // The victim holds nothing live. Blocks elsewhere may point to its blocks:
+        // recovery takes them as committed if their version is at most the durable
+        // cleaned-through version.
+        if self.chunks.max_version_in(victim) > self.cleaner.cleaned_through.load(Ordering::Relaxed)
+        {
+            self.superblock.write_cleaned(&self.media, w);
+            self.cleaner.cleaned_through.fetch_max(w, Ordering::Relaxed);
+        }
+        for word in header_erase_order() {
+            self.media.write_u64(base as usize + word, 0);
+        }
+        self.media.flush(base as usize, CHUNK_HEADER);
+        self.media.fence();
+        self.chunks.release(victim, &crossbeam_epoch::pin());
+        self.cleaner.chunks_cleaned.fetch_add(1, Ordering::Relaxed);
+        if fast {
+            self.cleaner
+                .chunks_fast_cleaned
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// Copies the live pieces of `blocks` (source blocks of a victim, with the STM locks
+    /// of their ranges held) into the cleaner's update log, durably; returns each piece
+    /// with its new place, or `None` when the cleaner has no room (then nothing written
+    /// is mapped: the copies are harmless duplicates of what the victim holds).
+    fn move_live(
+        &self,
+        set: &mut LogSet,
+        blocks: &[(u64, Vec<(u64, u64, u64)>)],
+    ) -> Option<Vec<(LivePiece, u64)>> {
+        let mut placed = Vec::new();
+        let mut pieces: Vec<LivePiece> = Vec::new();
+        let mut data: Vec<u8> = Vec::new();
+        for (version, entries) in blocks {
+            pieces.clear();
+            for &(home, len, log) in entries {
+                self.mapping.lookup(home, len, |x| {
+                    if x.log == Some(log + (x.home - home)) {
+                        pieces.push(LivePiece {
+                            home: x.home,
+                            len: x.len,
+                            from: log + (x.home - home),
+                        });
+                    }
+                });
+            }
+            // Blocks of this version, each as large as the room of the tail allows.
+            let mut rest = &pieces[..];
+            while !rest.is_empty() {
+                let (tail, room) = self.cleaner_tail(set, rest[0].len as usize)?;
+                let mut n = 0;
+                let mut bytes = 0;
+                while n < rest.len()
+                    && n < super::layout::MAX_BLOCK_ENTRIES
+                    && block_size(n + 1, bytes + rest[n].len as usize) <= room
+                {
+                    bytes += rest[n].len as usize;
+                    n += 1;
+                }
+                if n == 0 {
+                    return None; // cannot happen: a piece came out of a block of a chunk
+                }
+                let (now, later) = rest.split_at(n);
+                rest = later;
+                data.clear();
+                for p in now {
+                    let at = data.len();
+                    data.resize(at + p.len as usize, 0);
+                    self.media.read(p.from as usize, &mut data[at..]);
+                }
+                let mut at = 0;
+                let entries: Vec<EntryRef<'_>> = now
+                    .iter()
+                    .map(|p| {
+                        let e = EntryRef {
+                            home: p.home,
+                            tombstone: false,
+                            data: &data[at..at + p.len as usize],
+                        };
+                        at += p.len as usize;
+                        e
+                    })
+                    .collect();
+                let chunk_at = self.geometry.offset(tail.chunk);
+                let block_at = chunk_at + tail.offset as u64;
+                encode_block(
+                    &mut set.scratch,
+                    tail.chunk,
+                    tail.generation,
+                    *version,
+                    block_at,
+                    entries.iter().copied(),
+                );
+                let block_len = set.scratch.len();
+                let end = tail.offset as usize + block_len;
+                if !tail.zero_rest && end + END_MARK <= self.geometry.size as usize {
+                    set.scratch.extend_from_slice(&[0u8; END_MARK]);
+                }
+                let digest = block_digest(tail.chunk, tail.offset, stored_crc(&set.scratch));
+                self.media.write_nt(block_at as usize, &set.scratch);
+                self.media.fence();
+                self.chunks.record_block(tail.chunk, *version, digest);
+                let mut to = block_at + super::layout::PREAMBLE as u64;
+                for p in now {
+                    to += super::layout::ENTRY_HEADER as u64;
+                    placed.push((*p, to));
+                    to += p.len;
+                }
+                let t = set.tails[LogKind::Update.index()]
+                    .current
+                    .as_mut()
+                    .expect("the cleaner's tail was just ensured");
+                t.offset = end as u32;
+            }
+        }
+        Some(placed)
+    }
+
+    /// The cleaner's update-log tail with room for a block of at least one entry of
+    /// `min(len, 64)` bytes (taking a new chunk, whose header is written and made durable
+    /// with the first block, when the current one is short); and its room in bytes.
+    fn cleaner_tail(&self, set: &mut LogSet, len: usize) -> Option<(TailChunk, usize)> {
+        let size = self.geometry.size as usize;
+        let need = block_size(1, len);
+        let tail = &mut set.tails[LogKind::Update.index()].current;
+        if let Some(t) = tail.filter(|t| t.offset as usize + need <= size) {
+            return Some((t, size - t.offset as usize));
+        }
+        let taken = self.chunks.take_for_cleaner()?;
+        let header = ChunkHeader {
+            kind: LogKind::Update,
+            zeroed: taken.zero_payload,
+            owner: set.id,
+            generation: taken.generation,
+            prev: tail.map(|t| t.chunk),
+            seq: tail.map_or(0, |t| t.seq + 1),
+        };
+        // The header goes with the first block's fence.
+        self.media
+            .write_nt(self.geometry.offset(taken.chunk) as usize, &header.encode());
+        if let Some(old) = *tail {
+            self.chunks.seal(old.chunk);
+        }
+        let t = TailChunk {
+            chunk: taken.chunk,
+            generation: taken.generation,
+            seq: header.seq,
+            offset: payload_start(),
+            zero_rest: taken.zero_payload,
+        };
+        *tail = Some(t);
+        Some((t, size - t.offset as usize))
+    }
+}
