@@ -57,3 +57,83 @@ fn rewriting_one_object_runs_far_beyond_the_pool_size() {
     let pool = Pool::open(&path).unwrap();
     assert_eq!(value(&pool, obj), 4_999);
 }
+
+/// Objects the crash and model tests rewrite.
+const OBJECTS: usize = 6;
+
+fn state(pool: &Pool, objs: &[PPtr<[u8; 128]>]) -> Vec<u64> {
+    objs.iter().map(|&o| value(pool, o)).collect()
+}
+
+/// Crash images at every fence of transactions that run while the cleaner cleans (the
+/// pool is full of stale data, so committers clean inline): every image opens, holds a
+/// state the transactions went through, and goes on running and reopening.
+#[test]
+fn crash_images_while_cleaning_hold_states_the_model_went_through() {
+    use std::collections::HashSet;
+    use std::sync::{Arc, Mutex};
+    let config = small(96);
+    let sim_config = logheap::media::SimConfig {
+        max_images_per_fence: 3,
+        ..Default::default()
+    };
+    let pool = Pool::create_sim(&config, sim_config).unwrap();
+    let objs: Vec<PPtr<[u8; 128]>> = (0..OBJECTS)
+        .map(|_| pool.transaction(|tx| tx.alloc([0u8; 128])).unwrap())
+        .collect();
+    let mut model = vec![0u64; OBJECTS];
+    let mut seen: HashSet<Vec<u64>> = HashSet::new();
+    let mut i = 0u64;
+    let mut step = |pool: &Pool, model: &mut Vec<u64>| {
+        i += 1;
+        let k = (i as usize * 7 + i as usize / 5) % OBJECTS;
+        rewrite_one(pool, objs[k], i);
+        model[k] = i;
+    };
+    for _ in 0..4_000 {
+        step(&pool, &mut model);
+    }
+    let before = pool.stats().log.chunks_cleaned;
+    assert!(before > 0, "the warm-up did not make the cleaner run");
+    seen.insert(model.clone());
+    let images = Arc::new(Mutex::new(Vec::new()));
+    let sink = images.clone();
+    let sim = pool.media().crash_simulator().unwrap();
+    sim.set_fence_hook(Box::new(move |p| sink.lock().unwrap().extend(p.images())));
+    for _ in 0..250 {
+        step(&pool, &mut model);
+        seen.insert(model.clone());
+    }
+    sim.take_fence_hook();
+    let cleaned = pool.stats().log.chunks_cleaned - before;
+    assert!(cleaned > 0, "nothing was cleaned while images were taken");
+    let images = std::mem::take(&mut *images.lock().unwrap());
+    assert!(images.len() > 250, "only {} images", images.len());
+    for (n, image) in images.into_iter().enumerate() {
+        let p = Pool::open_image(image, &config, Default::default())
+            .unwrap_or_else(|e| panic!("image {n} does not open: {e}"));
+        let s = state(&p, &objs);
+        assert!(seen.contains(&s), "image {n} holds {s:?}, a state never committed");
+        if n % 25 == 0 {
+            // The recovered pool goes on, cleans, and reopens with its last values.
+            for j in 0..1_500u64 {
+                rewrite_one(&p, objs[j as usize % OBJECTS], 1_000_000 + j);
+            }
+            let persisted = p.media().crash_simulator().unwrap().persisted_image();
+            drop(p);
+            let q = Pool::open_image(persisted, &config, Default::default()).unwrap();
+            let s = state(&q, &objs);
+            for (k, v) in s.iter().enumerate() {
+                let last = (0..1_500u64).rev().find(|j| *j as usize % OBJECTS == k).unwrap();
+                assert_eq!(*v, 1_000_000 + last, "image {n}, object {k}");
+            }
+        }
+    }
+}
+
+fn rewrite_one(pool: &Pool, obj: PPtr<[u8; 128]>, i: u64) {
+    let mut v = [0u8; 128];
+    v[..8].copy_from_slice(&i.to_le_bytes());
+    v[120..].copy_from_slice(&i.to_le_bytes());
+    pool.transaction(|tx| tx.write(obj, &v)).unwrap();
+}

@@ -44,6 +44,26 @@
 //! ([`snapshot`](super::snapshot)), that is loaded instead of replaying the log
 //! ([`RecoveryReport::snapshot`] says whether it was, or why not).
 //!
+//! *Moved data* ([`cleaner`](super::cleaner)). The cleaner re-appends the live pieces of
+//! a source block as blocks of **the source block's version** whose peer pointer is the
+//! block itself: each is complete on its own, so the rule above takes it as committed
+//! once it is valid. Replaying in version order then puts a moved piece exactly where
+//! its original stood: a later write (higher version) still wins over it, and a free of
+//! its range comes after it (the cleaner moves only what the mapping maps, under the
+//! STM locks of the range, so the data was not freed; allocation and deallocation logs,
+//! with their allocation and free records, are never cleaned, so no freed range loses
+//! its free record). A crash between the copy and the reclaim leaves both copies, of one
+//! version with the same bytes: either may be mapped. The cleaner reclaims a chunk only
+//! when all its blocks are at or below the **cleaned-through version** `W` it has made
+//! durable in the superblock, and `W` is below every transaction still committing; so
+//! blocks of version `W` or lower are committed whatever their peer pointers say (a peer
+//! may have been in a reclaimed chunk: 000 §3.4's "peer pointers of moved blocks of
+//! committed transactions are ignored"), and a torn transaction is always above `W`.
+//! Once `W` is non-zero a log may also have gaps in its chain of chunks (a reclaimed
+//! chunk in its middle): sequence numbers must still grow, but a missing chunk is no
+//! longer damage after a crash (after a clean close the close record's counts and the
+//! snapshot's fingerprint still catch it).
+//!
 //! What a crash and damage at the very end of a log look alike: after a crash, damage to
 //! the last transaction of a log set is indistinguishable from that transaction being
 //! torn, and it is dropped (and reported) like one.
