@@ -151,7 +151,9 @@ impl ChunkPool {
                 in_use,
             }),
             live: (0..geometry.count).map(|_| AtomicI64::new(0)).collect(),
-            sealed: (0..geometry.count).map(|_| AtomicBool::new(false)).collect(),
+            sealed: (0..geometry.count)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
             books: (0..geometry.count)
                 .map(|_| Mutex::new(Book::default()))
                 .collect(),
@@ -287,6 +289,11 @@ impl ChunkPool {
         let ready = lock(&self.released.ready);
         let waiting = self.released.waiting.load(Ordering::Relaxed);
         st.in_use as u64 - waiting - ready.len() as u64
+    }
+
+    /// Reclaimed chunks still in their grace period.
+    pub(crate) fn waiting(&self) -> u64 {
+        self.released.waiting.load(Ordering::Relaxed)
     }
 
     /// Marks chunk `c` as no log's tail any more.

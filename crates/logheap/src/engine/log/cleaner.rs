@@ -88,7 +88,9 @@ impl LogEngine {
         let Ok(mut set) = self.cleaner.set.try_lock() else {
             return 0;
         };
-        let w = self.committed_through();
+        let w = self
+            .committed_through()
+            .min(super::superblock::CLEANED_LIMIT);
         let payload = (self.geometry.size - CHUNK_HEADER as u64) as f64;
         let limit = (payload * threshold) as i64;
         let mut victims: Vec<(i64, u32)> = Vec::new();
@@ -110,9 +112,8 @@ impl LogEngine {
         if victims.is_empty() {
             return 0;
         }
-        let set = set.get_or_insert_with(|| {
-            LogSet::new(self.next_log_set.fetch_add(1, Ordering::Relaxed))
-        });
+        let set = set
+            .get_or_insert_with(|| LogSet::new(self.next_log_set.fetch_add(1, Ordering::Relaxed)));
         let mut reclaimed = 0;
         for &(_, victim) in &victims {
             if self.clean_victim(set, victim, w) {
@@ -125,8 +126,7 @@ impl LogEngine {
     /// The valid header of chunk `c`, if it has one.
     fn header_of(&self, c: u32) -> Option<ChunkHeader> {
         let mut head = [0u8; CHUNK_HEADER];
-        self.media
-            .read(self.geometry.offset(c) as usize, &mut head);
+        self.media.read(self.geometry.offset(c) as usize, &mut head);
         ChunkHeader::decode(&head)
     }
 
@@ -139,7 +139,9 @@ impl LogEngine {
         let base = self.geometry.offset(victim);
         let fast = self.chunks.live_of(victim) == 0;
         if !fast {
-            let bytes = self.media.read_vec(base as usize, self.geometry.size as usize);
+            let bytes = self
+                .media
+                .read_vec(base as usize, self.geometry.size as usize);
             // The source blocks: (version, entries as (home, len, pool offset)).
             let mut blocks: Vec<(u64, Vec<(u64, u64, u64)>)> = Vec::new();
             let mut at = payload_start() as usize;

@@ -56,8 +56,9 @@ const GENERATION_RESERVATION: u64 = 1 << 40;
 const LOCK_BITS: std::ops::RangeInclusive<u32> = 12..=20;
 /// Times a commit that found no free chunk cleans and tries again before `PoolFull`.
 const BACK_PRESSURE_ROUNDS: usize = 8;
-/// Rounds a committer waits for reclaimed chunks to pass their grace period.
-const GRACE_ROUNDS: usize = 256;
+/// How long a committer that found no free chunk waits for reclaimed chunks to pass
+/// their grace period.
+const GRACE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Per-attempt state of one transaction. Its buffers are reused from one transaction
 /// of a thread to the next ([`LogEngine::begin`], [`LogEngine::finish`]).
@@ -691,14 +692,21 @@ impl LogEngine {
         let threshold = if urgent { 0.98 } else { self.clean_threshold };
         let mut cleaned = self.clean(threshold);
         if urgent {
-            // Another pass may be running, and reclaimed chunks wait for readers.
-            for round in 0..GRACE_ROUNDS {
-                if self.chunks.available() > 0 {
+            // Another pass may be running, and reclaimed chunks wait for readers
+            // (threads pinned elsewhere hold the epoch back): wait while either may
+            // still give a chunk, up to a bound.
+            let start = std::time::Instant::now();
+            for round in 0.. {
+                if self.chunks.available() > 0 || start.elapsed() > GRACE_WAIT {
                     break;
                 }
                 crossbeam_epoch::pin().flush();
                 if round % 8 == 7 {
-                    cleaned += self.clean(threshold);
+                    let more = self.clean(threshold);
+                    cleaned += more;
+                    if more == 0 && self.chunks.waiting() == 0 && round > 64 {
+                        break;
+                    }
                 }
                 std::thread::yield_now();
             }

@@ -131,6 +131,40 @@ fn encode_count(count: u32) -> u64 {
     (crc32c::crc32c(&count.to_le_bytes()) as u64) << 32 | count as u64
 }
 
+/// The largest cleaned-through version the superblock holds (48 bits).
+pub(crate) const CLEANED_LIMIT: u64 = (1 << 48) - 1;
+
+/// CRC-16/CCITT-FALSE of `bytes`: it finds every error confined to 16 consecutive bits.
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc = 0xffffu16;
+    for &b in bytes {
+        crc ^= (b as u16) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                crc << 1 ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// The cleaned-through version as stored: 48 bits and their CRC-16 (0 stays 0, as in a
+/// pool the cleaner never touched). A flipped bit must not raise it: blocks at or
+/// below it count as committed.
+fn encode_cleaned(version: u64) -> u64 {
+    match version {
+        0 => 0,
+        v => v | (crc16(&v.to_le_bytes()[..6]) as u64) << 48,
+    }
+}
+
+fn decode_cleaned(word: u64) -> Option<u64> {
+    let version = word & CLEANED_LIMIT;
+    (encode_cleaned(version) == word).then_some(version)
+}
+
 fn decode_count(word: u64) -> Option<u32> {
     let count = word as u32;
     (encode_count(count) == word).then_some(count)
@@ -189,26 +223,31 @@ impl Superblock {
         // The larger copy is right after a crash; damage to it can only make recovery
         // take a transaction as committed that a crash interrupted, so it is bounded by
         // the largest version a log can reach (checked with the log's versions).
-        let w = [0, 8].map(|i| media.read_u64(self.at + CLEANED + i));
-        if clean && w[0] != w[1] {
-            return Err(Damage::at(
-                (self.at + CLEANED) as u64,
-                format!(
-                    "the two copies of the cleaned-through version differ ({} and {}) after a clean close",
-                    w[0], w[1]
-                ),
-            ));
-        }
+        let words = [0, 8].map(|i| media.read_u64(self.at + CLEANED + i));
+        let cleaned = match words.map(decode_cleaned) {
+            [Some(a), Some(b)] if a == b || !clean => a.max(b),
+            [Some(a), None] | [None, Some(a)] if !clean => a,
+            _ => {
+                return Err(Damage::at(
+                    (self.at + CLEANED) as u64,
+                    format!(
+                        "the cleaned-through version is damaged (copies {:#018x} and {:#018x})",
+                        words[0], words[1]
+                    ),
+                ));
+            }
+        };
         Ok(Marks {
             generation: g[0].max(g[1]),
             formatted,
-            cleaned: w[0].max(w[1]),
+            cleaned,
         })
     }
 
-    /// Durably raises the cleaned-through version to `version`.
+    /// Durably raises the cleaned-through version to `version` (at most
+    /// [`CLEANED_LIMIT`]).
     pub(crate) fn write_cleaned(&self, media: &Media, version: u64) {
-        self.write_mark(media, CLEANED, version);
+        self.write_mark(media, CLEANED, encode_cleaned(version.min(CLEANED_LIMIT)));
     }
 
     /// Durably sets the generation mark (both copies, one after the other).
