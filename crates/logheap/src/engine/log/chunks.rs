@@ -59,22 +59,35 @@ pub(crate) struct ChunkPool {
     /// Per chunk: it is in a log but no log appends to it any more (not a log's tail),
     /// so everything in it is committed and the cleaner may take it.
     sealed: Box<[AtomicBool]>,
-    /// Per chunk: the committed blocks in it, for the clean-close record and the log's
-    /// fingerprint.
-    books: Box<[Mutex<Book>]>,
+    /// Per chunk: the committed blocks in it, for the clean-close record, the log's
+    /// fingerprint and the cleaner (a chunk's largest version).
+    books: Box<[Book]>,
     /// Chunks the cleaner reclaimed, waiting for readers to leave them.
     released: Arc<Released>,
     next_generation: AtomicU64,
 }
 
-/// The committed blocks of one chunk.
+/// What the committed blocks of one chunk add up to: fixed-size counters, so booking a
+/// block allocates nothing (the number of distinct versions, which does not add up over
+/// chunks, is counted from the log itself when the pool is closed:
+/// [`recovery::committed_transactions`](super::recovery::committed_transactions)).
 #[derive(Debug, Default)]
-pub(crate) struct Book {
-    /// Their versions, in the order appended.
-    pub versions: Vec<u64>,
+struct Book {
+    /// Blocks.
+    blocks: AtomicU64,
+    /// Their largest version (0 if none).
+    max_version: AtomicU64,
     /// Their share of the log's fingerprint
     /// ([`block_digest`](super::layout::block_digest)).
-    pub digest: u64,
+    digest: AtomicU64,
+}
+
+impl Book {
+    fn clear(&self) {
+        self.blocks.store(0, Ordering::Relaxed);
+        self.max_version.store(0, Ordering::Relaxed);
+        self.digest.store(0, Ordering::Relaxed);
+    }
 }
 
 /// Chunks reclaimed by the cleaner: `waiting` of them are in their grace period (a
@@ -88,10 +101,11 @@ struct Released {
 /// What the chunk books add up to (for the clean-close record).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct BookTotals {
+    /// Committed blocks.
     pub blocks: u64,
-    /// Distinct versions.
-    pub transactions: u64,
+    /// Their largest version.
     pub max_version: u64,
+    /// The log's fingerprint.
     pub digest: u64,
 }
 
@@ -154,9 +168,7 @@ impl ChunkPool {
             sealed: (0..geometry.count)
                 .map(|_| AtomicBool::new(false))
                 .collect(),
-            books: (0..geometry.count)
-                .map(|_| Mutex::new(Book::default()))
-                .collect(),
+            books: (0..geometry.count).map(|_| Book::default()).collect(),
             released: Arc::default(),
             next_generation: AtomicU64::new(generation + 1),
         }
@@ -201,7 +213,7 @@ impl ChunkPool {
             chunk
         };
         self.sealed[chunk as usize].store(false, Ordering::Relaxed);
-        debug_assert!(lock(&self.books[chunk as usize]).versions.is_empty());
+        debug_assert_eq!(self.books[chunk as usize].blocks.load(Ordering::Relaxed), 0);
         // A chunk that was never in a log is usually all zeros: then its blocks need no
         // end mark after them (the zeros are one). Reused chunks hold stale bytes. One
         // read of the chunk tells, once per chunk's turn in a log.
@@ -314,9 +326,9 @@ impl ChunkPool {
     /// `c`.
     pub(crate) fn record_block(&self, c: u32, version: u64, digest: u64) {
         if let Some(b) = self.books.get(c as usize) {
-            let mut b = lock(b);
-            b.versions.push(version);
-            b.digest ^= digest;
+            b.blocks.fetch_add(1, Ordering::Relaxed);
+            b.max_version.fetch_max(version, Ordering::Relaxed);
+            b.digest.fetch_xor(digest, Ordering::Relaxed);
         }
     }
 
@@ -324,27 +336,23 @@ impl ChunkPool {
     pub(crate) fn max_version_in(&self, c: u32) -> u64 {
         self.books
             .get(c as usize)
-            .map_or(0, |b| lock(b).versions.iter().copied().max().unwrap_or(0))
+            .map_or(0, |b| b.max_version.load(Ordering::Relaxed))
     }
 
     /// What the books of all chunks add up to.
     pub(crate) fn book_totals(&self) -> BookTotals {
-        let mut versions = Vec::new();
-        let mut digest = 0;
-        for b in self.books.iter() {
-            let b = lock(b);
-            versions.extend_from_slice(&b.versions);
-            digest ^= b.digest;
-        }
-        let blocks = versions.len() as u64;
-        versions.sort_unstable();
-        versions.dedup();
-        BookTotals {
-            blocks,
-            transactions: versions.len() as u64,
-            max_version: versions.last().copied().unwrap_or(0),
-            digest,
-        }
+        self.books
+            .iter()
+            .fold(BookTotals::default(), |t, b| BookTotals {
+                blocks: t.blocks + b.blocks.load(Ordering::Relaxed),
+                max_version: t.max_version.max(b.max_version.load(Ordering::Relaxed)),
+                digest: t.digest ^ b.digest.load(Ordering::Relaxed),
+            })
+    }
+
+    /// Chunks formatted so far (recovery never needs to look past them).
+    pub(crate) fn formatted(&self) -> u32 {
+        self.lock().formatted
     }
 
     /// Takes chunk `c` out of the accounting when the cleaner has reclaimed it (its
@@ -352,7 +360,7 @@ impl ChunkPool {
     /// it any more: after the grace period of `guard`'s epoch.
     pub(crate) fn release(&self, c: u32, guard: &crossbeam_epoch::Guard) {
         self.sealed[c as usize].store(false, Ordering::Relaxed);
-        *lock(&self.books[c as usize]) = Book::default();
+        self.books[c as usize].clear();
         self.live[c as usize].store(0, Ordering::Relaxed);
         self.released.waiting.fetch_add(1, Ordering::Relaxed);
         let released = self.released.clone();

@@ -29,8 +29,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::LogEngine;
 use super::chunks::{LogSet, TailChunk, payload_start};
 use super::layout::{
-    BlockScan, CHUNK_HEADER, ChunkHeader, END_MARK, EntryRef, LogKind, block_digest, block_size,
-    decode_block, encode_block, header_erase_order, stored_crc,
+    BlockScan, CHUNK_HEADER, ChunkHeader, DecodedEntry, END_MARK, EntryRef, LogKind, block_digest,
+    block_size, decode_block_into, encode_block, header_erase_order, stored_crc,
 };
 use super::mapping::AddressMap;
 use crate::stm::{StripeLocks, stripes};
@@ -38,11 +38,12 @@ use crate::stm::{StripeLocks, stripes};
 /// Victims taken by one cleaning pass at most.
 const VICTIMS_PER_PASS: usize = 8;
 
-/// The cleaner's state: its own log set (where moved data goes) and its figures.
+/// The cleaner's state: its own log set (where moved data goes), its buffers, and its
+/// figures.
 #[derive(Debug, Default)]
 pub(crate) struct Cleaner {
-    /// The cleaner's log set; its lock is held by the one pass running.
-    set: std::sync::Mutex<Option<LogSet>>,
+    /// The cleaner's log set and buffers; its lock is held by the one pass running.
+    work: std::sync::Mutex<Work>,
     /// Chunks reclaimed.
     pub chunks_cleaned: AtomicU64,
     /// Chunks reclaimed without copying.
@@ -61,6 +62,36 @@ impl Cleaner {
             ..Cleaner::default()
         }
     }
+}
+
+/// What one cleaning pass works with: the cleaner's log set, and buffers kept from one
+/// pass to the next (so that cleaning allocates only while they grow to their working
+/// sizes).
+#[derive(Debug, Default)]
+struct Work {
+    /// The cleaner's log set (made on the first pass that moves data).
+    set: Option<LogSet>,
+    /// Victims of the pass: (live bytes, chunk).
+    victims: Vec<(i64, u32)>,
+    /// The victim's bytes.
+    bytes: Vec<u8>,
+    /// The victim's source blocks: (version, the end of its entries in `entries`).
+    blocks: Vec<(u64, usize)>,
+    /// Their entries: (home, length, pool offset).
+    entries: Vec<(u64, u64, u64)>,
+    /// Entries of a decoded block.
+    decoded: Vec<DecodedEntry>,
+    /// Lock indices of the entries' stripes.
+    indices: Vec<usize>,
+    /// The lock words held.
+    held: Vec<(usize, u64)>,
+    /// Live pieces of one source block.
+    pieces: Vec<LivePiece>,
+    /// Moved pieces and their new places.
+    placed: Vec<(LivePiece, u64)>,
+    /// The data of one block being written, and where each entry's starts in it.
+    data: Vec<u8>,
+    offsets: Vec<usize>,
 }
 
 /// A live piece found in a victim: `len` bytes for `home`, now at pool offset `from`.
@@ -85,15 +116,17 @@ impl LogEngine {
     /// bytes are below `threshold` (a fraction of a chunk's payload) and reclaims them.
     /// Returns the number reclaimed; 0 as well when another pass is running.
     pub(crate) fn clean(&self, threshold: f64) -> usize {
-        let Ok(mut set) = self.cleaner.set.try_lock() else {
+        let Ok(mut work) = self.cleaner.work.try_lock() else {
             return 0;
         };
+        let work = &mut *work;
         let w = self
             .committed_through()
             .min(super::superblock::CLEANED_LIMIT);
         let payload = (self.geometry.size - CHUNK_HEADER as u64) as f64;
         let limit = (payload * threshold) as i64;
-        let mut victims: Vec<(i64, u32)> = Vec::new();
+        let mut victims = std::mem::take(&mut work.victims);
+        victims.clear();
         for c in 0..self.geometry.count {
             if !self.chunks.is_sealed(c) {
                 continue;
@@ -109,17 +142,13 @@ impl LogEngine {
         }
         victims.sort_unstable();
         victims.truncate(VICTIMS_PER_PASS);
-        if victims.is_empty() {
-            return 0;
-        }
-        let set = set
-            .get_or_insert_with(|| LogSet::new(self.next_log_set.fetch_add(1, Ordering::Relaxed)));
         let mut reclaimed = 0;
         for &(_, victim) in &victims {
-            if self.clean_victim(set, victim, w) {
+            if self.clean_victim(work, victim, w) {
                 reclaimed += 1;
             }
         }
+        work.victims = victims;
         reclaimed
     }
 
@@ -132,57 +161,62 @@ impl LogEngine {
 
     /// Moves the live data out of `victim` and reclaims it; `false` when it could not
     /// (a lock was busy, or the cleaner has no room).
-    fn clean_victim(&self, set: &mut LogSet, victim: u32, w: u64) -> bool {
+    fn clean_victim(&self, work: &mut Work, victim: u32, w: u64) -> bool {
         let Some(header) = self.header_of(victim) else {
             return false;
         };
         let base = self.geometry.offset(victim);
         let fast = self.chunks.live_of(victim) == 0;
         if !fast {
-            let bytes = self
-                .media
-                .read_vec(base as usize, self.geometry.size as usize);
-            // The source blocks: (version, entries as (home, len, pool offset)).
-            let mut blocks: Vec<(u64, Vec<(u64, u64, u64)>)> = Vec::new();
+            work.bytes.resize(self.geometry.size as usize, 0);
+            self.media.read(base as usize, &mut work.bytes);
+            work.blocks.clear();
+            work.entries.clear();
             let mut at = payload_start() as usize;
-            while let BlockScan::Block(b) = decode_block(&bytes, victim, header.generation, at) {
+            while let BlockScan::Block(b) = decode_block_into(
+                &work.bytes,
+                victim,
+                header.generation,
+                at,
+                &mut work.decoded,
+            ) {
                 at = b.end as usize;
-                let entries = b
-                    .entries
-                    .iter()
-                    .filter(|e| !e.tombstone && e.size > 0)
-                    .map(|e| (e.home, e.size as u64, base + e.data as u64))
-                    .collect();
-                blocks.push((b.version, entries));
+                work.entries.extend(
+                    work.decoded
+                        .iter()
+                        .filter(|e| !e.tombstone && e.size > 0)
+                        .map(|e| (e.home, e.size as u64, base + e.data as u64)),
+                );
+                work.blocks.push((b.version, work.entries.len()));
             }
-            let mut indices: Vec<usize> = blocks
-                .iter()
-                .flat_map(|(_, es)| es.iter())
-                .flat_map(|&(home, len, _)| stripes(home, len))
-                .map(|s| self.locks.index(s))
-                .collect();
-            indices.sort_unstable();
-            indices.dedup();
+            work.indices.clear();
+            for &(home, len, _) in &work.entries {
+                for s in stripes(home, len) {
+                    work.indices.push(self.locks.index(s));
+                }
+            }
+            work.indices.sort_unstable();
+            work.indices.dedup();
             let owner = self.next_tx_id.fetch_add(1, Ordering::Relaxed);
-            let Ok(held) = StripeLocks::acquire(&self.locks, &indices, owner, Vec::new()) else {
+            let buffer = std::mem::take(&mut work.held);
+            let Ok(held) = StripeLocks::acquire(&self.locks, &work.indices, owner, buffer) else {
                 return false;
             };
             // Under the locks no transaction changes these ranges: what maps into the
             // victim now is live, and stays so until the locks are released.
-            let moved = self.move_live(set, &blocks);
-            let ok = moved.is_some();
-            if let Some(placed) = moved {
+            let ok = self.move_live(work);
+            if ok {
                 let chunks = &self.chunks;
                 let geometry = &self.geometry;
                 let mut displaced =
                     |log: u64, n: u64| chunks.add_live(geometry.chunk_of(log), -(n as i64));
-                for (p, to) in placed {
+                for &(p, to) in &work.placed {
                     self.mapping.insert(p.home, p.len, to, &mut displaced);
                     chunks.add_live(geometry.chunk_of(to), p.len as i64);
                     self.cleaner.bytes_moved.fetch_add(p.len, Ordering::Relaxed);
                 }
             }
-            held.restore(&self.locks);
+            work.held = held.restore(&self.locks);
             if !ok {
                 return false;
             }
@@ -210,21 +244,29 @@ impl LogEngine {
         true
     }
 
-    /// Copies the live pieces of `blocks` (source blocks of a victim, with the STM locks
-    /// of their ranges held) into the cleaner's update log, durably; returns each piece
-    /// with its new place, or `None` when the cleaner has no room (then nothing written
-    /// is mapped: the copies are harmless duplicates of what the victim holds).
-    fn move_live(
-        &self,
-        set: &mut LogSet,
-        blocks: &[(u64, Vec<(u64, u64, u64)>)],
-    ) -> Option<Vec<(LivePiece, u64)>> {
-        let mut placed = Vec::new();
-        let mut pieces: Vec<LivePiece> = Vec::new();
-        let mut data: Vec<u8> = Vec::new();
-        for (version, entries) in blocks {
+    /// Copies the live pieces of the victim's source blocks (`work.blocks` and
+    /// `work.entries`, with the STM locks of their ranges held) into the cleaner's update
+    /// log, durably, leaving each piece with its new place in `work.placed`; `false` when
+    /// the cleaner has no room (then nothing written is mapped: the copies are harmless
+    /// duplicates of what the victim holds).
+    fn move_live(&self, work: &mut Work) -> bool {
+        let Work {
+            set,
+            blocks,
+            entries,
+            pieces,
+            placed,
+            data,
+            offsets,
+            ..
+        } = work;
+        let set = set
+            .get_or_insert_with(|| LogSet::new(self.next_log_set.fetch_add(1, Ordering::Relaxed)));
+        placed.clear();
+        let mut first = 0;
+        for &(version, end) in blocks.iter() {
             pieces.clear();
-            for &(home, len, log) in entries {
+            for &(home, len, log) in &entries[first..end] {
                 self.mapping.lookup(home, len, |x| {
                     if x.log == Some(log + (x.home - home)) {
                         pieces.push(LivePiece {
@@ -235,10 +277,13 @@ impl LogEngine {
                     }
                 });
             }
+            first = end;
             // Blocks of this version, each as large as the room of the tail allows.
             let mut rest = &pieces[..];
             while !rest.is_empty() {
-                let (tail, room) = self.cleaner_tail(set, rest[0].len as usize)?;
+                let Some((tail, room)) = self.cleaner_tail(set, rest[0].len as usize) else {
+                    return false;
+                };
                 let mut n = 0;
                 let mut bytes = 0;
                 while n < rest.len()
@@ -249,38 +294,32 @@ impl LogEngine {
                     n += 1;
                 }
                 if n == 0 {
-                    return None; // cannot happen: a piece came out of a block of a chunk
+                    return false; // cannot happen: a piece came out of a block of a chunk
                 }
                 let (now, later) = rest.split_at(n);
                 rest = later;
                 data.clear();
+                offsets.clear();
                 for p in now {
                     let at = data.len();
+                    offsets.push(at);
                     data.resize(at + p.len as usize, 0);
                     self.media.read(p.from as usize, &mut data[at..]);
                 }
-                let mut at = 0;
-                let entries: Vec<EntryRef<'_>> = now
-                    .iter()
-                    .map(|p| {
-                        let e = EntryRef {
-                            home: p.home,
-                            tombstone: false,
-                            data: &data[at..at + p.len as usize],
-                        };
-                        at += p.len as usize;
-                        e
-                    })
-                    .collect();
+                let data = &data[..];
                 let chunk_at = self.geometry.offset(tail.chunk);
                 let block_at = chunk_at + tail.offset as u64;
                 encode_block(
                     &mut set.scratch,
                     tail.chunk,
                     tail.generation,
-                    *version,
+                    version,
                     block_at,
-                    entries.iter().copied(),
+                    now.iter().zip(offsets.iter()).map(|(p, &at)| EntryRef {
+                        home: p.home,
+                        tombstone: false,
+                        data: &data[at..at + p.len as usize],
+                    }),
                 );
                 let block_len = set.scratch.len();
                 let end = tail.offset as usize + block_len;
@@ -290,21 +329,20 @@ impl LogEngine {
                 let digest = block_digest(tail.chunk, tail.offset, stored_crc(&set.scratch));
                 self.media.write_nt(block_at as usize, &set.scratch);
                 self.media.fence();
-                self.chunks.record_block(tail.chunk, *version, digest);
+                self.chunks.record_block(tail.chunk, version, digest);
                 let mut to = block_at + super::layout::PREAMBLE as u64;
                 for p in now {
                     to += super::layout::ENTRY_HEADER as u64;
                     placed.push((*p, to));
                     to += p.len;
                 }
-                let t = set.tails[LogKind::Update.index()]
-                    .current
-                    .as_mut()
-                    .expect("the cleaner's tail was just ensured");
+                let Some(t) = set.tails[LogKind::Update.index()].current.as_mut() else {
+                    return false; // cannot happen: the cleaner's tail was just ensured
+                };
                 t.offset = end as u32;
             }
         }
-        Some(placed)
+        true
     }
 
     /// The cleaner's update-log tail with room for a block of at least one entry of

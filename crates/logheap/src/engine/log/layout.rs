@@ -271,6 +271,23 @@ pub(crate) fn decode_block(
     generation: u64,
     offset: usize,
 ) -> BlockScan {
+    let mut entries = Vec::new();
+    match decode_block_into(chunk_bytes, chunk, generation, offset, &mut entries) {
+        BlockScan::Block(b) => BlockScan::Block(DecodedBlock { entries, ..b }),
+        other => other,
+    }
+}
+
+/// [`decode_block`], leaving the block's entries in `entries` (cleared first; the
+/// returned block's own list is empty), so that a caller decoding many blocks with one
+/// buffer allocates nothing once it is large enough.
+pub(crate) fn decode_block_into(
+    chunk_bytes: &[u8],
+    chunk: u32,
+    generation: u64,
+    offset: usize,
+    entries: &mut Vec<DecodedEntry>,
+) -> BlockScan {
     let Some(pre) = chunk_bytes.get(offset..offset + PREAMBLE) else {
         return BlockScan::End;
     };
@@ -291,7 +308,8 @@ pub(crate) fn decode_block(
     if block_crc(chunk, generation, &pre[..20], body) != u32_at(pre, 20) {
         return BlockScan::Invalid;
     }
-    let mut entries = Vec::with_capacity(count);
+    entries.clear();
+    entries.reserve(count);
     let mut at = 0;
     while at < len {
         let Some(h) = body.get(at..at + ENTRY_HEADER) else {
@@ -318,7 +336,7 @@ pub(crate) fn decode_block(
         version,
         peer,
         crc: u32_at(pre, 20),
-        entries,
+        entries: Vec::new(),
         end: (offset + block_size(0, len)) as u32,
     })
 }

@@ -317,12 +317,8 @@ impl LogEngine {
         }
         let books = chunks.book_totals();
         debug_assert_eq!(
-            (books.blocks, books.transactions, books.digest),
-            (
-                recovered.in_log.blocks,
-                recovered.in_log.transactions,
-                recovered.log_digest
-            ),
+            (books.blocks, books.digest),
+            (recovered.in_log.blocks, recovered.log_digest),
             "the chunk books disagree with what recovery found"
         );
         for &c in &recovered.in_logs {
@@ -411,11 +407,16 @@ impl LogEngine {
     /// the log. The caller then marks the pool closed.
     pub(crate) fn close(&self) {
         // No commit or cleaning is in progress (closing takes the pool): the chunk books
-        // hold every committed block in the log.
+        // hold every committed block in the log. Transactions (distinct versions: the
+        // cleaner's copies share their source's version) are counted from the log.
         let books = self.chunks.book_totals();
         let record = CloseRecord {
             max_version: books.max_version,
-            transactions: books.transactions,
+            transactions: recovery::committed_transactions(
+                &self.media,
+                &self.geometry,
+                self.chunks.formatted(),
+            ),
             blocks: books.blocks,
             chunks_in_use: self.chunks.in_use(),
         };

@@ -264,6 +264,27 @@ const MAX_PROBLEMS: usize = 1000;
 /// small log.
 const AUTO_BYTES_PER_THREAD: u64 = 4 << 20;
 
+/// The number of distinct versions of the blocks in the log's chunks (the first
+/// `formatted`), for the clean-close record: what recovery counts as committed
+/// transactions in a log that nothing tore. Reads the whole log (as the next open will);
+/// run only when nothing is appended.
+pub(crate) fn committed_transactions(
+    media: &Media,
+    geometry: &ChunkGeometry,
+    formatted: u32,
+) -> u64 {
+    let scan = scan::scan(media, geometry, formatted);
+    let mut versions: Vec<u64> = scan
+        .chunks
+        .iter()
+        .flat_map(|c| &c.blocks[..c.run])
+        .map(|b| b.version)
+        .collect();
+    versions.sort_unstable();
+    versions.dedup();
+    versions.len() as u64
+}
+
 /// The number of threads to recover `formatted` chunks with: `requested`, or when it is
 /// 0, one per core but no more than one per [`AUTO_BYTES_PER_THREAD`] of log.
 pub(crate) fn threads_for(requested: usize, geometry: &ChunkGeometry, formatted: u32) -> usize {
