@@ -3,8 +3,10 @@
 //!
 //! - its writes, resolved into non-overlapping spans (later writes win);
 //! - writes into objects it allocates become part of their allocation image (zeros
-//!   overlaid with those writes); writes into objects it frees are dropped; no byte is
-//!   logged twice;
+//!   overlaid with those writes), logged in the *update* log (the allocation log holds
+//!   only the allocation records, so the cleaner, which cleans update logs, can move and
+//!   reclaim initial data like any other data); writes into objects it frees are
+//!   dropped; no byte is logged twice;
 //! - with group update ("Log-structured Non-volatile Main Memory", USENIX ATC 2017,
 //!   §3.2), address-contiguous update spans become one entry (and one mapping update);
 //! - entries longer than [`MAX_ENTRY_DATA`] are split.
@@ -108,7 +110,7 @@ impl CommitBuffers {
             stage_record(&mut self.staging, alloc, home, size);
             let image = self.staging.len();
             self.staging.resize(image + size as usize, 0);
-            push_data(alloc, home, image, size as usize);
+            push_data(update, home, image, size as usize);
             self.cutters.push(Cutter {
                 start: home,
                 end: home + size,
@@ -239,22 +241,20 @@ mod tests {
         ws.push(304, &[5; 4]); // contiguous with the previous: merged
         let mut b = CommitBuffers::default();
         let payload = b.stage(&ws, &[(104, 16)], &[(196, 16)], &[], true);
+        let mut image = vec![1u8; 6];
+        image.extend([2u8; 10]);
         assert_eq!(
             staged(&b, LogKind::Update),
             vec![
+                (104, false, image),
                 (100, false, vec![1; 4]),
                 (120, false, vec![2; 10]),
                 (300, false, vec![4, 4, 4, 4, 5, 5, 5, 5]),
             ]
         );
-        let mut image = vec![1u8; 6];
-        image.extend([2u8; 10]);
         assert_eq!(
             staged(&b, LogKind::Alloc),
-            vec![
-                (104, true, 16u64.to_le_bytes().to_vec()),
-                (104, false, image)
-            ]
+            vec![(104, true, 16u64.to_le_bytes().to_vec())]
         );
         assert_eq!(
             staged(&b, LogKind::Dealloc),
@@ -263,7 +263,7 @@ mod tests {
         assert_eq!(payload, 16 + 4 + 10 + 8);
         // Without group update, the contiguous writes stay two entries.
         b.stage(&ws, &[(104, 16)], &[(196, 16)], &[], false);
-        assert_eq!(b.log(LogKind::Update).len(), 4);
+        assert_eq!(b.log(LogKind::Update).len(), 5);
     }
 
     #[test]

@@ -54,6 +54,11 @@ const GENERATION_RESERVATION: u64 = 1 << 40;
 /// at most the pool, so at most four of its 64-byte stripes share a lock), within these
 /// bounds.
 const LOCK_BITS: std::ops::RangeInclusive<u32> = 12..=20;
+/// Live bytes (as a fraction of a chunk's payload) below which a committer that found
+/// no free chunk cleans a chunk: a chunk more live than this costs more than ten bytes
+/// copied per byte gained, so a pool whose chunks are all that full is full
+/// (`PoolFull`), rather than ground through ever dearer cleaning passes.
+const URGENT_THRESHOLD: f64 = 0.9;
 /// Times a commit that found no free chunk cleans and tries again before `PoolFull`.
 const BACK_PRESSURE_ROUNDS: usize = 8;
 /// How long a committer that found no free chunk waits for reclaimed chunks to pass
@@ -665,13 +670,26 @@ impl LogEngine {
         // Back pressure: out of chunks, clean (or wait for the cleaner) and try again;
         // `PoolFull` only when cleaning frees nothing.
         for _ in 0..BACK_PRESSURE_ROUNDS {
-            if !matches!(result, Err(Error::PoolFull)) || !self.clean_inline(tx, true) {
+            if !matches!(result, Err(Error::PoolFull))
+                || !self.could_fit(buffers.staging.len() as u64)
+                || !self.clean_inline(tx, true)
+            {
                 break;
             }
             result = self.commit_with(tx, &mut buffers);
         }
         tx.buffers = buffers;
         result
+    }
+
+    /// Whether a commit logging `bytes` of entry data could fit once the cleaner had
+    /// reclaimed every stale byte: when not, waiting for the cleaner is pointless and the
+    /// commit fails with `PoolFull` at once.
+    fn could_fit(&self, bytes: u64) -> bool {
+        let payload = self.geometry.size - layout::CHUNK_HEADER as u64;
+        let usable = (self.geometry.count as u64).saturating_sub(self.chunks.reserve()) * payload;
+        let live = self.chunks.total_live_bytes().max(0) as u64;
+        bytes <= usable.saturating_sub(live)
     }
 
     /// Free chunks below which committing threads clean inline.
@@ -690,12 +708,19 @@ impl LogEngine {
             return false;
         }
         tx.pin = None;
-        let threshold = if urgent { 0.98 } else { self.clean_threshold };
-        let mut cleaned = self.clean(threshold);
+        let threshold = if urgent {
+            URGENT_THRESHOLD.max(self.clean_threshold)
+        } else {
+            self.clean_threshold
+        };
+        let mut free = self.chunks.free_count();
+        let cleaned = self.clean(threshold);
         if urgent {
             // Another pass may be running, and reclaimed chunks wait for readers
             // (threads pinned elsewhere hold the epoch back): wait while either may
-            // still give a chunk, up to a bound.
+            // still give a chunk, up to a bound. Passes that free no chunk on balance
+            // (moving live data takes as many chunks as it frees) end the wait: the
+            // pool is full of live data.
             let start = std::time::Instant::now();
             for round in 0.. {
                 if self.chunks.available() > 0 || start.elapsed() > GRACE_WAIT {
@@ -703,9 +728,11 @@ impl LogEngine {
                 }
                 crossbeam_epoch::pin().flush();
                 if round % 8 == 7 {
-                    let more = self.clean(threshold);
-                    cleaned += more;
-                    if more == 0 && self.chunks.waiting() == 0 && round > 64 {
+                    self.clean(threshold);
+                    let now = self.chunks.free_count();
+                    let gained = now > free;
+                    free = now;
+                    if self.chunks.waiting() == 0 && (!gained || round > 64) {
                         break;
                     }
                 }
@@ -716,7 +743,7 @@ impl LogEngine {
                 .store(self.geometry.count as u64 / 4 + 16, Ordering::Relaxed);
         }
         tx.pin = Some(crossbeam_epoch::pin());
-        cleaned > 0 || self.chunks.available() > 0
+        self.chunks.available() > 0
     }
 
     /// Ticks the clock for a committing transaction and registers it as committing.

@@ -64,6 +64,45 @@
 //! longer damage after a crash (after a clean close the close record's counts and the
 //! snapshot's fingerprint still catch it).
 //!
+//! *Damage detection once `W` is non-zero.* Two checks stay exact, because chunk
+//! generations only grow: a chunk the cleaner reclaimed and a log took again has a
+//! generation newer than every chunk that held a block of a transaction finished before
+//! the reclaim. (1) A block at or below `W` whose peer is missing is damage when the
+//! peer's chunk has a valid header of a generation not newer than the block's own chunk:
+//! that chunk is the one the peer was written to and was never reclaimed, and the
+//! cleaner reclaims whole chunks (a crash between a move and its reclaim leaves the
+//! victim whole). When the peer's chunk is free, torn, or newer, the peer may have been
+//! reclaimed, and the block is taken as committed. (2) Every other rule (block CRCs,
+//! torn and damaged headers, sequence numbers, records that contradict each other,
+//! tails) is unchanged.
+//!
+//! What is lost: a lost block at or below `W` whose peer's chunk is newer than its own,
+//! and a middle chunk of a log whose header was zeroed, are not noticed after a crash
+//! (after a clean close the counts and fingerprint notice them). Restoring the second
+//! would take keeping each log's chain contiguous: before reclaiming a middle chunk `C`
+//! (between `P` and `N`), repoint `N`'s header to `P`, so that a zeroed header is again
+//! a broken chain. This is **not crash-safe with today's header layout**: `prev` lives
+//! in word 3 (with `seq`) and the header CRC, which covers it, in word 7 (with the end
+//! mark); the media layer makes only 8-byte stores untearable, so the repoint is two
+//! stores, and a crash between them leaves a header whose CRC fails, which recovery
+//! must (and does) refuse as damaged. What would work: (a) store word 7 first (the CRC
+//! of the header with `prev = P`), fence, then word 3, fence; recovery accepts a
+//! header whose CRC fails *only* if it matches with `prev` replaced by the `prev` of
+//! the chunk it names (`C`, still valid: its header is erased only after the repoint),
+//! reading that as `prev = P` — a flipped bit cannot produce that CRC, so damage is
+//! still caught; (b) between the repoint and `C`'s erase, `C` is valid but off the
+//! chain (`N.prev == C.prev`, `N.seq > C.seq`, all of `C`'s blocks at or below `W`):
+//! recovery must treat it as a reclaim in progress — not replay its blocks (its live
+//! data was moved and fenced before `W` was made durable), erase its header in the
+//! repair and free it — and everything else off a chain stays damage; (c) the cleaner
+//! needs each chunk's successor in DRAM (kept when a log takes a chunk, rebuilt by
+//! recovery); the successor may be the tail a committer appends to, but a header's
+//! line is never written after its chunk's first commit, so the repoint races with no
+//! append; (d) a victim that is its log's first chunk makes `N` the first (`prev` =
+//! none); (e) chains then need growing sequence numbers and exact `prev` links, with
+//! gaps in `seq` allowed only once `W` is non-zero. The scan would classify headers
+//! with the CRC fallback of (a), in both the one-thread and the parallel reader.
+//!
 //! What a crash and damage at the very end of a log look alike: after a crash, damage to
 //! the last transaction of a log set is indistinguishable from that transaction being
 //! torn, and it is dropped (and reported) like one.

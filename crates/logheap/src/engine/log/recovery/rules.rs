@@ -93,14 +93,39 @@ pub(crate) fn judge(
             .ok()?;
         Some(ch.blocks[i].version)
     };
+    // The generation of the chunk holding pool offset `at`, if it has a valid header.
+    let generation_at = |at: u64| {
+        let chunk = at.checked_sub(geometry.start)? / geometry.size;
+        let &ci = position.get(usize::try_from(chunk).ok()?)?;
+        Some(scan.chunks.get(ci as usize)?.header.generation)
+    };
     let mut versions = Vec::new();
     for ch in &scan.chunks {
         for b in &ch.blocks {
             v.blocks += 1;
             v.max_version = v.max_version.max(b.version);
             versions.push(b.version);
-            if b.version > cleaned && version_at(b.peer) != Some(b.version) {
+            if version_at(b.peer) == Some(b.version) {
+                continue;
+            }
+            if b.version > cleaned {
                 v.uncommitted.insert(b.version);
+            } else if generation_at(b.peer).is_some_and(|g| g <= ch.header.generation) {
+                // A block at or below `W` may name a peer the cleaner reclaimed. But the
+                // peer's chunk joined its log no later than this block's chunk (its
+                // generation is not newer), so it is the chunk the peer was written to,
+                // never reclaimed since (a chunk reclaimed and taken again gets a
+                // generation newer than every chunk of a transaction that finished
+                // before the reclaim), and the cleaner reclaims whole chunks: the peer
+                // must be there.
+                v.problems.push(Damage::in_log(
+                    geometry.offset(ch.index) + b.offset as u64,
+                    log_name(ch.header.owner, ch.header.kind),
+                    format!(
+                        "the block of version {} names its peer at {:#x}, which is missing from a chunk that was never reclaimed",
+                        b.version, b.peer
+                    ),
+                ));
             }
         }
     }
@@ -535,4 +560,91 @@ fn tail_versions(scan: &Scan, uncommitted: &HashSet<u64>, log: &LogChain) -> Has
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::log::layout::{ChunkHeader, DecodedBlock};
+    use crate::engine::log::recovery::scan::{ScannedChunk, Stop};
+
+    const SIZE: u64 = 4096;
+
+    fn chunk(
+        index: u32,
+        kind: LogKind,
+        generation: u64,
+        blocks: Vec<DecodedBlock>,
+    ) -> ScannedChunk {
+        let run = blocks.len();
+        let end = blocks.last().map_or(64, |b| b.end);
+        ScannedChunk {
+            index,
+            header: ChunkHeader {
+                kind,
+                zeroed: false,
+                owner: 1,
+                generation,
+                prev: None,
+                seq: 0,
+            },
+            blocks,
+            run,
+            stop: Stop::End(end),
+        }
+    }
+
+    fn block(offset: u32, version: u64, peer: u64) -> DecodedBlock {
+        DecodedBlock {
+            offset,
+            version,
+            peer,
+            crc: 0,
+            entries: Vec::new(),
+            end: offset + 64,
+        }
+    }
+
+    /// A log of two chunks: an update block of version 2 at chunk 0, and an allocation
+    /// block of version 3 at chunk 1 whose peer is at chunk 0 offset 128, where there is
+    /// no block; chunk 0 has generation `peer_generation`, chunk 1 generation 6.
+    fn missing_peer(peer_generation: u64) -> Scan {
+        Scan {
+            chunks: vec![
+                chunk(0, LogKind::Update, peer_generation, vec![block(64, 2, 64)]),
+                chunk(1, LogKind::Alloc, 6, vec![block(64, 3, 128)]),
+            ],
+            ..Scan::default()
+        }
+    }
+
+    fn complains_of_missing_peer(v: &Verdict) -> bool {
+        v.problems.iter().any(|d| {
+            d.reason
+                .contains("which is missing from a chunk that was never reclaimed")
+        })
+    }
+
+    #[test]
+    fn a_missing_peer_at_or_below_w_is_damage_unless_its_chunk_may_have_been_reclaimed() {
+        let geometry = ChunkGeometry {
+            start: 0,
+            size: SIZE,
+            count: 4,
+        };
+        // Above W: the transaction is not committed (a torn write), not damage here.
+        let v = judge(&missing_peer(5), &geometry, None, 0);
+        assert!(v.uncommitted.contains(&3));
+        assert!(!complains_of_missing_peer(&v));
+        // At or below W, the peer's chunk older than the block's: never reclaimed, so
+        // the missing peer is damage.
+        let v = judge(&missing_peer(5), &geometry, None, 10);
+        assert!(v.uncommitted.is_empty());
+        assert!(complains_of_missing_peer(&v), "{:?}", v.problems);
+        // The peer's chunk newer than the block's: it may have been reclaimed and taken
+        // again, so the block counts as committed.
+        let v = judge(&missing_peer(7), &geometry, None, 10);
+        assert!(v.uncommitted.is_empty());
+        assert!(!complains_of_missing_peer(&v), "{:?}", v.problems);
+    }
 }
