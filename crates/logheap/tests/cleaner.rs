@@ -244,10 +244,13 @@ fn a_million_random_updates_of_100k_objects_in_twice_their_payload() {
     pool.close().unwrap();
     let started = std::time::Instant::now();
     let pool = Pool::open(&path).unwrap();
-    eprintln!("clean reopen: {:?}", started.elapsed());
-    assert_eq!(
-        pool.stats().log.recovery.snapshot,
-        logheap::SnapshotUse::Loaded
+    // The snapshot needs free chunks for 100,000 pieces and allocations; the log may not
+    // leave that many free, and then the clean open replays the log instead.
+    eprintln!(
+        "clean reopen: {:?} (snapshot {:?})",
+        started.elapsed(),
+        pool.stats().log.recovery.snapshot
     );
+    assert!(pool.stats().log.recovery.was_clean);
     check(&pool);
 }
