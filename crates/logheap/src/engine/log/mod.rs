@@ -683,13 +683,14 @@ impl LogEngine {
     }
 
     /// Whether a commit logging `bytes` of entry data could fit once the cleaner had
-    /// reclaimed every stale byte: when not, waiting for the cleaner is pointless and the
-    /// commit fails with `PoolFull` at once.
+    /// reclaimed the stale bytes it can afford to (those of chunks at most
+    /// [`URGENT_THRESHOLD`] live, so live data may fill that much of the log): when not,
+    /// waiting for the cleaner is pointless and the commit fails with `PoolFull` at once.
     fn could_fit(&self, bytes: u64) -> bool {
         let payload = self.geometry.size - layout::CHUNK_HEADER as u64;
         let usable = (self.geometry.count as u64).saturating_sub(self.chunks.reserve()) * payload;
         let live = self.chunks.total_live_bytes().max(0) as u64;
-        bytes <= usable.saturating_sub(live)
+        (live + bytes) as f64 <= usable as f64 * URGENT_THRESHOLD
     }
 
     /// Free chunks below which committing threads clean inline.
@@ -732,7 +733,9 @@ impl LogEngine {
                     let now = self.chunks.free_count();
                     let gained = now > free;
                     free = now;
-                    if self.chunks.waiting() == 0 && (!gained || round > 64) {
+                    // Chunks in their grace period are worth waiting for only while
+                    // the epoch moves (a thread pinned elsewhere may hold it back).
+                    if (self.chunks.waiting() == 0 || round > 1024) && (!gained || round > 64) {
                         break;
                     }
                 }
