@@ -22,7 +22,11 @@
 //! the mapping may still be copying from it).
 //!
 //! Why recovery stays right is said in the recovery rules ([`super::recovery`]).
-//! Allocation and deallocation logs are not cleaned (their records stay in the log).
+//! Allocation and deallocation logs are not cleaned (their records stay in the log);
+//! allocations' initial data is in the update logs, so it is cleaned like any update.
+//! A pass works on buffers kept from the last one ([`Work`]), so cleaning allocates
+//! only while they grow (and crossbeam-epoch's deferred-function bags, for the grace
+//! periods).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
