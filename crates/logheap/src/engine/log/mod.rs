@@ -64,6 +64,10 @@ const BACK_PRESSURE_ROUNDS: usize = 8;
 /// How long a committer that found no free chunk waits for reclaimed chunks to pass
 /// their grace period.
 const GRACE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a committer that found no free chunk waits for reclaimed chunks to pass
+/// their grace period when cleaning gains nothing more (a thread pinned elsewhere may
+/// hold the epoch back for long).
+const GRACE_GIVE_UP: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Per-attempt state of one transaction. Its buffers are reused from one transaction
 /// of a thread to the next ([`LogEngine::begin`], [`LogEngine::finish`]).
@@ -735,7 +739,9 @@ impl LogEngine {
                     free = now;
                     // Chunks in their grace period are worth waiting for only while
                     // the epoch moves (a thread pinned elsewhere may hold it back).
-                    if (self.chunks.waiting() == 0 || round > 1024) && (!gained || round > 64) {
+                    if (self.chunks.waiting() == 0 || start.elapsed() > GRACE_GIVE_UP)
+                        && (!gained || round > 64)
+                    {
                         break;
                     }
                 }
