@@ -264,8 +264,10 @@ impl LogEngine {
             offsets,
             ..
         } = work;
-        let set = set
-            .get_or_insert_with(|| LogSet::new(self.next_log_set.fetch_add(1, Ordering::Relaxed)));
+        // The cleaner adopts a log set the committers left (after a reopen, one whose
+        // logs go on from the last session) rather than making one per session: a set
+        // nobody appends to would keep its three tail chunks unsealed, never cleaned.
+        let set = set.get_or_insert_with(|| self.checkout_log_set());
         placed.clear();
         let mut first = 0;
         for &(version, end) in blocks.iter() {

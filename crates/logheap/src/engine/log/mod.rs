@@ -649,7 +649,7 @@ impl LogEngine {
         }
     }
 
-    fn checkout_log_set(&self) -> LogSet {
+    pub(super) fn checkout_log_set(&self) -> LogSet {
         lock(&self.log_sets)
             .pop()
             .unwrap_or_else(|| LogSet::new(self.next_log_set.fetch_add(1, Ordering::Relaxed)))
