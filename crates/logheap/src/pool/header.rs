@@ -37,7 +37,7 @@ use crate::error::{Error, Result};
 /// First eight bytes of every pool file.
 pub const MAGIC: [u8; 8] = *b"LOGHEAP\0";
 /// The pool format this build reads and writes.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// Size of the header page; the root area starts here.
 pub const HEADER_SIZE: u64 = 4096;
 /// Offset of the state word.

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::layout::{CHUNK_HEADER, ChunkHeader, LogKind};
+use super::layout::{CHUNK_HEADER, ChunkHeader, LogKind, header_erase_order};
 use super::log_writer::Plan;
 use super::superblock::Superblock;
 use crate::media::Media;
@@ -64,8 +64,23 @@ pub(crate) struct ChunkPool {
     books: Box<[Book]>,
     /// Chunks the cleaner reclaimed, waiting for readers to leave them.
     released: Arc<Released>,
+    /// Each chunk's neighbours in its log, as their durable headers say.
+    links: Mutex<Links>,
     next_generation: AtomicU64,
 }
+
+/// Each chunk's neighbours in its log: the chunk its header names as previous, and the
+/// chunk whose header names it (`NO_LINK` for none). Kept so that the cleaner can take
+/// a chunk out of the middle of its log's chain ([`ChunkPool::unlink`]); its lock also
+/// makes chain changes one at a time.
+#[derive(Debug)]
+struct Links {
+    prev: Box<[u32]>,
+    next: Box<[u32]>,
+}
+
+/// No neighbour in [`Links`].
+const NO_LINK: u32 = u32::MAX;
 
 /// What the committed blocks of one chunk add up to: fixed-size counters, so booking a
 /// block allocates nothing (the number of distinct versions, which does not add up over
@@ -170,6 +185,10 @@ impl ChunkPool {
                 .collect(),
             books: (0..geometry.count).map(|_| Book::default()).collect(),
             released: Arc::default(),
+            links: Mutex::new(Links {
+                prev: vec![NO_LINK; geometry.count as usize].into(),
+                next: vec![NO_LINK; geometry.count as usize].into(),
+            }),
             next_generation: AtomicU64::new(generation + 1),
         }
     }
@@ -353,6 +372,66 @@ impl ChunkPool {
     /// Chunks formatted so far (recovery never needs to look past them).
     pub(crate) fn formatted(&self) -> u32 {
         self.lock().formatted
+    }
+
+    /// Records that chunk `c`'s header, durable, names `prev` as the previous chunk of
+    /// its log. Called once the header is durable, before `prev` is sealed, so the
+    /// cleaner never sees a sealed chunk whose successor it does not know.
+    pub(crate) fn link(&self, prev: Option<u32>, c: u32) {
+        let mut links = lock(&self.links);
+        if let Some(slot) = links.prev.get_mut(c as usize) {
+            *slot = prev.unwrap_or(NO_LINK);
+        }
+        if let Some(slot) = prev.and_then(|p| links.next.get_mut(p as usize)) {
+            *slot = c;
+        }
+    }
+
+    /// Takes chunk `victim` (holding nothing live or committed that is not also
+    /// elsewhere) out of its log's chain and erases its header, durably: the chunk
+    /// after it is first *repointed* to the chunk before it (its header's last word,
+    /// holding the previous chunk and the header CRC, replaced in one untearable 8-byte
+    /// store, and fenced), then the victim's header is erased from its last word (so a
+    /// crash leaves it torn or free, never damaged) and fenced. The chain of every log
+    /// thus stays contiguous, and a chunk header lost to damage is always a broken
+    /// chain. A crash between the two steps leaves the victim valid but off its chain,
+    /// which recovery recognises and finishes ([`super::recovery`]). `false` (and
+    /// nothing written) when the victim has no successor (it is a log's last chunk) or
+    /// the successor's header is not valid.
+    pub(crate) fn unlink(&self, victim: u32) -> bool {
+        let mut links = lock(&self.links);
+        let v = victim as usize;
+        let Some(&next) = links.next.get(v).filter(|&&n| n != NO_LINK) else {
+            return false;
+        };
+        let prev = links.prev[v];
+        let next_at = self.geometry.offset(next) as usize;
+        let mut head = [0u8; CHUNK_HEADER];
+        self.media.read(next_at, &mut head);
+        let Some(header) = ChunkHeader::decode(&head).filter(|h| h.prev == Some(victim)) else {
+            return false;
+        };
+        let repointed = ChunkHeader {
+            prev: (prev != NO_LINK).then_some(prev),
+            ..header
+        };
+        let (word_at, word) = repointed.last_word();
+        self.media.write_u64(next_at + word_at, word);
+        self.media.flush(next_at + word_at, 8);
+        self.media.fence();
+        links.prev[next as usize] = prev;
+        if prev != NO_LINK {
+            links.next[prev as usize] = next;
+        }
+        let at = self.geometry.offset(victim) as usize;
+        for word in header_erase_order() {
+            self.media.write_u64(at + word, 0);
+        }
+        self.media.flush(at, CHUNK_HEADER);
+        self.media.fence();
+        links.prev[v] = NO_LINK;
+        links.next[v] = NO_LINK;
+        true
     }
 
     /// Takes chunk `c` out of the accounting when the cleaner has reclaimed it (its

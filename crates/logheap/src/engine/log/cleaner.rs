@@ -16,10 +16,11 @@
 //! retry).
 //!
 //! A victim is then reclaimed: `W` is made durable in the superblock (if it was not
-//! already), the victim's header is erased (word by word from the back, so a crash
-//! leaves a torn or free header, never a damaged one) and fenced, and the chunk returns
-//! to the free pool after an epoch grace period (a reader that found the old place in
-//! the mapping may still be copying from it).
+//! already), the chunk after it in its log is repointed to the chunk before it and the
+//! victim's header is erased ([`ChunkPool::unlink`](super::chunks::ChunkPool::unlink):
+//! every log's chain of chunks stays contiguous, so a header lost to damage is still
+//! a broken chain), and the chunk returns to the free pool after an epoch grace period
+//! (a reader that found the old place in the mapping may still be copying from it).
 //!
 //! Why recovery stays right is said in the recovery rules ([`super::recovery`]).
 //! Allocation and deallocation logs are not cleaned (their records stay in the log);
@@ -34,7 +35,7 @@ use super::LogEngine;
 use super::chunks::{LogSet, TailChunk, payload_start};
 use super::layout::{
     BlockScan, CHUNK_HEADER, ChunkHeader, DecodedEntry, END_MARK, EntryRef, LogKind, block_digest,
-    block_size, decode_block_into, encode_block, header_erase_order, stored_crc,
+    block_size, decode_block_into, encode_block, stored_crc,
 };
 use super::mapping::AddressMap;
 use crate::stm::{StripeLocks, stripes};
@@ -233,11 +234,9 @@ impl LogEngine {
             self.superblock.write_cleaned(&self.media, w);
             self.cleaner.cleaned_through.fetch_max(w, Ordering::Relaxed);
         }
-        for word in header_erase_order() {
-            self.media.write_u64(base as usize + word, 0);
+        if !self.chunks.unlink(victim) {
+            return false;
         }
-        self.media.flush(base as usize, CHUNK_HEADER);
-        self.media.fence();
         self.chunks.release(victim, &crossbeam_epoch::pin());
         self.cleaner.chunks_cleaned.fetch_add(1, Ordering::Relaxed);
         if fast {
@@ -370,9 +369,12 @@ impl LogEngine {
             prev: tail.map(|t| t.chunk),
             seq: tail.map_or(0, |t| t.seq + 1),
         };
-        // The header goes with the first block's fence.
+        // The header is made durable before the old tail is sealed (and may become a
+        // victim, whose reclaim repoints this header).
         self.media
             .write_nt(self.geometry.offset(taken.chunk) as usize, &header.encode());
+        self.media.fence();
+        self.chunks.link(header.prev, taken.chunk);
         if let Some(old) = *tail {
             self.chunks.seal(old.chunk);
         }

@@ -3,12 +3,15 @@
 //! **Chunk header** (64 bytes: one cache line, at the start of every chunk), as eight
 //! words: magic `LHC1` (4), log kind (1), flags (1; bit 0: the payload was all zeros
 //! when the chunk joined its log), reserved (2) | owner log-set id (4), reserved
-//! (4) | generation (8) | previous chunk of the same log or `u32::MAX` (4), sequence
-//! number in the log (4) | three reserved zero words | end mark `LHCT` (4), CRC32C of
-//! bytes 0..60 (4). Words 0, 1, 2, 3 and 7 of a valid header are never zero. The header
+//! (4) | generation (8) | sequence number in the log (4), end mark `LHCT` (4) | three
+//! reserved zero words | previous chunk of the same log or `u32::MAX` (4), CRC32C of
+//! bytes 0..60 (4). Words 0, 1, 2 and 3 of a valid header are never zero. The header
 //! is written in word order over a zeroed line, so a header whose write a crash
 //! interrupted has a zero last word and a prefix of its words; a damaged one (any single
-//! changed byte) does not look like that ([`HeaderState`]).
+//! changed byte) does not look like that ([`HeaderState`]). The previous chunk and the
+//! CRC share the last word so that the cleaner can *repoint* a chunk to another
+//! predecessor with one 8-byte store, which a crash cannot tear
+//! ([`ChunkHeader::last_word`]).
 //!
 //! **Transaction block** (16-byte aligned): preamble of 24 bytes — version (8), peer
 //! pointer (48 bits, the pool offset of the next block of the same transaction, cyclic) and
@@ -97,9 +100,9 @@ impl ChunkHeader {
         b[5] = self.zeroed as u8;
         b[8..12].copy_from_slice(&self.owner.to_le_bytes());
         b[16..24].copy_from_slice(&self.generation.to_le_bytes());
-        b[24..28].copy_from_slice(&self.prev.unwrap_or(NO_CHUNK).to_le_bytes());
-        b[28..32].copy_from_slice(&self.seq.to_le_bytes());
-        b[56..60].copy_from_slice(&CHUNK_END_MARK);
+        b[24..28].copy_from_slice(&self.seq.to_le_bytes());
+        b[28..32].copy_from_slice(&CHUNK_END_MARK);
+        b[56..60].copy_from_slice(&self.prev.unwrap_or(NO_CHUNK).to_le_bytes());
         let crc = crc32c::crc32c(&b[..60]);
         b[60..64].copy_from_slice(&crc.to_le_bytes());
         b
@@ -107,13 +110,13 @@ impl ChunkHeader {
 
     /// The header in `b`, or `None` when `b` holds no valid header.
     pub(crate) fn decode(b: &[u8]) -> Option<ChunkHeader> {
-        if b.len() < CHUNK_HEADER || b[0..4] != CHUNK_MAGIC || b[56..60] != CHUNK_END_MARK {
+        if b.len() < CHUNK_HEADER || b[0..4] != CHUNK_MAGIC || b[28..32] != CHUNK_END_MARK {
             return None;
         }
         if crc32c::crc32c(&b[..60]) != u32_at(b, 60) {
             return None;
         }
-        let prev = u32_at(b, 24);
+        let prev = u32_at(b, 56);
         if b[5] > 1 {
             return None;
         }
@@ -123,8 +126,16 @@ impl ChunkHeader {
             owner: u32_at(b, 8),
             generation: u64_at(b, 16),
             prev: (prev != NO_CHUNK).then_some(prev),
-            seq: u32_at(b, 28),
+            seq: u32_at(b, 24),
         })
+    }
+
+    /// The header's last word (previous chunk and CRC) and its offset in the header:
+    /// the only word that differs between two headers that differ only in `prev`, so
+    /// storing it (one untearable 8-byte store) repoints a written header.
+    pub(crate) fn last_word(&self) -> (usize, u64) {
+        let at = CHUNK_HEADER - 8;
+        (at, u64_at(&self.encode(), at))
     }
 }
 
@@ -394,6 +405,16 @@ mod tests {
             assert_eq!(ChunkHeader::decode(&d), None, "bit {bit}");
         }
         assert_eq!(ChunkHeader::decode(&[0u8; 64]), None);
+        // Repointing stores the last word only, and yields the header with the new
+        // predecessor (or none).
+        for prev in [Some(0), Some(12), None] {
+            let to = ChunkHeader { prev, ..h };
+            let (at, word) = to.last_word();
+            let mut r = b;
+            r[at..at + 8].copy_from_slice(&word.to_le_bytes());
+            assert_eq!(r, to.encode());
+            assert_eq!(ChunkHeader::decode(&r), Some(to));
+        }
     }
 
     #[test]

@@ -260,6 +260,9 @@ impl LogWriter<'_> {
         // appends to any more.
         for (b, &d) in plan.blocks.iter().zip(&plan.digests) {
             pool.record_block(b.chunk, version, d);
+            if let Some(h) = &b.new_header {
+                pool.link(h.prev, b.chunk);
+            }
         }
         for kind in LogKind::ALL {
             let (old, new) = (set.tails[kind.index()].current, tails[kind.index()]);

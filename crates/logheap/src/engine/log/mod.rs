@@ -330,9 +330,12 @@ impl LogEngine {
             (recovered.in_log.blocks, recovered.log_digest),
             "the chunk books disagree with what recovery found"
         );
-        for &c in &recovered.in_logs {
-            if !recovered.tails.iter().any(|t| t.tail.chunk == c) {
-                chunks.seal(c);
+        for chain in &recovered.chains {
+            for (k, &c) in chain.iter().enumerate() {
+                chunks.link(k.checked_sub(1).map(|p| chain[p]), c);
+                if !recovered.tails.iter().any(|t| t.tail.chunk == c) {
+                    chunks.seal(c);
+                }
             }
         }
         Ok(LogEngine {

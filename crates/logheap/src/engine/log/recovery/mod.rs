@@ -59,49 +59,26 @@
 //! blocks of version `W` or lower are committed whatever their peer pointers say (a peer
 //! may have been in a reclaimed chunk: 000 §3.4's "peer pointers of moved blocks of
 //! committed transactions are ignored"), and a torn transaction is always above `W`.
-//! Once `W` is non-zero a log may also have gaps in its chain of chunks (a reclaimed
-//! chunk in its middle): sequence numbers must still grow, but a missing chunk is no
-//! longer damage after a crash (after a clean close the close record's counts and the
-//! snapshot's fingerprint still catch it).
 //!
-//! *Damage detection once `W` is non-zero.* Two checks stay exact, because chunk
-//! generations only grow: a chunk the cleaner reclaimed and a log took again has a
-//! generation newer than every chunk that held a block of a transaction finished before
-//! the reclaim. (1) A block at or below `W` whose peer is missing is damage when the
-//! peer's chunk has a valid header of a generation not newer than the block's own chunk:
-//! that chunk is the one the peer was written to and was never reclaimed, and the
-//! cleaner reclaims whole chunks (a crash between a move and its reclaim leaves the
-//! victim whole). When the peer's chunk is free, torn, or newer, the peer may have been
-//! reclaimed, and the block is taken as committed. (2) Every other rule (block CRCs,
-//! torn and damaged headers, sequence numbers, records that contradict each other,
-//! tails) is unchanged.
+//! *Chains stay contiguous.* Before a reclaimed chunk's header is erased, the chunk
+//! after it in its log is repointed to the chunk before it (one untearable 8-byte
+//! store of the header word holding `prev` and the header CRC, fenced:
+//! [`ChunkPool::unlink`](super::chunks::ChunkPool::unlink)), so every log is still one
+//! chain of exact `prev` links, and a chunk header lost to damage anywhere in a log is
+//! a broken chain, as before any cleaning. Only the sequence numbers may then have gaps
+//! (they must grow; without gaps while `W` is 0). A crash between the repoint and the
+//! erase leaves the victim valid but *off its chain*: the chunk after it names the
+//! victim's own predecessor, no chunk names the victim, and all its blocks are at or
+//! below `W`. Such an orphan (after a crash only) holds nothing but data the cleaner
+//! had moved and made durable before `W`: it is not replayed, and the repair erases
+//! it. A changed byte cannot make one (`prev` is under the header CRC).
 //!
-//! What is lost: a lost block at or below `W` whose peer's chunk is newer than its own,
-//! and a middle chunk of a log whose header was zeroed, are not noticed after a crash
-//! (after a clean close the counts and fingerprint notice them). Restoring the second
-//! would take keeping each log's chain contiguous: before reclaiming a middle chunk `C`
-//! (between `P` and `N`), repoint `N`'s header to `P`, so that a zeroed header is again
-//! a broken chain. This is **not crash-safe with today's header layout**: `prev` lives
-//! in word 3 (with `seq`) and the header CRC, which covers it, in word 7 (with the end
-//! mark); the media layer makes only 8-byte stores untearable, so the repoint is two
-//! stores, and a crash between them leaves a header whose CRC fails, which recovery
-//! must (and does) refuse as damaged. What would work: (a) store word 7 first (the CRC
-//! of the header with `prev = P`), fence, then word 3, fence; recovery accepts a
-//! header whose CRC fails *only* if it matches with `prev` replaced by the `prev` of
-//! the chunk it names (`C`, still valid: its header is erased only after the repoint),
-//! reading that as `prev = P` — a flipped bit cannot produce that CRC, so damage is
-//! still caught; (b) between the repoint and `C`'s erase, `C` is valid but off the
-//! chain (`N.prev == C.prev`, `N.seq > C.seq`, all of `C`'s blocks at or below `W`):
-//! recovery must treat it as a reclaim in progress — not replay its blocks (its live
-//! data was moved and fenced before `W` was made durable), erase its header in the
-//! repair and free it — and everything else off a chain stays damage; (c) the cleaner
-//! needs each chunk's successor in DRAM (kept when a log takes a chunk, rebuilt by
-//! recovery); the successor may be the tail a committer appends to, but a header's
-//! line is never written after its chunk's first commit, so the repoint races with no
-//! append; (d) a victim that is its log's first chunk makes `N` the first (`prev` =
-//! none); (e) chains then need growing sequence numbers and exact `prev` links, with
-//! gaps in `seq` allowed only once `W` is non-zero. The scan would classify headers
-//! with the CRC fallback of (a), in both the one-thread and the parallel reader.
+//! *Peers of blocks at or below `W`.* A block's peer may have been in a reclaimed
+//! chunk, so a missing peer is no proof of a torn transaction. It is still damage when
+//! the peer's chunk has a valid header of a generation not newer than the block's own
+//! chunk: that chunk is the one the peer was written to and was never reclaimed (a
+//! chunk reclaimed and taken again gets a newer generation than every chunk of a
+//! transaction finished before the reclaim), and the cleaner reclaims whole chunks.
 //!
 //! What a crash and damage at the very end of a log look alike: after a crash, damage to
 //! the last transaction of a log set is indistinguishable from that transaction being
@@ -259,8 +236,8 @@ pub(crate) struct Recovery {
     /// The committed blocks, as (chunk, version, fingerprint share), for the chunk
     /// books.
     pub books: Vec<(u32, u64, u64)>,
-    /// Chunks in a log (after the repair).
-    pub in_logs: Vec<u32>,
+    /// The chunks of each log, in order (after the repair).
+    pub chains: Vec<Vec<u32>>,
     /// Byte ranges (pool offsets) to zero: what the dropped transactions left.
     erase: Vec<(u64, u64)>,
     /// Chunks whose header is erased: they held nothing committed.
@@ -395,7 +372,9 @@ pub(crate) fn recover(
     let mut free_chunks = scan.free.clone();
     let mut erase = Vec::new();
     let mut reclaim: Vec<u32> = scan.torn_headers.iter().map(|t| t.index).collect();
+    reclaim.extend(verdict.orphans.iter().map(|&ci| scan.chunks[ci].index));
     let mut tails = Vec::new();
+    let mut chains = Vec::new();
     for log in &verdict.logs {
         // Chunks from the tail region on are dropped when they hold nothing committed;
         // the log resumes after its last committed block.
@@ -405,6 +384,12 @@ pub(crate) fn recover(
             Some((pos, _)) => (pos, None),
         };
         reclaim.extend(log.chunks[keep..].iter().map(|&ci| scan.chunks[ci].index));
+        chains.push(
+            log.chunks[..keep]
+                .iter()
+                .map(|&ci| scan.chunks[ci].index)
+                .collect::<Vec<u32>>(),
+        );
         let Some(&last) = keep.checked_sub(1).and_then(|k| log.chunks.get(k)) else {
             continue;
         };
@@ -432,7 +417,9 @@ pub(crate) fn recover(
     let committed = || {
         scan.chunks
             .iter()
-            .flat_map(|c| &c.blocks)
+            .enumerate()
+            .filter(|&(ci, _)| verdict.replays_chunk(ci))
+            .flat_map(|(_, c)| &c.blocks)
             .filter(|b| verdict.uncommitted.is_empty() || !verdict.uncommitted.contains(&b.version))
     };
     let in_log = CloseRecord {
@@ -452,12 +439,7 @@ pub(crate) fn recover(
         .filter(|(_, b)| !verdict.uncommitted.contains(&b.version))
         .map(|(c, b)| (c, b.version, block_digest(c, b.offset, b.crc)))
         .collect();
-    let in_logs = scan
-        .chunks
-        .iter()
-        .map(|c| c.index)
-        .filter(|c| !reclaim.contains(c))
-        .collect();
+
     Ok(Recovery {
         allocator: replayed.allocator,
         free_chunks,
@@ -469,7 +451,7 @@ pub(crate) fn recover(
         in_log,
         log_digest,
         books,
-        in_logs,
+        chains,
         erase,
         reclaim,
     })
@@ -633,7 +615,9 @@ const STALE_LOG: &str = "the log is not the one the snapshot was written for";
 fn log_digest(scan: &scan::Scan, verdict: &rules::Verdict) -> u64 {
     scan.chunks
         .iter()
-        .flat_map(|c| c.blocks.iter().map(move |b| (c.index, b)))
+        .enumerate()
+        .filter(|&(ci, _)| verdict.replays_chunk(ci))
+        .flat_map(|(_, c)| c.blocks.iter().map(move |b| (c.index, b)))
         .filter(|(_, b)| {
             verdict.uncommitted.is_empty() || !verdict.uncommitted.contains(&b.version)
         })

@@ -43,7 +43,6 @@
 //! nothing has been written to the mapping yet, and the sequential replay runs instead,
 //! so that the problems are the same, in the same order.
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock, RwLock};
 
@@ -251,9 +250,9 @@ pub(crate) fn recover(
     };
     let sort_mine = |t: usize| {
         let slices = slices.get().expect("set before the crew goes on");
-        let uncommitted = &verdict.get().expect("judged before").uncommitted;
+        let verdict = verdict.get().expect("judged before");
         let unsorted = unsorted.read().unwrap_or_else(|p| p.into_inner());
-        let (records, data) = sort_slice(&unsorted, *slices, t, uncommitted);
+        let (records, data) = sort_slice(&unsorted, *slices, t, verdict);
         let mut sorted = sorted.lock().unwrap_or_else(|p| p.into_inner());
         sorted.push((t, (records, data)));
     };
@@ -499,17 +498,14 @@ impl Slices {
 type SortedSlice = (Vec<Step>, Vec<Step>);
 
 /// Slice `k` of the steps of the records and of the data, sorted into replay order;
-/// the steps of uncommitted transactions left out.
-fn sort_slice(
-    unsorted: &[Unsorted],
-    slices: Slices,
-    k: usize,
-    uncommitted: &HashSet<u64>,
-) -> SortedSlice {
+/// the steps of uncommitted transactions and of orphaned chunks left out.
+fn sort_slice(unsorted: &[Unsorted], slices: Slices, k: usize, verdict: &Verdict) -> SortedSlice {
     let (start, end) = slices.range(k);
+    let uncommitted = &verdict.uncommitted;
     let mine = |s: &&Step| {
         (start..end).contains(&(s.version as u128))
             && (uncommitted.is_empty() || !uncommitted.contains(&s.version))
+            && verdict.replays_chunk(s.chunk as usize)
     };
     let mut records: Vec<Step> = unsorted
         .iter()

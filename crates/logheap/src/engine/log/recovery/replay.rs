@@ -93,6 +93,9 @@ pub(crate) fn replay(
     };
     let mut order: Vec<(u64, Phase, usize, usize)> = Vec::new();
     for (ci, ch) in scan.chunks.iter().enumerate() {
+        if !verdict.replays_chunk(ci) {
+            continue;
+        }
         for (bi, b) in ch.blocks.iter().enumerate() {
             if !verdict.uncommitted.contains(&b.version) {
                 for phase in phases(ch.header.kind).into_iter().flatten() {

@@ -56,7 +56,18 @@ pub(crate) struct Verdict {
     pub blocks: u64,
     /// Largest version of any valid block.
     pub max_version: u64,
+    /// Chunks (positions in [`Scan::chunks`]) the cleaner was taking out of their log
+    /// when the pool crashed: valid, but off their log's chain, holding only data moved
+    /// elsewhere. Not replayed; the repair erases them.
+    pub orphans: Vec<usize>,
     pub problems: Vec<Damage>,
+}
+
+impl Verdict {
+    /// Whether the chunk at position `ci` of the scan is replayed (is not an orphan).
+    pub(crate) fn replays_chunk(&self, ci: usize) -> bool {
+        self.orphans.is_empty() || !self.orphans.contains(&ci)
+    }
 }
 
 /// Applies the rules to what was read. `close` is the clean-close record when the pool
@@ -144,6 +155,11 @@ pub(crate) fn judge(
     }
     for (_, mut chunks) in by_log {
         chunks.sort_by_key(|&ci| scan.chunks[ci].header.seq);
+        if cleaned > 0 && !clean {
+            let orphans = off_chain(scan, &chunks, cleaned);
+            chunks.retain(|ci| !orphans.contains(ci));
+            v.orphans.extend(orphans);
+        }
         let first = &scan.chunks[chunks[0]].header;
         let mut log = LogChain {
             owner: first.owner,
@@ -151,7 +167,7 @@ pub(crate) fn judge(
             chunks,
             tail: None,
         };
-        let gap = chain_break(scan, geometry, &log, &mut v.problems).filter(|_| cleaned == 0);
+        let gap = chain_break(scan, geometry, &log, cleaned, &mut v.problems);
         walk(
             scan,
             geometry,
@@ -257,15 +273,43 @@ pub(crate) fn judge(
     v
 }
 
+/// The chunks of one log (positions in `scan.chunks`, in sequence order) that the
+/// cleaner was taking out of the log when the pool crashed: a chunk `x` that the chunk
+/// after it skips (both name the same previous chunk, or none: the cleaner repointed
+/// the next chunk, [`ChunkPool::unlink`](crate::engine::log::chunks::ChunkPool::unlink),
+/// and the crash came before `x`'s header was erased), that no chunk names as its
+/// previous, and whose blocks are all at or below the cleaned-through version (the
+/// cleaner only reclaims such chunks, after moving their live data). A single changed
+/// byte cannot make one: a chunk's previous is covered by its header's checksum.
+fn off_chain(scan: &Scan, chunks: &[usize], cleaned: u64) -> Vec<usize> {
+    let header = |ci: usize| &scan.chunks[ci].header;
+    chunks
+        .windows(2)
+        .filter(|pair| {
+            let (x, next) = (pair[0], pair[1]);
+            header(next).prev == header(x).prev
+                && header(next).seq > header(x).seq
+                && !chunks
+                    .iter()
+                    .any(|&c| header(c).prev == Some(scan.chunks[x].index))
+                && scan.chunks[x].blocks.iter().all(|b| b.version <= cleaned)
+        })
+        .map(|pair| pair[0])
+        .collect()
+}
+
 /// The position in `log.chunks` of the first chunk that does not follow its
-/// predecessor (its sequence number or its predecessor is not the previous chunk's), if
-/// any. The chunks of a crashed transaction can have such a gap (a new chunk's header
-/// did not reach the media, a later one's did); before committed data it is damage.
-/// Two chunks claiming one place in the log are always damage.
+/// predecessor (its predecessor is not the previous chunk, or its sequence number is
+/// not the next: while the cleaner never reclaimed a chunk, `cleaned == 0`, the
+/// numbers have no gaps; after, they only grow), if any. The chunks of a crashed
+/// transaction can have such a gap (a new chunk's header did not reach the media, a
+/// later one's did); before committed data it is damage. Two chunks claiming one place
+/// in the log are always damage.
 fn chain_break(
     scan: &Scan,
     geometry: &ChunkGeometry,
     log: &LogChain,
+    cleaned: u64,
     problems: &mut Vec<Damage>,
 ) -> Option<usize> {
     let mut gap = None;
@@ -284,7 +328,13 @@ fn chain_break(
                 ),
             ));
         }
-        if gap.is_none() && (h.seq as usize != pos || h.prev != prev.map(|p| p.index)) {
+        let follows = match prev {
+            None => cleaned > 0 || h.seq == 0,
+            Some(p) => {
+                h.seq > p.header.seq && (cleaned > 0 || h.seq == p.header.seq.wrapping_add(1))
+            }
+        };
+        if gap.is_none() && (!follows || h.prev != prev.map(|p| p.index)) {
             gap = Some(pos);
         }
     }
@@ -616,6 +666,50 @@ mod tests {
             ],
             ..Scan::default()
         }
+    }
+
+    /// Chunk 0 (sequence 0), chunk 1 (sequence 1, after chunk 0) and chunk 2 (sequence
+    /// 2, also after chunk 0: repointed past chunk 1), each with one self-contained
+    /// block, of versions 1, 2 and 3.
+    fn repointed_log() -> Scan {
+        let mut chunks = vec![
+            chunk(0, LogKind::Update, 1, vec![block(64, 1, 64)]),
+            chunk(1, LogKind::Update, 2, vec![block(64, 2, SIZE + 64)]),
+            chunk(2, LogKind::Update, 3, vec![block(64, 3, 2 * SIZE + 64)]),
+        ];
+        for (k, prev) in [(1, Some(0)), (2, Some(0))] {
+            chunks[k].header.prev = prev;
+            chunks[k].header.seq = k as u32;
+        }
+        Scan {
+            chunks,
+            ..Scan::default()
+        }
+    }
+
+    #[test]
+    fn a_chunk_skipped_by_its_successor_is_an_orphan_only_at_or_below_w_after_a_crash() {
+        let geometry = ChunkGeometry {
+            start: 0,
+            size: SIZE,
+            count: 4,
+        };
+        let scan = repointed_log();
+        // Its blocks at or below W: the cleaner was reclaiming it.
+        let v = judge(&scan, &geometry, None, 2);
+        assert_eq!(v.orphans, vec![1]);
+        assert!(v.problems.is_empty(), "{:?}", v.problems);
+        assert!(!v.replays_chunk(1) && v.replays_chunk(2));
+        assert_eq!(v.logs[0].chunks, vec![0, 2]);
+        // A block above W: no reclaim could have been in progress; the chain is broken
+        // before committed data.
+        let v = judge(&scan, &geometry, None, 1);
+        assert!(v.orphans.is_empty());
+        assert!(!v.problems.is_empty());
+        // Nothing was ever cleaned: the same.
+        let v = judge(&scan, &geometry, None, 0);
+        assert!(v.orphans.is_empty());
+        assert!(!v.problems.is_empty());
     }
 
     fn complains_of_missing_peer(v: &Verdict) -> bool {
