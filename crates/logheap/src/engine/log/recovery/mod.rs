@@ -493,13 +493,16 @@ pub(crate) fn examine(
         (Some(_), Err(why)) => SnapshotUse::Rejected(why),
         (Some(close), Ok(Some(locator))) => match Snapshot::read(media, geometry, &locator) {
             Err(why) => SnapshotUse::Rejected(why),
-            Ok(s) if s.record != *close => {
+            Ok(s) if s.record() != *close => {
                 SnapshotUse::Rejected("the snapshot was written at another close".into())
             }
-            Ok(s) if s.log_digest != log_digest(&scan, &verdict) => {
+            Ok(s) if s.log_digest() != log_digest(&scan, &verdict) => {
                 SnapshotUse::Rejected(STALE_LOG.into())
             }
-            Ok(s) if joined(&s.pieces) == joined(&pieces) && s.allocations == allocations => {
+            Ok(s)
+                if joined(s.pieces()) == joined(pieces.iter().copied())
+                    && s.allocations().eq(allocations.iter().copied()) =>
+            {
                 SnapshotUse::Loaded
             }
             Ok(_) => {
@@ -558,10 +561,10 @@ fn read_judge_and_prepare(
 ) -> (Prepared, Judged) {
     let prepare = || {
         let snapshot = Snapshot::read(media, geometry, locator)?;
-        if snapshot.record != *close {
+        if snapshot.record() != *close {
             return Err("the snapshot was written at another close".to_string());
         }
-        let allocator = HomeAllocator::rebuild(snapshot.allocations.iter().copied())
+        let allocator = HomeAllocator::rebuild(snapshot.allocations())
             .map_err(|e| format!("the snapshot's allocations are inconsistent: {e:?}"))?;
         Ok((snapshot, allocator))
     };
@@ -592,7 +595,7 @@ fn load_snapshot(
     verdict: &rules::Verdict,
     mapping: &Mapping,
 ) -> Result<replay::Replayed, String> {
-    if snapshot.log_digest != log_digest(scan, verdict) {
+    if snapshot.log_digest() != log_digest(scan, verdict) {
         return Err(STALE_LOG.into());
     }
     let mut run_end = vec![None; geometry.count as usize];
@@ -600,9 +603,9 @@ fn load_snapshot(
         run_end[c.index as usize] = Some(geometry.offset(c.index) + c.stop.offset() as u64);
     }
     snapshot.check_pieces(geometry, |c| run_end.get(c as usize).copied().flatten())?;
-    mapping.load_sorted(snapshot.pieces.iter().copied())?;
+    mapping.load_sorted(snapshot.pieces())?;
     let mut live = vec![0i64; geometry.count as usize];
-    for p in &snapshot.pieces {
+    for p in snapshot.pieces() {
         // Inside a chunk in a log: checked above.
         live[geometry.chunk_of(p.log) as usize] += p.len as i64;
     }
@@ -637,9 +640,9 @@ fn read_judge(
 /// `pieces` (sorted by home) with neighbours joined when they continue each other in
 /// home space and in the log: how a mapping cuts its ranges (at its partitions) does not
 /// change what it maps.
-fn joined(pieces: &[super::mapping::Piece]) -> Vec<super::mapping::Piece> {
-    let mut out: Vec<super::mapping::Piece> = Vec::with_capacity(pieces.len());
-    for &p in pieces {
+fn joined(pieces: impl Iterator<Item = super::mapping::Piece>) -> Vec<super::mapping::Piece> {
+    let mut out: Vec<super::mapping::Piece> = Vec::new();
+    for p in pieces {
         match out.last_mut() {
             Some(last) if last.home + last.len == p.home && last.log + last.len == p.log => {
                 last.len += p.len
