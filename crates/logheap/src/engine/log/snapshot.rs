@@ -364,6 +364,19 @@ mod tests {
     }
 
     #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "pieces go before allocations")]
+    fn a_piece_after_an_allocation_is_a_bug() {
+        let mut s = Snapshot::new(CloseRecord::default(), 0);
+        s.push_allocation(1 << 20, 8);
+        s.push_piece(Piece {
+            home: 1 << 20,
+            len: 8,
+            log: 64,
+        });
+    }
+
+    #[test]
     fn too_few_free_chunks_write_nothing() {
         let (media, geometry) = setup();
         let before = media.counters();
