@@ -5,7 +5,14 @@
 //! superblocks in the lower half of the heap (Hoard-like); larger ones are page-rounded
 //! extents in the upper half, taken best-fit from freed space or from a bump pointer
 //! (dlmalloc-like). Nothing here is persisted: the state is rebuilt
-//! on recovery from the allocation and free records in the logs.
+//! on recovery from the allocation and free records in the logs (or from the clean-close
+//! snapshot's list of allocations).
+//!
+//! Live small objects are recorded in their superblock, as one 16-bit requested size per
+//! slot (0: free), not in a map with an entry per object: that takes 2 bytes per slot
+//! instead of about 20 per object, and rebuilding it from a sorted list of allocations
+//! writes each superblock's array in order instead of inserting a million hash entries
+//! at random places (which was most of the time of loading a snapshot).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -43,13 +50,34 @@ pub(crate) enum AllocError {
     Inconsistent(String),
 }
 
+/// A superblock carved into slots of one size class.
+#[derive(Debug, Clone)]
+struct Superblock {
+    class: usize,
+    /// The requested size of the object in each slot; 0 when the slot is free (sizes of
+    /// small objects are 1 to 4096).
+    sizes: Box<[u16]>,
+}
+
+impl Superblock {
+    fn new(class: usize) -> Superblock {
+        Superblock {
+            class,
+            sizes: vec![0; (SUPERBLOCK / CLASSES[class]) as usize].into_boxed_slice(),
+        }
+    }
+}
+
 /// The allocator state.
 #[derive(Debug, Default)]
 pub(crate) struct HomeAllocator {
-    /// Live allocations: start -> requested size.
-    live: HashMap<u64, u64>,
-    /// Superblock start -> size class index.
-    superblocks: HashMap<u64, usize>,
+    /// Superblocks with a class: start -> its slots.
+    superblocks: HashMap<u64, Superblock>,
+    /// Live large allocations: start -> requested size.
+    large: HashMap<u64, u64>,
+    /// Live allocations, and the sum of their requested sizes.
+    count: usize,
+    bytes: u64,
     /// Free slots per size class.
     class_free: Vec<Vec<u64>>,
     /// Runs of superblocks with no class (free on recovery), as `(start, end)`, lowest
@@ -77,23 +105,56 @@ impl HomeAllocator {
 
     /// Number of live allocations.
     pub(crate) fn live_count(&self) -> usize {
-        self.live.len()
+        self.count
     }
 
     /// Sum of the sizes of live allocations.
     pub(crate) fn live_bytes(&self) -> u64 {
-        self.live.values().sum()
+        self.bytes
+    }
+
+    /// The superblock holding small-object home `home`, and its slot there, if `home`
+    /// is the start of a slot of a superblock with a class.
+    fn slot_of(&self, home: u64) -> Option<(u64, usize)> {
+        if !(HEAP_START..LARGE_START).contains(&home) {
+            return None;
+        }
+        let sb = home - (home - HEAP_START) % SUPERBLOCK;
+        let size = CLASSES[self.superblocks.get(&sb)?.class];
+        (home - sb)
+            .is_multiple_of(size)
+            .then_some((sb, ((home - sb) / size) as usize))
     }
 
     /// The size of the live allocation starting at `home`.
     pub(crate) fn size_of(&self, home: u64) -> Option<u64> {
-        self.live.get(&home).copied()
+        match self.slot_of(home) {
+            Some((sb, slot)) => {
+                let size = self.superblocks[&sb].sizes[slot];
+                (size != 0).then_some(size as u64)
+            }
+            None => self.large.get(&home).copied(),
+        }
     }
 
     /// Every live allocation `(home, size)`, sorted.
     pub(crate) fn allocations(&self) -> Vec<(u64, u64)> {
-        let mut v: Vec<(u64, u64)> = self.live.iter().map(|(&h, &s)| (h, s)).collect();
-        v.sort_unstable();
+        let mut v: Vec<(u64, u64)> = Vec::with_capacity(self.count);
+        let mut sbs: Vec<(&u64, &Superblock)> = self.superblocks.iter().collect();
+        sbs.sort_unstable_by_key(|&(&start, _)| start);
+        for (&start, sb) in sbs {
+            let size = CLASSES[sb.class];
+            v.extend(
+                sb.sizes
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &s)| s != 0)
+                    .map(|(i, &s)| (start + i as u64 * size, s as u64)),
+            );
+        }
+        let small = v.len();
+        v.extend(self.large.iter().map(|(&h, &s)| (h, s)));
+        v[small..].sort_unstable();
         v
     }
 
@@ -103,10 +164,20 @@ impl HomeAllocator {
             return Err(AllocError::BadSize(size));
         }
         let home = match class_of(size) {
-            Some(class) => self.alloc_small(class)?,
-            None => self.alloc_extent(size.next_multiple_of(PAGE))?,
+            Some(class) => {
+                let home = self.alloc_small(class)?;
+                let (sb, slot) = self.slot_of(home).expect("a slot of a carved superblock");
+                self.superblocks.get_mut(&sb).expect("carved").sizes[slot] = size as u16;
+                home
+            }
+            None => {
+                let home = self.alloc_extent(size.next_multiple_of(PAGE))?;
+                self.large.insert(home, size);
+                home
+            }
         };
-        self.live.insert(home, size);
+        self.count += 1;
+        self.bytes += size;
         Ok(home)
     }
 
@@ -127,7 +198,7 @@ impl HomeAllocator {
             }
             None => return Err(AllocError::HomeSpaceFull),
         };
-        self.superblocks.insert(sb, class);
+        self.superblocks.insert(sb, Superblock::new(class));
         let size = CLASSES[class];
         let slots = SUPERBLOCK / size;
         // Hand out low addresses first: push in reverse.
@@ -163,14 +234,27 @@ impl HomeAllocator {
 
     /// Frees the allocation at `home`, returning its size.
     pub(crate) fn free(&mut self, home: u64) -> Result<u64, AllocError> {
-        let size = self
-            .live
-            .remove(&home)
-            .ok_or(AllocError::NotAllocated(home))?;
-        match class_of(size) {
-            Some(class) => self.class_free[class].push(home),
-            None => self.free_extent(home, size.next_multiple_of(PAGE)),
-        }
+        let size = match self.slot_of(home) {
+            Some((sb, slot)) => {
+                let sb = self.superblocks.get_mut(&sb).expect("found above");
+                let size = std::mem::take(&mut sb.sizes[slot]);
+                if size == 0 {
+                    return Err(AllocError::NotAllocated(home));
+                }
+                self.class_free[sb.class].push(home);
+                size as u64
+            }
+            None => {
+                let size = self
+                    .large
+                    .remove(&home)
+                    .ok_or(AllocError::NotAllocated(home))?;
+                self.free_extent(home, size.next_multiple_of(PAGE));
+                size
+            }
+        };
+        self.count -= 1;
+        self.bytes -= size;
         Ok(size)
     }
 
@@ -193,23 +277,20 @@ impl HomeAllocator {
         }
     }
 
-    /// Rebuilds the allocator from the live allocations found in the logs.
+    /// Rebuilds the allocator from the live allocations found in the logs (in any
+    /// order; fastest sorted by home).
     pub(crate) fn rebuild(
         live: impl IntoIterator<Item = (u64, u64)>,
     ) -> Result<HomeAllocator, AllocError> {
-        let live = live.into_iter();
         let mut a = HomeAllocator::new();
-        a.live.reserve(live.size_hint().0);
-        // Small allocations as (superblock, home); sorted below, so each superblock's
-        // used slots are one sorted run.
-        let mut used_slots: Vec<(u64, u64)> = Vec::with_capacity(live.size_hint().0);
-        // The superblock (and its class) of the previous small allocation: allocations
-        // come mostly in address order, so most need no lookup.
-        let mut last_superblock: Option<(u64, usize)> = None;
+        // The superblock of the previous small allocation, taken out of the map while
+        // allocations fall in it (they come mostly in address order).
+        let mut current: Option<(u64, Superblock)> = None;
         let mut extents: Vec<(u64, u64)> = Vec::new();
         let outside = |home: u64, size: u64| {
             AllocError::Inconsistent(format!("allocation {home:#x}+{size} is outside its region"))
         };
+        let twice = |home: u64| AllocError::Inconsistent(format!("two allocations at {home:#x}"));
         for (home, size) in live {
             if size == 0
                 || home < HEAP_START
@@ -219,38 +300,42 @@ impl HomeAllocator {
                     "allocation {home:#x}+{size} is outside the heap"
                 )));
             }
-            if a.live.insert(home, size).is_some() {
-                return Err(AllocError::Inconsistent(format!(
-                    "two allocations at {home:#x}"
-                )));
-            }
             match class_of(size) {
                 Some(class) => {
                     if home + size > LARGE_START {
                         return Err(outside(home, size));
                     }
-                    let sb = home - (home - HEAP_START) % SUPERBLOCK;
-                    if !(home - sb).is_multiple_of(CLASSES[class])
-                        || home - sb + CLASSES[class] > SUPERBLOCK
+                    let start = home - (home - HEAP_START) % SUPERBLOCK;
+                    if !(home - start).is_multiple_of(CLASSES[class])
+                        || home - start + CLASSES[class] > SUPERBLOCK
                     {
                         return Err(AllocError::Inconsistent(format!(
                             "{home:#x} is not a slot of size {}",
                             CLASSES[class]
                         )));
                     }
-                    if last_superblock != Some((sb, class)) {
-                        match a.superblocks.insert(sb, class) {
-                            Some(other) if other != class => {
-                                return Err(AllocError::Inconsistent(format!(
-                                    "superblock {sb:#x} holds objects of sizes {} and {}",
-                                    CLASSES[other], CLASSES[class]
-                                )));
-                            }
-                            _ => {}
+                    if current.as_ref().is_none_or(|(s, _)| *s != start) {
+                        if let Some((s, sb)) = current.take() {
+                            a.superblocks.insert(s, sb);
                         }
-                        last_superblock = Some((sb, class));
+                        let sb = a
+                            .superblocks
+                            .remove(&start)
+                            .unwrap_or_else(|| Superblock::new(class));
+                        current = Some((start, sb));
                     }
-                    used_slots.push((sb, home));
+                    let sb = &mut current.as_mut().expect("set above").1;
+                    if sb.class != class {
+                        return Err(AllocError::Inconsistent(format!(
+                            "superblock {start:#x} holds objects of sizes {} and {}",
+                            CLASSES[sb.class], CLASSES[class]
+                        )));
+                    }
+                    let slot = &mut sb.sizes[((home - start) / CLASSES[class]) as usize];
+                    if *slot != 0 {
+                        return Err(twice(home));
+                    }
+                    *slot = size as u16;
                 }
                 None => {
                     if home < LARGE_START {
@@ -261,9 +346,17 @@ impl HomeAllocator {
                             "large allocation {home:#x} is not page aligned"
                         )));
                     }
+                    if a.large.insert(home, size).is_some() {
+                        return Err(twice(home));
+                    }
                     extents.push((home, size.next_multiple_of(PAGE)));
                 }
             }
+            a.count += 1;
+            a.bytes += size;
+        }
+        if let Some((s, sb)) = current {
+            a.superblocks.insert(s, sb);
         }
         extents.sort_unstable();
         let mut cursor = LARGE_START;
@@ -279,42 +372,28 @@ impl HomeAllocator {
             cursor = start + len;
         }
         a.bump = cursor;
-        let mut sbs: Vec<(u64, usize)> = a.superblocks.iter().map(|(&s, &c)| (s, c)).collect();
-        sbs.sort_unstable();
+        let mut sbs: Vec<(u64, &Superblock)> =
+            a.superblocks.iter().map(|(&s, sb)| (s, sb)).collect();
+        sbs.sort_unstable_by_key(|&(s, _)| s);
         let mut sb_cursor = HEAP_START;
-        for &(sb, _) in &sbs {
-            if sb > sb_cursor {
-                a.free_superblocks.push((sb_cursor, sb));
+        let mut free_superblocks = Vec::new();
+        for &(start, sb) in &sbs {
+            if start > sb_cursor {
+                free_superblocks.push((sb_cursor, start));
             }
-            sb_cursor = sb + SUPERBLOCK;
+            sb_cursor = start + SUPERBLOCK;
+            // Free slots from the highest down, so the lowest is handed out first.
+            let size = CLASSES[sb.class];
+            a.class_free[sb.class].extend(
+                (0..sb.sizes.len())
+                    .rev()
+                    .filter(|&i| sb.sizes[i] == 0)
+                    .map(|i| start + i as u64 * size),
+            );
         }
+        free_superblocks.reverse();
+        a.free_superblocks = free_superblocks;
         a.superblock_bump = sb_cursor;
-        a.free_superblocks.reverse();
-        // Homes are distinct (checked above), so this sorts by superblock, then home.
-        used_slots.sort_unstable();
-        let mut used = used_slots.as_slice();
-        for (sb, class) in sbs {
-            let size = CLASSES[class];
-            // This superblock's used slots (every superblock in `sbs` has at least one,
-            // and both lists are sorted by superblock).
-            let n = used.iter().take_while(|&&(s, _)| s == sb).count();
-            let (mine, rest) = used.split_at(n);
-            used = rest;
-            // Free slots from the highest down, skipping the used ones (from the back).
-            let mut mine = mine.iter().rev().map(|&(_, home)| home).peekable();
-            let free = (0..SUPERBLOCK / size)
-                .rev()
-                .map(|i| sb + i * size)
-                .filter(|&slot| {
-                    if mine.peek() == Some(&slot) {
-                        mine.next();
-                        false
-                    } else {
-                        true
-                    }
-                });
-            a.class_free[class].extend(free);
-        }
         Ok(a)
     }
 }
@@ -340,6 +419,38 @@ mod tests {
         assert_eq!(a.free(h), Ok(s));
         assert_eq!(a.free(h), Err(AllocError::NotAllocated(h)));
         assert_eq!(a.alloc(s).unwrap(), h, "a freed extent is reused best-fit");
+    }
+
+    #[test]
+    fn sizes_and_counts_are_kept_per_slot() {
+        let mut a = HomeAllocator::new();
+        let sizes = [1u64, 15, 16, 17, 100, 4095, 4096, 4097, 70_000];
+        let homes: Vec<u64> = sizes.iter().map(|&s| a.alloc(s).unwrap()).collect();
+        for (&h, &s) in homes.iter().zip(&sizes) {
+            assert_eq!(a.size_of(h), Some(s));
+            assert_eq!(a.size_of(h + 1), None, "not the start of an allocation");
+        }
+        assert_eq!(a.live_count(), sizes.len());
+        assert_eq!(a.live_bytes(), sizes.iter().sum::<u64>());
+        assert_eq!(
+            a.free(homes[4] + 8),
+            Err(AllocError::NotAllocated(homes[4] + 8))
+        );
+        assert_eq!(a.free(homes[4]), Ok(100));
+        assert_eq!(a.size_of(homes[4]), None);
+        assert_eq!(a.free(homes[4]), Err(AllocError::NotAllocated(homes[4])));
+        assert_eq!(a.free(homes[8]), Ok(70_000));
+        assert_eq!(a.live_count(), sizes.len() - 2);
+        assert_eq!(a.live_bytes(), sizes.iter().sum::<u64>() - 70_100);
+        let mut expected: Vec<(u64, u64)> = homes
+            .iter()
+            .zip(sizes)
+            .enumerate()
+            .filter(|&(i, _)| i != 4 && i != 8)
+            .map(|(_, (&h, s))| (h, s))
+            .collect();
+        expected.sort_unstable();
+        assert_eq!(a.allocations(), expected);
     }
 
     #[test]

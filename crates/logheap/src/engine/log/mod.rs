@@ -433,15 +433,13 @@ impl LogEngine {
             chunks_in_use: self.chunks.in_use(),
         };
         let log_digest = books.digest;
-        let mut pieces = Vec::with_capacity(self.mapping.nodes() as usize);
-        self.mapping.for_each_piece(|p| pieces.push(p));
-        pieces.sort_unstable_by_key(|p| p.home);
-        let snapshot = Snapshot {
-            record,
-            log_digest,
-            pieces,
-            allocations: lock(&self.allocator).allocations(),
-        };
+        // The mapping reports its pieces in home order (partitions in order, each
+        // sorted); were they not, loading the snapshot would refuse it.
+        let mut snapshot = Snapshot::new(record, log_digest);
+        self.mapping.for_each_piece(|p| snapshot.push_piece(p));
+        for (home, size) in lock(&self.allocator).allocations() {
+            snapshot.push_allocation(home, size);
+        }
         if let Some(at) = snapshot.write(&self.media, &self.geometry, &self.chunks.unused()) {
             self.superblock.write_snapshot_locator(&self.media, &at);
         }

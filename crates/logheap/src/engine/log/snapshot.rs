@@ -58,18 +58,15 @@ const PAYLOAD_HEADER: usize = 8 + 32 + 8 + 16;
 const PIECE_BYTES: usize = 24;
 const ALLOCATION_BYTES: usize = 16;
 
-/// What a clean close leaves for the next open: the state replay would rebuild.
-#[derive(Debug, Default, PartialEq, Eq)]
+/// What a clean close leaves for the next open: the state replay would rebuild, kept
+/// as its encoded payload (a header: magic, the clean-close record, the log's
+/// fingerprint, the piece and allocation counts; then every mapped piece sorted by home
+/// as (home, length, log address), then every live allocation sorted by home as (home,
+/// size); little-endian u64s). Reading one decodes nothing up front: the pieces and
+/// allocations are read from the payload as they are used.
+#[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Snapshot {
-    /// The clean-close record written with it.
-    pub record: CloseRecord,
-    /// The fingerprint of the log it describes
-    /// ([`block_digest`](super::layout::block_digest)).
-    pub log_digest: u64,
-    /// Every mapped piece, sorted by home.
-    pub pieces: Vec<Piece>,
-    /// Every live allocation (home, size), sorted by home.
-    pub allocations: Vec<(u64, u64)>,
+    payload: Vec<u8>,
 }
 
 /// Payload bytes one snapshot chunk holds.
@@ -77,41 +74,92 @@ fn payload_per_chunk(geometry: &ChunkGeometry) -> usize {
     geometry.size as usize - CHUNK_HEADER - SNAP_CHUNK_HEADER
 }
 
+/// Where the payload header keeps the piece and allocation counts.
+const PIECES_AT: usize = 48;
+const ALLOCATIONS_AT: usize = 56;
+
 impl Snapshot {
-    /// Its bytes.
-    fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(
-            PAYLOAD_HEADER
-                + self.pieces.len() * PIECE_BYTES
-                + self.allocations.len() * ALLOCATION_BYTES,
-        );
-        b.extend_from_slice(&PAYLOAD_MAGIC);
-        for v in self.record.words() {
-            b.extend_from_slice(&v.to_le_bytes());
+    /// An empty snapshot of the log that `record` and `log_digest` describe; pieces and
+    /// then allocations are added with [`push_piece`](Self::push_piece) and
+    /// [`push_allocation`](Self::push_allocation).
+    pub(crate) fn new(record: CloseRecord, log_digest: u64) -> Snapshot {
+        let mut payload = Vec::with_capacity(PAYLOAD_HEADER);
+        payload.extend_from_slice(&PAYLOAD_MAGIC);
+        for v in record.words() {
+            payload.extend_from_slice(&v.to_le_bytes());
         }
-        b.extend_from_slice(&self.log_digest.to_le_bytes());
-        b.extend_from_slice(&(self.pieces.len() as u64).to_le_bytes());
-        b.extend_from_slice(&(self.allocations.len() as u64).to_le_bytes());
-        for p in &self.pieces {
-            for v in [p.home, p.len, p.log] {
-                b.extend_from_slice(&v.to_le_bytes());
-            }
-        }
-        for &(home, size) in &self.allocations {
-            b.extend_from_slice(&home.to_le_bytes());
-            b.extend_from_slice(&size.to_le_bytes());
-        }
-        b
+        payload.extend_from_slice(&log_digest.to_le_bytes());
+        payload.extend_from_slice(&[0u8; 16]);
+        Snapshot { payload }
     }
 
-    /// Decodes a payload whose checksum matched; checks its shape (not its contents).
-    fn decode(b: &[u8]) -> Result<Snapshot, String> {
+    fn bump_count(&mut self, at: usize) {
+        let n = u64_at(&self.payload, at) + 1;
+        self.payload[at..at + 8].copy_from_slice(&n.to_le_bytes());
+    }
+
+    /// Adds a mapped piece (pieces come in home order, before any allocation).
+    pub(crate) fn push_piece(&mut self, p: Piece) {
+        debug_assert_eq!(self.allocation_count(), 0, "pieces go before allocations");
+        for v in [p.home, p.len, p.log] {
+            self.payload.extend_from_slice(&v.to_le_bytes());
+        }
+        self.bump_count(PIECES_AT);
+    }
+
+    /// Adds a live allocation (in home order).
+    pub(crate) fn push_allocation(&mut self, home: u64, size: u64) {
+        self.payload.extend_from_slice(&home.to_le_bytes());
+        self.payload.extend_from_slice(&size.to_le_bytes());
+        self.bump_count(ALLOCATIONS_AT);
+    }
+
+    /// The clean-close record it was written with.
+    pub(crate) fn record(&self) -> CloseRecord {
+        CloseRecord::from_words([8, 16, 24, 32].map(|at| u64_at(&self.payload, at)))
+    }
+
+    /// The fingerprint of the log it describes
+    /// ([`block_digest`](super::layout::block_digest)).
+    pub(crate) fn log_digest(&self) -> u64 {
+        u64_at(&self.payload, 40)
+    }
+
+    fn piece_count(&self) -> usize {
+        u64_at(&self.payload, PIECES_AT) as usize
+    }
+
+    fn allocation_count(&self) -> usize {
+        u64_at(&self.payload, ALLOCATIONS_AT) as usize
+    }
+
+    /// Every mapped piece, in the order written (home order).
+    pub(crate) fn pieces(&self) -> impl Iterator<Item = Piece> + Clone + '_ {
+        let end = PAYLOAD_HEADER + self.piece_count() * PIECE_BYTES;
+        self.payload[PAYLOAD_HEADER..end]
+            .chunks_exact(PIECE_BYTES)
+            .map(|p| Piece {
+                home: u64_at(p, 0),
+                len: u64_at(p, 8),
+                log: u64_at(p, 16),
+            })
+    }
+
+    /// Every live allocation (home, size), in the order written (home order).
+    pub(crate) fn allocations(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let start = PAYLOAD_HEADER + self.piece_count() * PIECE_BYTES;
+        self.payload[start..]
+            .chunks_exact(ALLOCATION_BYTES)
+            .map(|a| (u64_at(a, 0), u64_at(a, 8)))
+    }
+
+    /// Takes a payload whose checksum matched, checking its shape (not its contents).
+    fn decode(payload: Vec<u8>) -> Result<Snapshot, String> {
+        let b = &payload;
         if b.len() < PAYLOAD_HEADER || b[..8] != PAYLOAD_MAGIC {
             return Err("the snapshot payload has no valid header".into());
         }
-        let record = CloseRecord::from_words([8, 16, 24, 32].map(|at| u64_at(b, at)));
-        let log_digest = u64_at(b, 40);
-        let (pieces, allocations) = (u64_at(b, 48), u64_at(b, 56));
+        let (pieces, allocations) = (u64_at(b, PIECES_AT), u64_at(b, ALLOCATIONS_AT));
         let expected = (pieces as u128) * PIECE_BYTES as u128
             + (allocations as u128) * ALLOCATION_BYTES as u128
             + PAYLOAD_HEADER as u128;
@@ -121,24 +169,7 @@ impl Snapshot {
                 b.len()
             ));
         }
-        let body = &b[PAYLOAD_HEADER..];
-        let (piece_bytes, alloc_bytes) = body.split_at(pieces as usize * PIECE_BYTES);
-        Ok(Snapshot {
-            record,
-            log_digest,
-            pieces: piece_bytes
-                .chunks_exact(PIECE_BYTES)
-                .map(|p| Piece {
-                    home: u64_at(p, 0),
-                    len: u64_at(p, 8),
-                    log: u64_at(p, 16),
-                })
-                .collect(),
-            allocations: alloc_bytes
-                .chunks_exact(ALLOCATION_BYTES)
-                .map(|a| (u64_at(a, 0), u64_at(a, 8)))
-                .collect(),
-        })
+        Ok(Snapshot { payload })
     }
 
     /// Writes the snapshot into `free` chunks (in that order; none of them in a log) and
@@ -150,7 +181,7 @@ impl Snapshot {
         geometry: &ChunkGeometry,
         free: &[u32],
     ) -> Option<SnapshotLocator> {
-        let payload = self.encode();
+        let payload = &self.payload;
         let per_chunk = payload_per_chunk(geometry);
         let needed = payload.len().div_ceil(per_chunk).max(1);
         let chunks = free.get(..needed)?;
@@ -176,7 +207,7 @@ impl Snapshot {
             first: chunks[0],
             chunks: needed as u32,
             bytes: payload.len() as u64,
-            crc: crc32c::crc32c(&payload),
+            crc: crc32c::crc32c(payload),
         })
     }
 
@@ -226,7 +257,7 @@ impl Snapshot {
         if crc32c::crc32c(&payload) != locator.crc {
             return Err("the snapshot's checksum does not match".into());
         }
-        Snapshot::decode(&payload)
+        Snapshot::decode(payload)
     }
 
     /// Checks that the pieces can be loaded into an empty mapping: sorted by home,
@@ -242,7 +273,7 @@ impl Snapshot {
         run_end: impl Fn(u32) -> Option<u64>,
     ) -> Result<(), String> {
         let mut home_end = 0;
-        for p in &self.pieces {
+        for p in self.pieces() {
             let bad = |why: &str| Err(format!("snapshot piece {:#x}+{}: {why}", p.home, p.len));
             if p.len == 0 || p.home < home_end {
                 return bad("empty, unsorted or overlapping");
@@ -287,25 +318,28 @@ mod tests {
     }
 
     fn sample(pieces: u64) -> Snapshot {
-        Snapshot {
-            record: CloseRecord {
-                max_version: 77,
-                transactions: 5,
-                blocks: 9,
-                chunks_in_use: 2,
-            },
-            log_digest: 0x1234_5678_9abc_def0,
-            pieces: (0..pieces)
-                .map(|i| Piece {
-                    home: (1 << 20) + i * 64,
-                    len: 40,
-                    log: 64 + i * 48,
-                })
-                .collect(),
-            allocations: (0..pieces / 2)
-                .map(|i| ((1 << 20) + i * 128, 100))
-                .collect(),
+        let record = CloseRecord {
+            max_version: 77,
+            transactions: 5,
+            blocks: 9,
+            chunks_in_use: 2,
+        };
+        let mut s = Snapshot::new(record, 0x1234_5678_9abc_def0);
+        for i in 0..pieces {
+            s.push_piece(Piece {
+                home: (1 << 20) + i * 64,
+                len: 40,
+                log: 64 + i * 48,
+            });
         }
+        for i in 0..pieces / 2 {
+            s.push_allocation((1 << 20) + i * 128, 100);
+        }
+        assert_eq!(s.record(), record);
+        assert_eq!(s.log_digest(), 0x1234_5678_9abc_def0);
+        assert_eq!(s.pieces().count() as u64, pieces);
+        assert_eq!(s.allocations().nth(1), Some(((1 << 20) + 128, 100)));
+        s
     }
 
     #[test]
@@ -323,10 +357,23 @@ mod tests {
             assert_eq!(head, [0u8; CHUNK_HEADER]);
         }
         // An empty snapshot takes one chunk.
-        let empty = Snapshot::default();
+        let empty = Snapshot::new(CloseRecord::default(), 0);
         let locator = empty.write(&media, &geometry, &free).unwrap();
         assert_eq!(locator.chunks, 1);
         assert_eq!(Snapshot::read(&media, &geometry, &locator).unwrap(), empty);
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "pieces go before allocations")]
+    fn a_piece_after_an_allocation_is_a_bug() {
+        let mut s = Snapshot::new(CloseRecord::default(), 0);
+        s.push_allocation(1 << 20, 8);
+        s.push_piece(Piece {
+            home: 1 << 20,
+            len: 8,
+            log: 64,
+        });
     }
 
     #[test]
@@ -399,8 +446,13 @@ mod tests {
         };
         let media = file.media();
         let at = superblock.read_snapshot_locator(media).unwrap().unwrap();
-        let mut snapshot = Snapshot::read(media, &geometry, &at).unwrap();
-        snapshot.record.transactions += 1;
+        let read = Snapshot::read(media, &geometry, &at).unwrap();
+        let mut record = read.record();
+        record.transactions += 1;
+        let mut snapshot = Snapshot::new(record, read.log_digest());
+        read.pieces().for_each(|p| snapshot.push_piece(p));
+        read.allocations()
+            .for_each(|(h, s)| snapshot.push_allocation(h, s));
         let free: Vec<u32> = (geometry.count - 8..geometry.count).collect();
         let at = snapshot.write(media, &geometry, &free).unwrap();
         superblock.write_snapshot_locator(media, &at);
@@ -472,11 +524,9 @@ mod tests {
         // Chunk 0 is in a log with committed blocks up to byte 3000 of it.
         let run_end = |c: u32| (c == 0).then_some(3000);
         let ok = |pieces: Vec<Piece>| {
-            Snapshot {
-                pieces,
-                ..Snapshot::default()
-            }
-            .check_pieces(&geometry, run_end)
+            let mut s = Snapshot::new(CloseRecord::default(), 0);
+            pieces.into_iter().for_each(|p| s.push_piece(p));
+            s.check_pieces(&geometry, run_end)
         };
         let p = |home, len, log| Piece { home, len, log };
         assert!(ok(vec![p(1 << 20, 8, 64), p((1 << 20) + 8, 8, 72)]).is_ok());

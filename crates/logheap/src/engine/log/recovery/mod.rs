@@ -316,11 +316,10 @@ pub(crate) fn threads_for(requested: usize, geometry: &ChunkGeometry, formatted:
 
 /// Reads the log and rebuilds `mapping` (empty on entry), the allocator and the chunk
 /// state with `threads` threads, writing nothing. `close` is the clean-close record when
-/// the pool was closed cleanly. Refuses (with every problem found) when the log is
-/// damaged.
-/// Recovers the DRAM state from the log, or, after a clean close (`close`), from the
-/// snapshot that close left (`snapshot`: where it is, if there is one; `Err`: why the
-/// locator cannot be used), if it is sound.
+/// the pool was closed cleanly; then the mapping and the allocator come from the snapshot
+/// that close left (`snapshot`: where it is, if there is one; `Err`: why the locator
+/// cannot be used) when it is sound, else from replaying the log. Refuses (with every
+/// problem found) when the log is damaged.
 pub(crate) fn recover(
     media: &Media,
     geometry: &ChunkGeometry,
@@ -332,6 +331,7 @@ pub(crate) fn recover(
 ) -> Result<Recovery, Vec<Damage>> {
     let mut snapshot_use = SnapshotUse::None;
     let mut loaded = None;
+    let mut summary = None;
     match (close.as_ref(), snapshot) {
         (None, _) | (Some(_), Ok(None)) => {}
         (Some(_), Err(why)) => snapshot_use = SnapshotUse::Rejected(why),
@@ -341,8 +341,17 @@ pub(crate) fn recover(
             if !problems.is_empty() {
                 return Err(problems);
             }
+            let committed = Committed::of(&scan, &verdict);
+            summary = Some(committed);
             match prepared.and_then(|(snapshot, allocator)| {
-                load_snapshot(&snapshot, allocator, geometry, &scan, &verdict, mapping)
+                load_snapshot(
+                    &snapshot,
+                    allocator,
+                    geometry,
+                    &scan,
+                    committed.digest,
+                    mapping,
+                )
             }) {
                 Ok(replayed) => {
                     snapshot_use = SnapshotUse::Loaded;
@@ -414,23 +423,15 @@ pub(crate) fn recover(
     }
     report.chunks_reclaimed = reclaim.len() as u64;
     free_chunks.extend(&reclaim);
-    let committed = || {
-        scan.chunks
-            .iter()
-            .enumerate()
-            .filter(|&(ci, _)| verdict.replays_chunk(ci))
-            .flat_map(|(_, c)| &c.blocks)
-            .filter(|b| verdict.uncommitted.is_empty() || !verdict.uncommitted.contains(&b.version))
-    };
+    let committed = summary.unwrap_or_else(|| Committed::of(&scan, &verdict));
     let in_log = CloseRecord {
-        max_version: committed().map(|b| b.version).max().unwrap_or(0),
+        max_version: committed.max_version,
         transactions: verdict.transactions,
-        blocks: committed().count() as u64,
+        blocks: committed.blocks,
         chunks_in_use: (scan.chunks.len() - (reclaim.len() - scan.torn_headers.len())) as u64,
     };
     let max_generation = scan.chunks.iter().map(|c| c.header.generation).max();
     let max_owner = scan.chunks.iter().map(|c| c.header.owner).max();
-    let log_digest = log_digest(&scan, &verdict);
     let books = scan
         .chunks
         .iter()
@@ -439,7 +440,6 @@ pub(crate) fn recover(
         .filter(|(_, b)| !verdict.uncommitted.contains(&b.version))
         .map(|(c, b)| (c, b.version, block_digest(c, b.offset, b.crc)))
         .collect();
-
     Ok(Recovery {
         allocator: replayed.allocator,
         free_chunks,
@@ -449,7 +449,7 @@ pub(crate) fn recover(
         tails,
         report,
         in_log,
-        log_digest,
+        log_digest: committed.digest,
         books,
         chains,
         erase,
@@ -576,13 +576,16 @@ pub(crate) fn examine(
         (Some(_), Err(why)) => SnapshotUse::Rejected(why),
         (Some(close), Ok(Some(locator))) => match Snapshot::read(media, geometry, &locator) {
             Err(why) => SnapshotUse::Rejected(why),
-            Ok(s) if s.record != *close => {
+            Ok(s) if s.record() != *close => {
                 SnapshotUse::Rejected("the snapshot was written at another close".into())
             }
-            Ok(s) if s.log_digest != log_digest(&scan, &verdict) => {
+            Ok(s) if s.log_digest() != Committed::of(&scan, &verdict).digest => {
                 SnapshotUse::Rejected(STALE_LOG.into())
             }
-            Ok(s) if joined(&s.pieces) == joined(&pieces) && s.allocations == allocations => {
+            Ok(s)
+                if joined(s.pieces()) == joined(pieces.iter().copied())
+                    && s.allocations().eq(allocations.iter().copied()) =>
+            {
                 SnapshotUse::Loaded
             }
             Ok(_) => {
@@ -610,18 +613,38 @@ pub(crate) fn examine(
 /// Why a snapshot whose log fingerprint does not match is not loaded.
 const STALE_LOG: &str = "the log is not the one the snapshot was written for";
 
-/// The fingerprint of the committed blocks of `scan`: the XOR of their
-/// [`block_digest`]s.
-fn log_digest(scan: &scan::Scan, verdict: &rules::Verdict) -> u64 {
-    scan.chunks
-        .iter()
-        .enumerate()
-        .filter(|&(ci, _)| verdict.replays_chunk(ci))
-        .flat_map(|(_, c)| c.blocks.iter().map(move |b| (c.index, b)))
-        .filter(|(_, b)| {
-            verdict.uncommitted.is_empty() || !verdict.uncommitted.contains(&b.version)
-        })
-        .fold(0, |d, (chunk, b)| d ^ block_digest(chunk, b.offset, b.crc))
+/// The committed blocks of a log as read: how many, their largest version, and the
+/// log's fingerprint (the XOR of their [`block_digest`]s), taken in one pass.
+#[derive(Debug, Clone, Copy)]
+struct Committed {
+    blocks: u64,
+    max_version: u64,
+    digest: u64,
+}
+
+impl Committed {
+    fn of(scan: &scan::Scan, verdict: &rules::Verdict) -> Committed {
+        let mut out = Committed {
+            blocks: 0,
+            max_version: 0,
+            digest: 0,
+        };
+        let committed = scan
+            .chunks
+            .iter()
+            .enumerate()
+            .filter(|&(ci, _)| verdict.replays_chunk(ci))
+            .flat_map(|(_, c)| c.blocks.iter().map(move |b| (c.index, b)))
+            .filter(|(_, b)| {
+                verdict.uncommitted.is_empty() || !verdict.uncommitted.contains(&b.version)
+            });
+        for (chunk, b) in committed {
+            out.blocks += 1;
+            out.max_version = out.max_version.max(b.version);
+            out.digest ^= block_digest(chunk, b.offset, b.crc);
+        }
+        out
+    }
 }
 
 /// The log as read and judged, and the problems found.
@@ -643,10 +666,10 @@ fn read_judge_and_prepare(
 ) -> (Prepared, Judged) {
     let prepare = || {
         let snapshot = Snapshot::read(media, geometry, locator)?;
-        if snapshot.record != *close {
+        if snapshot.record() != *close {
             return Err("the snapshot was written at another close".to_string());
         }
-        let allocator = HomeAllocator::rebuild(snapshot.allocations.iter().copied())
+        let allocator = HomeAllocator::rebuild(snapshot.allocations())
             .map_err(|e| format!("the snapshot's allocations are inconsistent: {e:?}"))?;
         Ok((snapshot, allocator))
     };
@@ -666,18 +689,19 @@ fn read_judge_and_prepare(
     })
 }
 
-/// Loads `snapshot` into the empty `mapping`, after checking that its pieces agree with
-/// the log just read (`scan`); returns the state as replay would have, with `allocator`
-/// (rebuilt from the snapshot). Nothing is loaded when they do not agree.
+/// Loads `snapshot` into the empty `mapping`, after checking that it was written for
+/// the log just read (`scan`, whose fingerprint is `digest`) and that its pieces agree
+/// with it; returns the state as replay would have, with `allocator` (rebuilt from the
+/// snapshot). Nothing is loaded when they do not agree.
 fn load_snapshot(
     snapshot: &Snapshot,
     allocator: HomeAllocator,
     geometry: &ChunkGeometry,
     scan: &scan::Scan,
-    verdict: &rules::Verdict,
+    digest: u64,
     mapping: &Mapping,
 ) -> Result<replay::Replayed, String> {
-    if snapshot.log_digest != log_digest(scan, verdict) {
+    if snapshot.log_digest() != digest {
         return Err(STALE_LOG.into());
     }
     let mut run_end = vec![None; geometry.count as usize];
@@ -685,9 +709,9 @@ fn load_snapshot(
         run_end[c.index as usize] = Some(geometry.offset(c.index) + c.stop.offset() as u64);
     }
     snapshot.check_pieces(geometry, |c| run_end.get(c as usize).copied().flatten())?;
-    mapping.load_sorted(snapshot.pieces.iter().copied())?;
+    mapping.load_sorted(snapshot.pieces())?;
     let mut live = vec![0i64; geometry.count as usize];
-    for p in &snapshot.pieces {
+    for p in snapshot.pieces() {
         // Inside a chunk in a log: checked above.
         live[geometry.chunk_of(p.log) as usize] += p.len as i64;
     }
@@ -722,9 +746,9 @@ fn read_judge(
 /// `pieces` (sorted by home) with neighbours joined when they continue each other in
 /// home space and in the log: how a mapping cuts its ranges (at its partitions) does not
 /// change what it maps.
-fn joined(pieces: &[super::mapping::Piece]) -> Vec<super::mapping::Piece> {
-    let mut out: Vec<super::mapping::Piece> = Vec::with_capacity(pieces.len());
-    for &p in pieces {
+fn joined(pieces: impl Iterator<Item = super::mapping::Piece>) -> Vec<super::mapping::Piece> {
+    let mut out: Vec<super::mapping::Piece> = Vec::new();
+    for p in pieces {
         match out.last_mut() {
             Some(last) if last.home + last.len == p.home && last.log + last.len == p.log => {
                 last.len += p.len
@@ -761,9 +785,7 @@ fn read_judge_replay(
             replay_anyway,
         );
     }
-    let mut scan = scan::scan(media, geometry, marks.formatted);
-    let scan_problems = std::mem::take(&mut scan.problems);
-    let (verdict, mut problems) = judged(&scan, scan_problems);
+    let (scan, verdict, mut problems) = read_judge(media, geometry, marks, close, 1);
     let replayed = (replay_anyway || problems.is_empty())
         .then(|| replay::replay(media, geometry, &scan, &verdict, mapping, &mut problems));
     (scan, verdict, problems, replayed)
