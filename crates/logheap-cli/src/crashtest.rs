@@ -47,9 +47,17 @@ pub struct Args {
     /// Inject a defect (skip-commit-fence), to see the checker fail.
     #[arg(long, hide = true)]
     fault: Option<String>,
+    /// Write the crash image of the first violation to this file (a pool file that
+    /// `logheap check` and `logheap inspect` can read), for debugging.
+    #[arg(long)]
+    save_violation: Option<std::path::PathBuf>,
 }
 
 const SLOTS: usize = 32;
+/// The pool's size: a few times the workload's live data (about 50 KiB), so that
+/// within a few hundred transactions the log fills with stale data and the cleaner
+/// runs (`chunks_cleaned` in the outcome).
+const POOL_SIZE: u64 = 256 << 10;
 
 #[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C)]
@@ -103,6 +111,10 @@ struct Expected {
     recovery_crashes_every: u64,
     /// Images so far where recovery erased something.
     repairs: u64,
+    /// Where to save the image of the first violation.
+    save: Option<std::path::PathBuf>,
+    /// Sessions reopened so far.
+    session: u64,
 }
 
 /// The outcome, printed as the last line or as JSON.
@@ -118,6 +130,9 @@ pub struct Outcome {
     pool_full: u64,
     /// Crashes in the middle of a commit the workload went on from.
     reopened: u64,
+    /// Chunks the log engine's cleaner reclaimed over the run (the pool is small enough
+    /// for the workload to make it run).
+    chunks_cleaned: u64,
     images: u64,
     violations: u64,
     first_violation: Option<String>,
@@ -172,6 +187,8 @@ struct Run {
     aborted: u64,
     pool_full: u64,
     reopened: u64,
+    /// Chunks the cleaner reclaimed in the sessions before the current one.
+    chunks_cleaned: u64,
     /// The size of an object a failed transaction freed, for the next to allocate.
     reuse_size: Option<usize>,
 }
@@ -210,7 +227,7 @@ fn crashtest(args: &Args) -> Result<Outcome, Box<dyn std::error::Error>> {
         fault,
         ..Config::default()
             .engine_name(&args.engine)?
-            .size(2 << 20)
+            .size(POOL_SIZE)
             .chunk_size(4096)
     };
     let sim = SimConfig {
@@ -222,6 +239,7 @@ fn crashtest(args: &Args) -> Result<Outcome, Box<dyn std::error::Error>> {
         before: vec![None; SLOTS],
         after: vec![None; SLOTS],
         recovery_crashes_every: args.recovery_crashes_every,
+        save: args.save_violation.clone(),
         ..Expected::default()
     }));
     let pool = Pool::create_sim(&config, sim)?;
@@ -234,6 +252,7 @@ fn crashtest(args: &Args) -> Result<Outcome, Box<dyn std::error::Error>> {
         aborted: 0,
         pool_full: 0,
         reopened: 0,
+        chunks_cleaned: 0,
         reuse_size: None,
     };
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
@@ -273,6 +292,7 @@ fn crashtest(args: &Args) -> Result<Outcome, Box<dyn std::error::Error>> {
         aborted: run.aborted,
         pool_full: run.pool_full,
         reopened: run.reopened,
+        chunks_cleaned: run.chunks_cleaned + run.pool.stats().log.chunks_cleaned,
         images: e.images,
         violations: e.violations,
         first_violation: e.first_violation.clone(),
@@ -362,14 +382,14 @@ fn workload(
                 after.clone()
             };
         }
-        let free_bytes = run.pool.stats().log.chunks_free * config.chunk_size;
+        let log_bytes = run.pool.stats().log.chunks_total * config.chunk_size;
         let result = run.pool.transaction(|tx| {
             let made = apply_in_tx(tx, root, &ops)?;
             match abandon {
                 Some(false) => Err(Abandon::UserAbort),
                 Some(true) => {
-                    // More than the free log space, less than the pool: it fails at commit.
-                    tx.alloc_bytes(free_bytes + config.chunk_size)?;
+                    // More than the whole log: it fails at commit, even after cleaning.
+                    tx.alloc_bytes(log_bytes)?;
                     Ok(made)
                 }
                 None => Ok(made),
@@ -423,8 +443,10 @@ fn crash_mid_commit(
     run.model = state;
     run.ptrs = ptrs;
     install_hook(&pool, expected, config)?;
+    run.chunks_cleaned += run.pool.stats().log.chunks_cleaned;
     run.pool = pool;
     run.reopened += 1;
+    lock(expected).session = run.reopened;
     Ok(())
 }
 
@@ -575,10 +597,18 @@ fn apply(model: &mut Model, op: &Op) {
 /// Opens one crash image and compares it with the expected states.
 fn check_image(image: Vec<u8>, config: &Config, e: &mut Expected, fence: u64) {
     e.images += 1;
+    let keep = (e.save.is_some() && e.first_violation.is_none()).then(|| image.clone());
     if let Err(why) = recovered_matches(image, config, e) {
         e.violations += 1;
         if e.first_violation.is_none() {
-            e.first_violation = Some(format!("at fence {fence}: {why}"));
+            let mut what = format!("at fence {fence} (session {}): {why}", e.session);
+            if let (Some(path), Some(image)) = (&e.save, keep) {
+                match std::fs::write(path, image) {
+                    Ok(()) => what += &format!(" (image saved to {})", path.display()),
+                    Err(err) => what += &format!(" (image not saved: {err})"),
+                }
+            }
+            e.first_violation = Some(what);
         }
     }
 }

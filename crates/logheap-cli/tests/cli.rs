@@ -117,6 +117,18 @@ fn crashtest_checks_over_a_thousand_images_without_violation() {
     assert!(v["pool_full"].as_u64().unwrap() > 0, "{v}");
 }
 
+/// Issue 10's figure: the pool is small enough that the workload makes the cleaner
+/// reclaim chunks, and every crash image at every fence (cleaning passes included)
+/// recovers to a state the workload went through.
+#[test]
+fn crashtest_runs_the_cleaner_and_checks_over_a_thousand_images() {
+    let (ok, v) = crashtest_engine("log", 400, &[]);
+    assert!(ok, "{v}");
+    assert!(v["chunks_cleaned"].as_u64().unwrap() > 0, "{v}");
+    assert!(v["images"].as_u64().unwrap() >= 1000, "{v}");
+    assert_eq!(v["violations"], 0, "{v}");
+}
+
 #[test]
 fn crashtest_goes_on_from_crashes_in_the_middle_of_commits() {
     let (ok, v) = crashtest_engine("log", 120, &["--reopen-every", "25"]);

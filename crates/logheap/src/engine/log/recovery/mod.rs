@@ -405,7 +405,13 @@ pub(crate) fn recover(
         let ch = &scan.chunks[last];
         let offset = resume_at.unwrap_or(ch.stop.offset());
         let chunk_at = geometry.offset(ch.index);
-        if resume_at.is_some() {
+        // After a crash the rest of the chunk the log resumes in is erased even when
+        // the log ends in an end mark: a commit the crash interrupted may have left
+        // some of its cache lines there (lines persist independently; the one with
+        // the block's start may be the one that did not), and such bytes past the end
+        // would later read as torn data after a zeroed chunk's end.
+        let erase_rest = resume_at.is_some() || close.is_none();
+        if erase_rest && (offset as u64) < geometry.size {
             erase.push((chunk_at + offset as u64, chunk_at + geometry.size));
         }
         tails.push(ResumedTail {
@@ -417,7 +423,7 @@ pub(crate) fn recover(
                 seq: ch.header.seq,
                 offset,
                 // The repair zeroes the rest of a chunk whose tail it erases.
-                zero_rest: resume_at.is_some(),
+                zero_rest: erase_rest,
             },
         });
     }
@@ -853,13 +859,27 @@ mod tests {
     use crate::engine::log::mapping::MappingConfig;
     use crate::media::{MediaConfig, SimConfig};
 
-    /// A pool whose only chunk holds one checksum-valid block with `entries`.
-    fn recover_block(kind: LogKind, entries: &[EntryRef<'_>]) -> Result<Recovery, Vec<Damage>> {
-        let geometry = ChunkGeometry {
+    fn recovered_geometry() -> ChunkGeometry {
+        ChunkGeometry {
             start: 0,
             size: 4096,
             count: 2,
-        };
+        }
+    }
+
+    /// A pool whose only chunk holds one checksum-valid block with `entries`.
+    fn recover_block(kind: LogKind, entries: &[EntryRef<'_>]) -> Result<Recovery, Vec<Damage>> {
+        recover_block_then(kind, entries, |_| {}).0
+    }
+
+    /// [`recover_block`] with `change` made to the media before recovery, which is
+    /// returned too.
+    fn recover_block_then(
+        kind: LogKind,
+        entries: &[EntryRef<'_>],
+        change: impl FnOnce(&Media),
+    ) -> (Result<Recovery, Vec<Damage>>, Media) {
+        let geometry = recovered_geometry();
         let media = Media::sim(8192, &MediaConfig::default(), SimConfig::default()).unwrap();
         let header = ChunkHeader {
             kind,
@@ -873,12 +893,13 @@ mod tests {
         let mut block = Vec::new();
         encode_block(&mut block, 0, 5, 9, 64, entries.iter().copied());
         media.write(64, &block);
+        change(&media);
         let marks = Marks {
             generation: 0,
             formatted: 2,
             cleaned: 0,
         };
-        recover(
+        let recovered = recover(
             &media,
             &geometry,
             marks,
@@ -886,7 +907,34 @@ mod tests {
             Ok(None),
             &Mapping::new(MappingConfig::FULL),
             1,
-        )
+        );
+        (recovered, media)
+    }
+
+    /// After a crash, bytes past the end mark of the chunk a log resumes in (what an
+    /// interrupted commit's later cache lines left) are erased, and the log resumes
+    /// there knowing the rest of the chunk is zeros.
+    #[test]
+    fn after_a_crash_the_rest_of_the_chunk_a_log_resumes_in_is_erased() {
+        let data = [7u8; 40];
+        let recovered = recover_block_then(
+            LogKind::Update,
+            &[EntryRef {
+                home: 1 << 20,
+                tombstone: false,
+                data: &data,
+            }],
+            |media| media.write(1024, &[0xAB; 48]),
+        );
+        let (recovered, media) = recovered;
+        let recovered = recovered.expect("a crashed log with stray bytes past its end opens");
+        let tail = recovered.tails[0].tail;
+        assert!(tail.zero_rest);
+        assert!(tail.offset < 1024);
+        recovered.repair(&media, &recovered_geometry());
+        let mut rest = vec![0u8; 4096 - tail.offset as usize];
+        media.read(tail.offset as usize, &mut rest);
+        assert!(rest.iter().all(|&b| b == 0), "stray bytes left");
     }
 
     #[test]

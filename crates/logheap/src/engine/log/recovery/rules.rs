@@ -368,7 +368,9 @@ fn walk(
         if ch.run == 0 {
             items.push((payload_start(), false));
         }
-        if let Stop::Invalid(at) = ch.stop {
+        if let Stop::Invalid(at) = ch.stop
+            && !end_mark_lost(scan, uncommitted, gap, log, pos)
+        {
             items.push((at, false));
         }
         for b in &ch.blocks[ch.run..] {
@@ -406,6 +408,36 @@ fn walk(
             }
         }
     }
+}
+
+/// Whether the invalid bytes after the blocks of the chunk at `pos` of `log` are where
+/// an end mark did not reach the media, rather than torn data: a commit that went on
+/// into the next chunk wrote its last block here with an end mark after it, in one
+/// fence, and a crash can persist the block and not the mark (a later cache line, or
+/// the later words of the same line; a reused chunk then shows stale bytes there).
+/// That is so when the chunk's last block is of a committed transaction whose blocks
+/// go on at the start of the next chunk in the chain: that transaction finished, and
+/// nothing is ever written to a chunk after a commit has moved on from it.
+fn end_mark_lost(
+    scan: &Scan,
+    uncommitted: &HashSet<u64>,
+    gap: Option<usize>,
+    log: &LogChain,
+    pos: usize,
+) -> bool {
+    let ch = &scan.chunks[log.chunks[pos]];
+    let (Some(last), Some(&next)) = (
+        ch.run.checked_sub(1).map(|k| &ch.blocks[k]),
+        log.chunks.get(pos + 1),
+    ) else {
+        return false;
+    };
+    let next = &scan.chunks[next];
+    gap != Some(pos + 1)
+        && !uncommitted.contains(&last.version)
+        && next.run > 0
+        && next.blocks[0].offset == payload_start()
+        && next.blocks[0].version == last.version
 }
 
 /// Checks where the blocks of unfinished transactions point. A committer appends a
@@ -710,6 +742,46 @@ mod tests {
         let v = judge(&scan, &geometry, None, 0);
         assert!(v.orphans.is_empty());
         assert!(!v.problems.is_empty());
+    }
+
+    /// Chunk 0 ends in a block of version 5 (peer `peer0`) followed by invalid bytes;
+    /// chunk 1 comes after it and starts with a block of `next_version` (peer
+    /// `peer1`).
+    fn lost_end_mark(next_version: u64, peer0: u64, peer1: u64) -> Scan {
+        let mut first = chunk(0, LogKind::Update, 1, vec![block(64, 5, peer0)]);
+        first.stop = Stop::Invalid(128);
+        let mut second = chunk(1, LogKind::Update, 2, vec![block(64, next_version, peer1)]);
+        second.header.prev = Some(0);
+        second.header.seq = 1;
+        Scan {
+            chunks: vec![first, second],
+            ..Scan::default()
+        }
+    }
+
+    #[test]
+    fn a_lost_end_mark_before_a_commit_goes_on_in_the_next_chunk_is_not_torn_data() {
+        let geometry = ChunkGeometry {
+            start: 0,
+            size: SIZE,
+            count: 4,
+        };
+        // One transaction across both chunks, committed: the bytes after its block in
+        // chunk 0 are where its end mark did not persist.
+        let v = judge(&lost_end_mark(5, SIZE + 64, 64), &geometry, None, 0);
+        assert!(v.problems.is_empty(), "{:?}", v.problems);
+        assert!(v.uncommitted.is_empty());
+        assert_eq!(v.logs[0].tail, None);
+        // Chunk 1 starts with another transaction: the invalid bytes are torn data
+        // before committed data, which is damage.
+        let v = judge(&lost_end_mark(6, 64, SIZE + 64), &geometry, None, 0);
+        assert!(
+            v.problems
+                .iter()
+                .any(|d| d.reason.contains("is followed by committed transactions")),
+            "{:?}",
+            v.problems
+        );
     }
 
     fn complains_of_missing_peer(v: &Verdict) -> bool {
