@@ -238,7 +238,7 @@ impl LogEngine {
         }
         self.media.flush(base as usize, CHUNK_HEADER);
         self.media.fence();
-        self.chunks.release(victim, &crossbeam_epoch::pin());
+        self.chunks.release(victim, &self.epoch.pin());
         self.cleaner.chunks_cleaned.fetch_add(1, Ordering::Relaxed);
         if fast {
             self.cleaner

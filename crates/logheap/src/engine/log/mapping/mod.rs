@@ -45,6 +45,7 @@ use self::directory::Directory;
 use self::node_cache::{CacheCounters, CacheHandle};
 use self::skiplist::SkipList;
 use self::sorted_array::{Entry, Key, Narrow, SortedArray, Wide};
+use super::epoch::PoolEpoch;
 use super::layout::HOME_LIMIT;
 
 /// The largest partition size (sorted-array entries keep offsets and lengths in 32 bits).
@@ -221,7 +222,7 @@ impl AddressMap for Mapping {
             return;
         }
         let end = home + len;
-        let _guard = crossbeam_epoch::pin();
+        let _guard = self.epoch.pin();
         let register = || self.register_cache();
         let cache = self.config.node_cache.then_some(CacheHandle {
             id: self.id,
@@ -325,9 +326,17 @@ impl AddressMap for Mapping {
             let log = log + (s - home);
             let base = p << self.shift;
             match &part.index {
-                Index::Narrow(array) => array.writer(base).insert(s, e - s, log, displaced),
-                Index::Wide(array) => array.writer(base).insert(s, e - s, log, displaced),
-                Index::Skip(list) => list.writer().insert(s, e - s, log, displaced),
+                Index::Narrow(array) => {
+                    array
+                        .writer(base, &self.epoch)
+                        .insert(s, e - s, log, displaced)
+                }
+                Index::Wide(array) => {
+                    array
+                        .writer(base, &self.epoch)
+                        .insert(s, e - s, log, displaced)
+                }
+                Index::Skip(list) => list.writer(&self.epoch).insert(s, e - s, log, displaced),
             }
         }
     }
@@ -342,10 +351,10 @@ impl AddressMap for Mapping {
                 let _excl = part.write_lock();
                 let base = p << self.shift;
                 match &part.index {
-                    Index::Narrow(array) => array.writer(base).clear(s, e, displaced),
-                    Index::Wide(array) => array.writer(base).clear(s, e, displaced),
+                    Index::Narrow(array) => array.writer(base, &self.epoch).clear(s, e, displaced),
+                    Index::Wide(array) => array.writer(base, &self.epoch).clear(s, e, displaced),
                     Index::Skip(list) => {
-                        list.writer().clear(s, e, displaced);
+                        list.writer(&self.epoch).clear(s, e, displaced);
                     }
                 }
             }
@@ -354,7 +363,7 @@ impl AddressMap for Mapping {
 
     /// Calls `f` with every mapped piece (for checking tools).
     fn for_each_piece(&self, mut f: impl FnMut(Piece)) {
-        let _guard = crossbeam_epoch::pin();
+        let _guard = self.epoch.pin();
         for (p, part) in self.partitions.numbered() {
             let _read = part.read_lock();
             let base = p << self.shift;
@@ -379,7 +388,7 @@ impl AddressMap for Mapping {
     /// DRAM held by the mapping: directory, partitions, nodes or entries, and node
     /// caches.
     fn dram_bytes(&self) -> u64 {
-        let _guard = crossbeam_epoch::pin();
+        let guard = self.epoch.pin();
         let parts: usize = self
             .partitions
             .partitions()
@@ -389,8 +398,8 @@ impl AddressMap for Mapping {
                         .as_ref()
                         .map_or(0, |_| std::mem::size_of::<RwLock<()>>())
                     + match &p.index {
-                        Index::Narrow(array) => array.dram_bytes(),
-                        Index::Wide(array) => array.dram_bytes(),
+                        Index::Narrow(array) => array.dram_bytes(&guard),
+                        Index::Wide(array) => array.dram_bytes(&guard),
                         Index::Skip(list) => std::mem::size_of::<SkipList>() + list.dram_bytes(),
                     }
             })
@@ -468,6 +477,9 @@ pub(crate) struct Mapping {
     id: u64,
     alive: Arc<()>,
     cache_counters: Mutex<Vec<Arc<CachePadded<CacheCounters>>>>,
+    /// The pool's reclamation domain: every pin of the mapping (and of its callers
+    /// reading what it maps) and every deferred free of its blocks and nodes.
+    epoch: PoolEpoch,
 }
 
 /// Node-cache figures.
@@ -484,8 +496,13 @@ fn next_mapping_id() -> u64 {
 }
 
 impl Mapping {
-    /// An empty mapping.
+    /// An empty mapping with a reclamation domain of its own.
     pub(crate) fn new(config: MappingConfig) -> Mapping {
+        Mapping::with_epoch(config, PoolEpoch::new())
+    }
+
+    /// An empty mapping whose pins and deferred frees go through `epoch` (its pool's).
+    pub(crate) fn with_epoch(config: MappingConfig, epoch: PoolEpoch) -> Mapping {
         let shift = if config.two_layer {
             config.partition_size.trailing_zeros()
         } else {
@@ -498,6 +515,7 @@ impl Mapping {
             id: next_mapping_id(),
             alive: Arc::new(()),
             cache_counters: Mutex::new(Vec::new()),
+            epoch,
         }
     }
 
@@ -628,7 +646,7 @@ impl Mapping {
             let base = p << self.shift;
             let loaded = array(&part.index).is_some_and(|a| {
                 let _excl = part.write_lock();
-                a.writer(base).load(entries)
+                a.writer(base, &self.epoch).load(entries)
             });
             if !loaded {
                 // Another writer raced the load (which its caller rules out): insert.
@@ -660,12 +678,12 @@ impl Mapping {
 
     /// Number of mapped ranges (skip-list nodes or sorted-array entries).
     pub(crate) fn nodes(&self) -> u64 {
-        let _guard = crossbeam_epoch::pin();
+        let guard = self.epoch.pin();
         self.partitions
             .partitions()
             .map(|p| match &p.index {
-                Index::Narrow(array) => array.len() as u64,
-                Index::Wide(array) => array.len() as u64,
+                Index::Narrow(array) => array.len(&guard) as u64,
+                Index::Wide(array) => array.len(&guard) as u64,
                 Index::Skip(list) => list.len() as u64,
             })
             .sum()
