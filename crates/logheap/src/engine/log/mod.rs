@@ -570,7 +570,7 @@ impl LogEngine {
                 }
                 words.push((i, w));
             }
-            self.read_committed(home, buf);
+            self.read_committed(tx.pin.as_ref(), home, buf);
             if words.iter().any(|&(i, w)| self.locks.load(i) != w) {
                 tx.stripe_words = words;
                 return Err(Self::conflict(tx));
@@ -588,16 +588,24 @@ impl LogEngine {
         Ok(())
     }
 
-    /// Copies the committed bytes of `[home, home + buf.len())`; unmapped bytes are zero.
-    fn read_committed(&self, home: u64, buf: &mut [u8]) {
-        self.mapping.lookup(home, buf.len() as u64, |x| {
+    /// Copies the committed bytes of `[home, home + buf.len())` (not empty); unmapped
+    /// bytes are zero. Under `pin`, the transaction's guard of the pool's epoch, when it
+    /// holds one (it always does outside [`clean_inline`](Self::clean_inline)): handed
+    /// down to the mapping, it spares the lookup a pin of its own.
+    fn read_committed(&self, pin: Option<&crossbeam_epoch::Guard>, home: u64, buf: &mut [u8]) {
+        let len = buf.len() as u64;
+        let copy = |x: mapping::Extent| {
             let at = (x.home - home) as usize;
             let dst = &mut buf[at..at + x.len as usize];
             match x.log {
                 Some(log) => self.media.read(log as usize, dst),
                 None => dst.fill(0),
             }
-        });
+        };
+        match pin {
+            Some(guard) => self.mapping.lookup_pinned(guard, home, len, copy),
+            None => self.mapping.lookup(home, len, copy),
+        }
     }
 
     /// Buffers a write.

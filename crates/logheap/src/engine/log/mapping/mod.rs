@@ -45,6 +45,8 @@ use self::directory::Directory;
 use self::node_cache::{CacheCounters, CacheHandle};
 use self::skiplist::SkipList;
 use self::sorted_array::{Entry, Key, Narrow, SortedArray, Wide};
+use crossbeam_epoch::Guard;
+
 use super::epoch::PoolEpoch;
 use super::layout::HOME_LIMIT;
 
@@ -217,101 +219,9 @@ impl AddressMap for Mapping {
     /// Calls `f` with every byte of `[home, home + len)`, in address order, as mapped
     /// extents and unmapped holes. Each byte is reported once, except when a writer
     /// races the lookup: then a later report of the same bytes supersedes the earlier.
-    fn lookup(&self, home: u64, len: u64, mut f: impl FnMut(Extent)) {
-        if len == 0 {
-            return;
-        }
-        let end = home + len;
-        let _guard = self.epoch.pin();
-        let register = || self.register_cache();
-        let cache = self.config.node_cache.then_some(CacheHandle {
-            id: self.id,
-            alive: &self.alive,
-            register: &register,
-        });
-        let mut at = home;
-        while at < end {
-            if let Some(v) = cache.as_ref().and_then(|c| c.get(at)) {
-                let stop = (v.home + v.len).min(end);
-                f(Extent {
-                    home: at,
-                    len: stop - at,
-                    log: Some(v.log + (at - v.home)),
-                });
-                at = stop;
-                continue;
-            }
-            let p = at >> self.shift;
-            let stop = ((p + 1) << self.shift).min(end);
-            let Some(part) = self.partitions.get(p) else {
-                f(Extent {
-                    home: at,
-                    len: stop - at,
-                    log: None,
-                });
-                at = stop;
-                continue;
-            };
-            let _read = part.read_lock();
-            let base = p << self.shift;
-            match &part.index {
-                Index::Narrow(array) => array.read(base, at, stop, &mut f, &mut |whole, seq| {
-                    if let Some(c) = &cache {
-                        c.put(at.max(whole.home), array.seq_word(), seq, whole);
-                    }
-                }),
-                Index::Wide(array) => array.read(base, at, stop, &mut f, &mut |whole, seq| {
-                    if let Some(c) = &cache {
-                        c.put(at.max(whole.home), array.seq_word(), seq, whole);
-                    }
-                }),
-                Index::Skip(list) => {
-                    let mut first = true;
-                    let mut pos = at;
-                    list.for_each_overlapping(at, stop, |node, v| {
-                        if first && let Some(c) = &cache {
-                            if let Some((seq, sv)) = node.snapshot()
-                                && sv == v
-                            {
-                                c.put(
-                                    at.max(v.home),
-                                    node.seq_word(),
-                                    seq,
-                                    Piece {
-                                        home: v.home,
-                                        len: v.len,
-                                        log: v.log,
-                                    },
-                                );
-                            }
-                            first = false;
-                        }
-                        let s = v.home.max(at);
-                        let e = v.end().min(stop);
-                        if s > pos {
-                            f(Extent {
-                                home: pos,
-                                len: s - pos,
-                                log: None,
-                            });
-                        }
-                        f(Extent {
-                            home: s,
-                            len: e - s,
-                            log: Some(v.log + (s - v.home)),
-                        });
-                        pos = e;
-                    });
-                    if pos < stop {
-                        f(Extent {
-                            home: pos,
-                            len: stop - pos,
-                            log: None,
-                        });
-                    }
-                }
-            }
-            at = stop;
+    fn lookup(&self, home: u64, len: u64, f: impl FnMut(Extent)) {
+        if len != 0 {
+            self.lookup_pinned(&self.epoch.pin(), home, len, f);
         }
     }
 
@@ -516,6 +426,110 @@ impl Mapping {
             alive: Arc::new(()),
             cache_counters: Mutex::new(Vec::new()),
             epoch,
+        }
+    }
+
+    /// [`AddressMap::lookup`] under `guard`, a guard of this mapping's pool epoch
+    /// that the caller holds (a transaction's), so with no pin of its own. `len` is
+    /// not 0.
+    pub(crate) fn lookup_pinned(
+        &self,
+        guard: &Guard,
+        home: u64,
+        len: u64,
+        mut f: impl FnMut(Extent),
+    ) {
+        debug_assert!(self.epoch.guards(guard), "a guard of another epoch");
+        let end = home + len;
+        let register = || self.register_cache();
+        let cache = self.config.node_cache.then_some(CacheHandle {
+            id: self.id,
+            alive: &self.alive,
+            register: &register,
+        });
+        let mut at = home;
+        while at < end {
+            if let Some(v) = cache.as_ref().and_then(|c| c.get(at)) {
+                let stop = (v.home + v.len).min(end);
+                f(Extent {
+                    home: at,
+                    len: stop - at,
+                    log: Some(v.log + (at - v.home)),
+                });
+                at = stop;
+                continue;
+            }
+            let p = at >> self.shift;
+            let stop = ((p + 1) << self.shift).min(end);
+            let Some(part) = self.partitions.get(p) else {
+                f(Extent {
+                    home: at,
+                    len: stop - at,
+                    log: None,
+                });
+                at = stop;
+                continue;
+            };
+            let _read = part.read_lock();
+            let base = p << self.shift;
+            match &part.index {
+                Index::Narrow(array) => array.read(base, at, stop, &mut f, &mut |whole, seq| {
+                    if let Some(c) = &cache {
+                        c.put(at.max(whole.home), array.seq_word(), seq, whole);
+                    }
+                }),
+                Index::Wide(array) => array.read(base, at, stop, &mut f, &mut |whole, seq| {
+                    if let Some(c) = &cache {
+                        c.put(at.max(whole.home), array.seq_word(), seq, whole);
+                    }
+                }),
+                Index::Skip(list) => {
+                    let mut first = true;
+                    let mut pos = at;
+                    list.for_each_overlapping(at, stop, |node, v| {
+                        if first && let Some(c) = &cache {
+                            if let Some((seq, sv)) = node.snapshot()
+                                && sv == v
+                            {
+                                c.put(
+                                    at.max(v.home),
+                                    node.seq_word(),
+                                    seq,
+                                    Piece {
+                                        home: v.home,
+                                        len: v.len,
+                                        log: v.log,
+                                    },
+                                );
+                            }
+                            first = false;
+                        }
+                        let s = v.home.max(at);
+                        let e = v.end().min(stop);
+                        if s > pos {
+                            f(Extent {
+                                home: pos,
+                                len: s - pos,
+                                log: None,
+                            });
+                        }
+                        f(Extent {
+                            home: s,
+                            len: e - s,
+                            log: Some(v.log + (s - v.home)),
+                        });
+                        pos = e;
+                    });
+                    if pos < stop {
+                        f(Extent {
+                            home: pos,
+                            len: stop - pos,
+                            log: None,
+                        });
+                    }
+                }
+            }
+            at = stop;
         }
     }
 
