@@ -64,8 +64,8 @@ const LOCK_BITS: std::ops::RangeInclusive<u32> = 12..=20;
 const URGENT_THRESHOLD: f64 = 0.9;
 /// Times a commit that found no free chunk cleans and tries again before `PoolFull`.
 const BACK_PRESSURE_ROUNDS: usize = 8;
-/// How long a committer that found no free chunk waits at most, in one cleaning round,
-/// for a chunk (from cleaning, or reclaimed chunks passing their grace period).
+/// How long a committer that found no free chunk waits at most, each time it cleans
+/// inline, for a chunk (from cleaning, or reclaimed chunks passing their grace period).
 const GRACE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// How long a committer that found no free chunk waits for reclaimed chunks to pass
 /// their grace period once cleaning gains nothing more. Only a transaction of this pool
@@ -98,9 +98,9 @@ pub(crate) struct TxState {
     /// Buffers of the commit path.
     buffers: CommitBuffers,
     /// The transaction's guard of its pool's epoch ([`epoch`]), held from begin to
-    /// finish: what it reads of the mapping and the log stays in place meanwhile, and
-    /// once the thread holds one, each lookup's own pin of that epoch is a counter
-    /// increment instead of a fence.
+    /// finish: what it reads of the mapping and the log stays in place meanwhile. Its
+    /// lookups run under it (handed down, no pin of their own), and the mapping's other
+    /// pins inside the transaction are nested: a counter increment instead of a fence.
     pin: Option<crossbeam_epoch::Guard>,
 }
 

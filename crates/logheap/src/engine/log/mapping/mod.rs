@@ -39,14 +39,13 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use crossbeam_epoch::Guard;
 use crossbeam_utils::CachePadded;
 
 use self::directory::Directory;
 use self::node_cache::{CacheCounters, CacheHandle};
 use self::skiplist::SkipList;
 use self::sorted_array::{Entry, Key, Narrow, SortedArray, Wide};
-use crossbeam_epoch::Guard;
-
 use super::epoch::PoolEpoch;
 use super::layout::HOME_LIMIT;
 

@@ -7,9 +7,10 @@
 //!   a reader sees either the old node or the new one, never a torn mapping;
 //! - insertion links a node bottom-up, so it is effective once in the bottom level;
 //! - removed nodes are recycled only after a grace period of the pool's epoch
-//!   ([`PoolEpoch`]), so no reader can be standing on a node when it is reused. Nodes are type-stable (their
-//!   memory is never freed while the list lives), so a per-thread node cache may keep
-//!   pointers to them and validate a hit by the node's sequence word.
+//!   ([`PoolEpoch`]), so no reader can be standing on a node when it is reused. Nodes
+//!   are type-stable (their memory is never freed while the list lives), so a
+//!   per-thread node cache may keep pointers to them and validate a hit by the node's
+//!   sequence word.
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Mutex};

@@ -309,8 +309,8 @@ impl<K: Key> SortedArray<K> {
     /// The current block. The caller must hold a guard of the pool's epoch or be the
     /// writer, and not keep the view past either.
     fn block(&self) -> Block<'_, K> {
-        // SAFETY: blocks are freed only after an epoch, or by the writer after replacing
-        // them (see the caller's obligation).
+        // SAFETY: blocks are freed only after a grace period of the pool's epoch, or by
+        // the writer after replacing them (see the caller's obligation).
         unsafe { Block::at(self.block.load(Ordering::Acquire)) }
     }
 
