@@ -436,7 +436,10 @@ impl ChunkPool {
 
     /// Takes chunk `c` out of the accounting when the cleaner has reclaimed it (its
     /// header is erased) and hands it back to the free chunks once no reader can be in
-    /// it any more: after the grace period of `guard`'s epoch.
+    /// it any more: after a grace period of `guard`'s collector, which must be the
+    /// pool's ([`PoolEpoch`](super::epoch::PoolEpoch), which every reader of the log
+    /// pins). The deferred hand-back owns what it touches (it may run after the pool is
+    /// gone).
     pub(crate) fn release(&self, c: u32, guard: &crossbeam_epoch::Guard) {
         self.sealed[c as usize].store(false, Ordering::Relaxed);
         self.books[c as usize].clear();

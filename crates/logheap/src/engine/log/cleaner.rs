@@ -237,7 +237,7 @@ impl LogEngine {
         if !self.chunks.unlink(victim) {
             return false;
         }
-        self.chunks.release(victim, &crossbeam_epoch::pin());
+        self.chunks.release(victim, &self.epoch.pin());
         self.cleaner.chunks_cleaned.fetch_add(1, Ordering::Relaxed);
         if fast {
             self.cleaner

@@ -10,11 +10,13 @@
 //! (reclaiming the space of stale log data), [`log_writer`]
 //! (commit-time append), [`mapping`] (home-to-log mapping), [`home_alloc`] (home-space
 //! allocator), [`recovery`], [`snapshot`] (what a clean close leaves so that the next
-//! open need not replay the log).
+//! open need not replay the log), [`epoch`] (the pool's own epoch-based reclamation
+//! domain, which the mapping's frees and the cleaner's reclaimed chunks wait on).
 
 mod chunks;
 mod cleaner;
 mod commit_data;
+mod epoch;
 mod home_alloc;
 mod layout;
 mod log_writer;
@@ -33,6 +35,7 @@ pub use recovery::{Damage, DroppedTransaction, LogSummary, RecoveryReport, Snaps
 
 use self::chunks::{ChunkGeometry, ChunkPool, LogSet};
 use self::commit_data::CommitBuffers;
+use self::epoch::PoolEpoch;
 use self::home_alloc::{AllocError, HEAP_START, HomeAllocator};
 use self::layout::HOME_LIMIT;
 use self::log_writer::LogWriter;
@@ -61,13 +64,18 @@ const LOCK_BITS: std::ops::RangeInclusive<u32> = 12..=20;
 const URGENT_THRESHOLD: f64 = 0.9;
 /// Times a commit that found no free chunk cleans and tries again before `PoolFull`.
 const BACK_PRESSURE_ROUNDS: usize = 8;
-/// How long a committer that found no free chunk waits for reclaimed chunks to pass
-/// their grace period.
+/// How long a committer that found no free chunk waits at most, each time it cleans
+/// inline, for a chunk (from cleaning, or reclaimed chunks passing their grace period).
 const GRACE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// How long a committer that found no free chunk waits for reclaimed chunks to pass
-/// their grace period when cleaning gains nothing more (a thread pinned elsewhere may
-/// hold the epoch back for long).
+/// their grace period once cleaning gains nothing more. Only a transaction of this pool
+/// holds a grace period back (the pool has its own epoch: [`epoch`]), and those are
+/// short, unless their user keeps one open as long as it likes: then waiting longer
+/// gains nothing.
 const GRACE_GIVE_UP: std::time::Duration = std::time::Duration::from_millis(100);
+/// Waiting rounds after which chunks that cleaning gains no longer keep a committer
+/// waiting for their grace period past [`GRACE_GIVE_UP`].
+const GAINS_WAITED_FOR: usize = 64;
 
 /// Per-attempt state of one transaction. Its buffers are reused from one transaction
 /// of a thread to the next ([`LogEngine::begin`], [`LogEngine::finish`]).
@@ -89,9 +97,10 @@ pub(crate) struct TxState {
     stripe_words: Vec<(usize, u64)>,
     /// Buffers of the commit path.
     buffers: CommitBuffers,
-    /// The transaction's epoch guard, held from begin to finish: the mapping's readers
-    /// and writers need one, and once the thread holds one, each lookup's own pin is a
-    /// counter increment instead of a fence.
+    /// The transaction's guard of its pool's epoch ([`epoch`]), held from begin to
+    /// finish: what it reads of the mapping and the log stays in place meanwhile. Its
+    /// lookups run under it (handed down, no pin of their own), and the mapping's other
+    /// pins inside the transaction are nested: a counter increment instead of a fence.
     pin: Option<crossbeam_epoch::Guard>,
 }
 
@@ -189,6 +198,10 @@ pub(crate) struct LogEngine {
     quiet: AtomicU64,
     report: RecoveryReport,
     fault: Option<Fault>,
+    /// The pool's reclamation domain (the mapping's too): transactions pin it, and
+    /// reclaimed chunks wait for its grace periods. Its deferred functions own what
+    /// they touch, so the order in which the fields drop does not matter to them.
+    epoch: PoolEpoch,
 }
 
 fn superblock_of(layout: &PoolLayout) -> Superblock {
@@ -282,7 +295,8 @@ impl LogEngine {
             true => superblock.read_snapshot_locator(&media),
             false => Ok(None),
         };
-        let mapping = Mapping::new(mapping);
+        let epoch = PoolEpoch::new();
+        let mapping = Mapping::with_epoch(mapping, epoch.clone());
         let threads = recovery::threads_for(recovery_threads, &geometry, marks.formatted);
         let recovered =
             recovery::recover(&media, &geometry, marks, close, snapshot, &mapping, threads)
@@ -365,6 +379,7 @@ impl LogEngine {
             report: recovered.report,
             fault,
             media,
+            epoch,
         })
     }
 
@@ -460,7 +475,7 @@ impl LogEngine {
     /// transaction left if there are any.
     pub(crate) fn begin(&self, read_only: bool) -> TxState {
         let mut tx = SPARE_STATE.take().unwrap_or_default();
-        tx.pin = Some(crossbeam_epoch::pin());
+        tx.pin = Some(self.epoch.pin());
         tx.id = self.next_tx_id.fetch_add(1, Ordering::Relaxed);
         tx.rv = self.clock.now();
         tx.read_only = read_only;
@@ -556,7 +571,7 @@ impl LogEngine {
                 }
                 words.push((i, w));
             }
-            self.read_committed(home, buf);
+            self.read_committed(tx.pin.as_ref(), home, buf);
             if words.iter().any(|&(i, w)| self.locks.load(i) != w) {
                 tx.stripe_words = words;
                 return Err(Self::conflict(tx));
@@ -574,16 +589,24 @@ impl LogEngine {
         Ok(())
     }
 
-    /// Copies the committed bytes of `[home, home + buf.len())`; unmapped bytes are zero.
-    fn read_committed(&self, home: u64, buf: &mut [u8]) {
-        self.mapping.lookup(home, buf.len() as u64, |x| {
+    /// Copies the committed bytes of `[home, home + buf.len())` (not empty); unmapped
+    /// bytes are zero. Under `pin`, the transaction's guard of the pool's epoch, when it
+    /// holds one (it always does outside [`clean_inline`](Self::clean_inline)): handed
+    /// down to the mapping, it spares the lookup a pin of its own.
+    fn read_committed(&self, pin: Option<&crossbeam_epoch::Guard>, home: u64, buf: &mut [u8]) {
+        let len = buf.len() as u64;
+        let copy = |x: mapping::Extent| {
             let at = (x.home - home) as usize;
             let dst = &mut buf[at..at + x.len as usize];
             match x.log {
                 Some(log) => self.media.read(log as usize, dst),
                 None => dst.fill(0),
             }
-        });
+        };
+        match pin {
+            Some(guard) => self.mapping.lookup_pinned(guard, home, len, copy),
+            None => self.mapping.lookup(home, len, copy),
+        }
     }
 
     /// Buffers a write.
@@ -722,27 +745,28 @@ impl LogEngine {
         let mut free = self.chunks.free_count();
         let cleaned = self.clean(threshold);
         if urgent {
-            // Another pass may be running, and reclaimed chunks wait for readers
-            // (threads pinned elsewhere hold the epoch back): wait while either may
-            // still give a chunk, up to a bound. Passes that free no chunk on balance
-            // (moving live data takes as many chunks as it frees) end the wait: the
+            // Wait while a chunk may still come, up to a bound: another pass may be
+            // running, and reclaimed chunks come back once every transaction of this
+            // pool that was open when they were reclaimed has finished (this thread's
+            // flushes then move the pool's epoch on; nothing outside the pool holds it
+            // back). A pass that frees no chunk on balance (moving live data takes as
+            // many chunks as it frees) with none in its grace period ends the wait: the
             // pool is full of live data.
             let start = std::time::Instant::now();
             for round in 0.. {
                 if self.chunks.available() > 0 || start.elapsed() > GRACE_WAIT {
                     break;
                 }
-                crossbeam_epoch::pin().flush();
+                self.epoch.pin().flush();
                 if round % 8 == 7 {
                     self.clean(threshold);
                     let now = self.chunks.free_count();
-                    let gained = now > free;
+                    let gaining = now > free && round <= GAINS_WAITED_FOR;
                     free = now;
-                    // Chunks in their grace period are worth waiting for only while
-                    // the epoch moves (a thread pinned elsewhere may hold it back).
-                    if (self.chunks.waiting() == 0 || start.elapsed() > GRACE_GIVE_UP)
-                        && (!gained || round > 64)
-                    {
+                    // Chunks in their grace period are worth waiting for while this
+                    // pool's transactions may still end soon.
+                    let in_grace = self.chunks.waiting() > 0 && start.elapsed() <= GRACE_GIVE_UP;
+                    if !gaining && !in_grace {
                         break;
                     }
                 }
@@ -752,7 +776,7 @@ impl LogEngine {
             self.quiet
                 .store(self.geometry.count as u64 / 4 + 16, Ordering::Relaxed);
         }
-        tx.pin = Some(crossbeam_epoch::pin());
+        tx.pin = Some(self.epoch.pin());
         self.chunks.available() > 0
     }
 

@@ -39,12 +39,14 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use crossbeam_epoch::Guard;
 use crossbeam_utils::CachePadded;
 
 use self::directory::Directory;
 use self::node_cache::{CacheCounters, CacheHandle};
 use self::skiplist::SkipList;
 use self::sorted_array::{Entry, Key, Narrow, SortedArray, Wide};
+use super::epoch::PoolEpoch;
 use super::layout::HOME_LIMIT;
 
 /// The largest partition size (sorted-array entries keep offsets and lengths in 32 bits).
@@ -216,12 +218,228 @@ impl AddressMap for Mapping {
     /// Calls `f` with every byte of `[home, home + len)`, in address order, as mapped
     /// extents and unmapped holes. Each byte is reported once, except when a writer
     /// races the lookup: then a later report of the same bytes supersedes the earlier.
-    fn lookup(&self, home: u64, len: u64, mut f: impl FnMut(Extent)) {
+    fn lookup(&self, home: u64, len: u64, f: impl FnMut(Extent)) {
+        if len != 0 {
+            self.lookup_pinned(&self.epoch.pin(), home, len, f);
+        }
+    }
+
+    /// Maps `[home, home + len)` to `log`, reporting displaced bytes.
+    fn insert(&self, home: u64, len: u64, log: u64, displaced: &mut impl FnMut(u64, u64)) {
         if len == 0 {
             return;
         }
+        for (p, s, e) in self.split(home, home + len) {
+            let part = self.partition(p);
+            let _excl = part.write_lock();
+            let log = log + (s - home);
+            let base = p << self.shift;
+            match &part.index {
+                Index::Narrow(array) => {
+                    array
+                        .writer(base, &self.epoch)
+                        .insert(s, e - s, log, displaced)
+                }
+                Index::Wide(array) => {
+                    array
+                        .writer(base, &self.epoch)
+                        .insert(s, e - s, log, displaced)
+                }
+                Index::Skip(list) => list.writer(&self.epoch).insert(s, e - s, log, displaced),
+            }
+        }
+    }
+
+    /// Unmaps `[home, home + len)`, reporting displaced bytes.
+    fn remove(&self, home: u64, len: u64, displaced: &mut impl FnMut(u64, u64)) {
+        if len == 0 {
+            return;
+        }
+        for (p, s, e) in self.split(home, home + len) {
+            if let Some(part) = self.partitions.get(p) {
+                let _excl = part.write_lock();
+                let base = p << self.shift;
+                match &part.index {
+                    Index::Narrow(array) => array.writer(base, &self.epoch).clear(s, e, displaced),
+                    Index::Wide(array) => array.writer(base, &self.epoch).clear(s, e, displaced),
+                    Index::Skip(list) => {
+                        list.writer(&self.epoch).clear(s, e, displaced);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Calls `f` with every mapped piece (for checking tools).
+    fn for_each_piece(&self, mut f: impl FnMut(Piece)) {
+        let _guard = self.epoch.pin();
+        for (p, part) in self.partitions.numbered() {
+            let _read = part.read_lock();
+            let base = p << self.shift;
+            match &part.index {
+                Index::Narrow(array) => {
+                    array.for_each(base, &mut |home, len, log| f(Piece { home, len, log }))
+                }
+                Index::Wide(array) => {
+                    array.for_each(base, &mut |home, len, log| f(Piece { home, len, log }))
+                }
+                Index::Skip(list) => list.for_each_overlapping(0, u64::MAX, |_, v| {
+                    f(Piece {
+                        home: v.home,
+                        len: v.len,
+                        log: v.log,
+                    })
+                }),
+            }
+        }
+    }
+
+    /// DRAM held by the mapping: directory, partitions, nodes or entries, and node
+    /// caches.
+    fn dram_bytes(&self) -> u64 {
+        let guard = self.epoch.pin();
+        let parts: usize = self
+            .partitions
+            .partitions()
+            .map(|p| {
+                std::mem::size_of::<Partition>()
+                    + p.rw
+                        .as_ref()
+                        .map_or(0, |_| std::mem::size_of::<RwLock<()>>())
+                    + match &p.index {
+                        Index::Narrow(array) => array.dram_bytes(&guard),
+                        Index::Wide(array) => array.dram_bytes(&guard),
+                        Index::Skip(list) => std::mem::size_of::<SkipList>() + list.dram_bytes(),
+                    }
+            })
+            .sum();
+        let caches = self.cache_figures().caches as usize * node_cache::CACHE_BYTES;
+        (self.partitions.dram_bytes() + parts + caches) as u64
+    }
+}
+
+/// A mapped piece of a range: `len` bytes at `home` live at pool offset `log`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Piece {
+    pub home: u64,
+    pub len: u64,
+    pub log: u64,
+}
+
+/// A piece of a looked-up range: `len` bytes at `home`, mapped to pool offset `log`, or
+/// unmapped (`None`: they read as zeros).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Extent {
+    pub home: u64,
+    pub len: u64,
+    pub log: Option<u64>,
+}
+
+/// Which sorted array a mapping's partitions are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Narrow,
+    Wide,
+}
+
+/// A partition's index.
+#[derive(Debug)]
+enum Index {
+    /// A sorted array with 4-byte keys (partitions of up to 64 KiB).
+    Narrow(SortedArray<Narrow>),
+    /// A sorted array with 8-byte keys (larger partitions).
+    Wide(SortedArray<Wide>),
+    /// A skip list.
+    Skip(Box<SkipList>),
+}
+
+/// One partition: its index and, only for locked reads, its readers-writer lock (made
+/// with the partition; lock-free configurations carry just a null pointer).
+#[derive(Debug)]
+struct Partition {
+    index: Index,
+    rw: Option<Box<RwLock<()>>>,
+}
+
+impl Partition {
+    /// Its read lock, when reads lock.
+    fn read_lock(&self) -> Option<RwLockReadGuard<'_, ()>> {
+        self.rw
+            .as_ref()
+            .map(|l| l.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Its write lock, when reads lock.
+    fn write_lock(&self) -> Option<RwLockWriteGuard<'_, ()>> {
+        self.rw
+            .as_ref()
+            .map(|l| l.write().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// The home-to-log mapping of one pool.
+#[derive(Debug)]
+pub(crate) struct Mapping {
+    config: MappingConfig,
+    shift: u32,
+    partitions: Directory<Partition>,
+    id: u64,
+    alive: Arc<()>,
+    cache_counters: Mutex<Vec<Arc<CachePadded<CacheCounters>>>>,
+    /// The pool's reclamation domain: every pin of the mapping (and of its callers
+    /// reading what it maps) and every deferred free of its blocks and nodes.
+    epoch: PoolEpoch,
+}
+
+/// Node-cache figures.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct CacheFigures {
+    pub hits: u64,
+    pub misses: u64,
+    pub caches: u64,
+}
+
+fn next_mapping_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+impl Mapping {
+    /// An empty mapping with a reclamation domain of its own.
+    pub(crate) fn new(config: MappingConfig) -> Mapping {
+        Mapping::with_epoch(config, PoolEpoch::new())
+    }
+
+    /// An empty mapping whose pins and deferred frees go through `epoch` (its pool's).
+    pub(crate) fn with_epoch(config: MappingConfig, epoch: PoolEpoch) -> Mapping {
+        let shift = if config.two_layer {
+            config.partition_size.trailing_zeros()
+        } else {
+            HOME_LIMIT.trailing_zeros()
+        };
+        Mapping {
+            config,
+            shift,
+            partitions: Directory::new(HOME_LIMIT.trailing_zeros() - shift),
+            id: next_mapping_id(),
+            alive: Arc::new(()),
+            cache_counters: Mutex::new(Vec::new()),
+            epoch,
+        }
+    }
+
+    /// [`AddressMap::lookup`] under `guard`, a guard of this mapping's pool epoch
+    /// that the caller holds (a transaction's), so with no pin of its own. `len` is
+    /// not 0.
+    pub(crate) fn lookup_pinned(
+        &self,
+        guard: &Guard,
+        home: u64,
+        len: u64,
+        mut f: impl FnMut(Extent),
+    ) {
+        debug_assert!(self.epoch.guards(guard), "a guard of another epoch");
         let end = home + len;
-        let _guard = crossbeam_epoch::pin();
         let register = || self.register_cache();
         let cache = self.config.node_cache.then_some(CacheHandle {
             id: self.id,
@@ -311,193 +529,6 @@ impl AddressMap for Mapping {
                 }
             }
             at = stop;
-        }
-    }
-
-    /// Maps `[home, home + len)` to `log`, reporting displaced bytes.
-    fn insert(&self, home: u64, len: u64, log: u64, displaced: &mut impl FnMut(u64, u64)) {
-        if len == 0 {
-            return;
-        }
-        for (p, s, e) in self.split(home, home + len) {
-            let part = self.partition(p);
-            let _excl = part.write_lock();
-            let log = log + (s - home);
-            let base = p << self.shift;
-            match &part.index {
-                Index::Narrow(array) => array.writer(base).insert(s, e - s, log, displaced),
-                Index::Wide(array) => array.writer(base).insert(s, e - s, log, displaced),
-                Index::Skip(list) => list.writer().insert(s, e - s, log, displaced),
-            }
-        }
-    }
-
-    /// Unmaps `[home, home + len)`, reporting displaced bytes.
-    fn remove(&self, home: u64, len: u64, displaced: &mut impl FnMut(u64, u64)) {
-        if len == 0 {
-            return;
-        }
-        for (p, s, e) in self.split(home, home + len) {
-            if let Some(part) = self.partitions.get(p) {
-                let _excl = part.write_lock();
-                let base = p << self.shift;
-                match &part.index {
-                    Index::Narrow(array) => array.writer(base).clear(s, e, displaced),
-                    Index::Wide(array) => array.writer(base).clear(s, e, displaced),
-                    Index::Skip(list) => {
-                        list.writer().clear(s, e, displaced);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Calls `f` with every mapped piece (for checking tools).
-    fn for_each_piece(&self, mut f: impl FnMut(Piece)) {
-        let _guard = crossbeam_epoch::pin();
-        for (p, part) in self.partitions.numbered() {
-            let _read = part.read_lock();
-            let base = p << self.shift;
-            match &part.index {
-                Index::Narrow(array) => {
-                    array.for_each(base, &mut |home, len, log| f(Piece { home, len, log }))
-                }
-                Index::Wide(array) => {
-                    array.for_each(base, &mut |home, len, log| f(Piece { home, len, log }))
-                }
-                Index::Skip(list) => list.for_each_overlapping(0, u64::MAX, |_, v| {
-                    f(Piece {
-                        home: v.home,
-                        len: v.len,
-                        log: v.log,
-                    })
-                }),
-            }
-        }
-    }
-
-    /// DRAM held by the mapping: directory, partitions, nodes or entries, and node
-    /// caches.
-    fn dram_bytes(&self) -> u64 {
-        let _guard = crossbeam_epoch::pin();
-        let parts: usize = self
-            .partitions
-            .partitions()
-            .map(|p| {
-                std::mem::size_of::<Partition>()
-                    + p.rw
-                        .as_ref()
-                        .map_or(0, |_| std::mem::size_of::<RwLock<()>>())
-                    + match &p.index {
-                        Index::Narrow(array) => array.dram_bytes(),
-                        Index::Wide(array) => array.dram_bytes(),
-                        Index::Skip(list) => std::mem::size_of::<SkipList>() + list.dram_bytes(),
-                    }
-            })
-            .sum();
-        let caches = self.cache_figures().caches as usize * node_cache::CACHE_BYTES;
-        (self.partitions.dram_bytes() + parts + caches) as u64
-    }
-}
-
-/// A mapped piece of a range: `len` bytes at `home` live at pool offset `log`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Piece {
-    pub home: u64,
-    pub len: u64,
-    pub log: u64,
-}
-
-/// A piece of a looked-up range: `len` bytes at `home`, mapped to pool offset `log`, or
-/// unmapped (`None`: they read as zeros).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Extent {
-    pub home: u64,
-    pub len: u64,
-    pub log: Option<u64>,
-}
-
-/// Which sorted array a mapping's partitions are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Narrow,
-    Wide,
-}
-
-/// A partition's index.
-#[derive(Debug)]
-enum Index {
-    /// A sorted array with 4-byte keys (partitions of up to 64 KiB).
-    Narrow(SortedArray<Narrow>),
-    /// A sorted array with 8-byte keys (larger partitions).
-    Wide(SortedArray<Wide>),
-    /// A skip list.
-    Skip(Box<SkipList>),
-}
-
-/// One partition: its index and, only for locked reads, its readers-writer lock (made
-/// with the partition; lock-free configurations carry just a null pointer).
-#[derive(Debug)]
-struct Partition {
-    index: Index,
-    rw: Option<Box<RwLock<()>>>,
-}
-
-impl Partition {
-    /// Its read lock, when reads lock.
-    fn read_lock(&self) -> Option<RwLockReadGuard<'_, ()>> {
-        self.rw
-            .as_ref()
-            .map(|l| l.read().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// Its write lock, when reads lock.
-    fn write_lock(&self) -> Option<RwLockWriteGuard<'_, ()>> {
-        self.rw
-            .as_ref()
-            .map(|l| l.write().unwrap_or_else(|e| e.into_inner()))
-    }
-}
-
-/// The home-to-log mapping of one pool.
-#[derive(Debug)]
-pub(crate) struct Mapping {
-    config: MappingConfig,
-    shift: u32,
-    partitions: Directory<Partition>,
-    id: u64,
-    alive: Arc<()>,
-    cache_counters: Mutex<Vec<Arc<CachePadded<CacheCounters>>>>,
-}
-
-/// Node-cache figures.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct CacheFigures {
-    pub hits: u64,
-    pub misses: u64,
-    pub caches: u64,
-}
-
-fn next_mapping_id() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-impl Mapping {
-    /// An empty mapping.
-    pub(crate) fn new(config: MappingConfig) -> Mapping {
-        let shift = if config.two_layer {
-            config.partition_size.trailing_zeros()
-        } else {
-            HOME_LIMIT.trailing_zeros()
-        };
-        Mapping {
-            config,
-            shift,
-            partitions: Directory::new(HOME_LIMIT.trailing_zeros() - shift),
-            id: next_mapping_id(),
-            alive: Arc::new(()),
-            cache_counters: Mutex::new(Vec::new()),
         }
     }
 
@@ -628,7 +659,7 @@ impl Mapping {
             let base = p << self.shift;
             let loaded = array(&part.index).is_some_and(|a| {
                 let _excl = part.write_lock();
-                a.writer(base).load(entries)
+                a.writer(base, &self.epoch).load(entries)
             });
             if !loaded {
                 // Another writer raced the load (which its caller rules out): insert.
@@ -660,12 +691,12 @@ impl Mapping {
 
     /// Number of mapped ranges (skip-list nodes or sorted-array entries).
     pub(crate) fn nodes(&self) -> u64 {
-        let _guard = crossbeam_epoch::pin();
+        let guard = self.epoch.pin();
         self.partitions
             .partitions()
             .map(|p| match &p.index {
-                Index::Narrow(array) => array.len() as u64,
-                Index::Wide(array) => array.len() as u64,
+                Index::Narrow(array) => array.len(&guard) as u64,
+                Index::Wide(array) => array.len(&guard) as u64,
                 Index::Skip(list) => list.len() as u64,
             })
             .sum()

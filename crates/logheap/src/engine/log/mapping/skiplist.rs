@@ -6,13 +6,16 @@
 //!   *replaces* it with new nodes, swung in at the bottom level by one atomic store, so
 //!   a reader sees either the old node or the new one, never a torn mapping;
 //! - insertion links a node bottom-up, so it is effective once in the bottom level;
-//! - removed nodes are recycled only after an epoch (crossbeam-epoch) has passed, so no
-//!   reader can be standing on a node when it is reused. Nodes are type-stable (their
-//!   memory is never freed while the list lives), so a per-thread node cache may keep
-//!   pointers to them and validate a hit by the node's sequence word.
+//! - removed nodes are recycled only after a grace period of the pool's epoch
+//!   ([`PoolEpoch`]), so no reader can be standing on a node when it is reused. Nodes
+//!   are type-stable (their memory is never freed while the list lives), so a
+//!   per-thread node cache may keep pointers to them and validate a hit by the node's
+//!   sequence word.
 
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Mutex};
+
+use super::super::epoch::PoolEpoch;
 
 /// Most levels a node can have (with p = 1/4, enough for 16 M nodes in one list).
 pub(crate) const MAX_LEVEL: usize = 12;
@@ -197,11 +200,12 @@ impl SkipList {
     }
 
     /// Starts an update; blocks other writers until the returned handle is dropped.
-    pub(crate) fn writer(&self) -> Writer<'_> {
+    /// Removed nodes are recycled through `epoch`, the pool's.
+    pub(crate) fn writer(&self, epoch: &PoolEpoch) -> Writer<'_> {
         Writer {
             list: self,
             arena: self.arena.lock().unwrap_or_else(|p| p.into_inner()),
-            guard: crossbeam_epoch::pin(),
+            guard: epoch.pin(),
         }
     }
 }
@@ -271,7 +275,8 @@ impl Writer<'_> {
         let recycled = self.list.recycled.clone();
         let ptr = NodePtr(p);
         self.guard.defer(move || {
-            // Only moves the pointer to a list; the node itself is never freed here.
+            // Only moves the pointer to a list the closure owns a reference to; the node
+            // itself is never freed here (so it may run after the list is gone).
             let ptr = ptr;
             recycled.lock().unwrap_or_else(|p| p.into_inner()).push(ptr);
         });

@@ -34,8 +34,9 @@
 //! address is passed in by the mapping, which knows it from the partition number). The
 //! entries live in one heap block, `[capacity | len << 32, keys..., log offsets...]`,
 //! made on the first insert (an empty partition holds none) and replaced by a larger (or
-//! smaller) one when it fills (or mostly empties); the old block is freed after a
-//! crossbeam epoch, so a reader still holding it (within its epoch guard) stays safe.
+//! smaller) one when it fills (or mostly empties); the old block is freed after a grace
+//! period of the pool's epoch ([`PoolEpoch`]), so a reader still holding it (within its
+//! guard) stays safe.
 //! Growth is by an eighth plus two entries, not by doubling: partitions fill one object
 //! at a time and then stay put, so a doubling policy would leave a quarter of every
 //! block empty on average. A block shrinks when less than half of it is in use, to the
@@ -47,6 +48,9 @@ use std::alloc::Layout;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering, fence};
 
+use crossbeam_epoch::Guard;
+
+use super::super::epoch::PoolEpoch;
 use super::{Extent, MAX_PARTITION_SIZE, Piece};
 
 /// Extents a reader validates at once (kept on its stack).
@@ -302,23 +306,22 @@ impl<K: Key> SortedArray<K> {
         &self.seq
     }
 
-    /// The current block. The caller must hold an epoch guard or be the writer, and not
-    /// keep the view past either.
+    /// The current block. The caller must hold a guard of the pool's epoch or be the
+    /// writer, and not keep the view past either.
     fn block(&self) -> Block<'_, K> {
-        // SAFETY: blocks are freed only after an epoch, or by the writer after replacing
-        // them (see the caller's obligation).
+        // SAFETY: blocks are freed only after a grace period of the pool's epoch, or by
+        // the writer after replacing them (see the caller's obligation).
         unsafe { Block::at(self.block.load(Ordering::Acquire)) }
     }
 
-    /// Number of entries.
-    pub(crate) fn len(&self) -> usize {
-        let _guard = crossbeam_epoch::pin();
+    /// Number of entries. `_guard`: one of the pool's epoch, held by the caller.
+    pub(crate) fn len(&self, _guard: &Guard) -> usize {
         self.block().len()
     }
 
-    /// DRAM held by the entry block.
-    pub(crate) fn dram_bytes(&self) -> usize {
-        let _guard = crossbeam_epoch::pin();
+    /// DRAM held by the entry block. `_guard`: one of the pool's epoch, held by the
+    /// caller.
+    pub(crate) fn dram_bytes(&self, _guard: &Guard) -> usize {
         self.block().bytes()
     }
 
@@ -329,7 +332,7 @@ impl<K: Key> SortedArray<K> {
     /// read again. Calls `first` once with the whole entry of the first mapped extent
     /// reported and the sequence it was valid at (for node caches).
     ///
-    /// The caller must hold an epoch guard.
+    /// The caller must hold a guard of the pool's epoch.
     pub(crate) fn read(
         &self,
         base: u64,
@@ -402,7 +405,7 @@ impl<K: Key> SortedArray<K> {
     }
 
     /// Every entry as `(home, len, log)`, in order, for the partition at `base`. The
-    /// caller must hold an epoch guard.
+    /// caller must hold a guard of the pool's epoch.
     pub(crate) fn for_each(&self, base: u64, f: &mut impl FnMut(u64, u64, u64)) {
         self.read(
             base,
@@ -418,8 +421,9 @@ impl<K: Key> SortedArray<K> {
     }
 
     /// Starts an update of the partition at `base`: waits for and takes the writers'
-    /// lock (the odd sequence).
-    pub(crate) fn writer(&self, base: u64) -> ArrayWriter<'_, K> {
+    /// lock (the odd sequence). Blocks it replaces are freed through `epoch`, the
+    /// pool's.
+    pub(crate) fn writer<'a>(&'a self, base: u64, epoch: &'a PoolEpoch) -> ArrayWriter<'a, K> {
         loop {
             let s = self.seq.load(Ordering::Relaxed);
             if s & 1 == 0
@@ -430,7 +434,11 @@ impl<K: Key> SortedArray<K> {
             {
                 // Entry stores must not be seen before the odd sequence.
                 fence(Ordering::Release);
-                return ArrayWriter { array: self, base };
+                return ArrayWriter {
+                    array: self,
+                    base,
+                    epoch,
+                };
             }
             std::hint::spin_loop();
         }
@@ -442,6 +450,8 @@ pub(crate) struct ArrayWriter<'a, K: Key> {
     array: &'a SortedArray<K>,
     /// Home address of the partition's first byte.
     base: u64,
+    /// The pool's epoch, through which replaced blocks are freed.
+    epoch: &'a PoolEpoch,
 }
 
 impl<K: Key> Drop for ArrayWriter<'_, K> {
@@ -457,17 +467,19 @@ impl<K: Key> ArrayWriter<'_, K> {
     }
 
     /// Publishes `fresh` (holding the entries) in place of the current block, which is
-    /// freed after an epoch.
+    /// freed after a grace period of the pool's epoch.
     fn publish(&mut self, fresh: *mut AtomicU64) {
         let old = self.array.block.load(Ordering::Relaxed);
         self.array.block.store(fresh, Ordering::Release);
         if old.is_null() {
             return;
         }
-        let guard = crossbeam_epoch::pin();
+        let guard = self.epoch.pin();
         let old = OldBlock::<K>(old, PhantomData);
-        // SAFETY: the old block is unreachable now; readers that loaded it hold epoch
-        // guards, so it is freed only after they are gone.
+        // SAFETY: the old block is unreachable now; readers that loaded it hold guards of
+        // the pool's epoch, so it is freed only after they are gone. The closure owns the
+        // block alone, so it may run in any thread, or when the epoch's collector goes
+        // after the mapping.
         unsafe {
             guard.defer_unchecked(move || {
                 let old = old;
@@ -655,16 +667,19 @@ mod tests {
     #[test]
     fn readers_never_see_a_torn_state() {
         let array = SortedArray::<Narrow>::new();
+        let epoch = PoolEpoch::new();
         let base = 1u64 << 20;
         // State A: [0, 256) -> 10_000; state B: [0, 128) -> 20_000, [128, 256) -> 30_128.
         let a = |k: u64| 10_000 + k;
         let b = |k: u64| if k < 128 { 20_000 + k } else { 30_000 + k };
-        array.writer(base).insert(base, 256, a(0), &mut |_, _| {});
+        array
+            .writer(base, &epoch)
+            .insert(base, 256, a(0), &mut |_, _| {});
         let stop = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
             s.spawn(|| {
                 for round in 0..20_000u64 {
-                    let mut w = array.writer(base);
+                    let mut w = array.writer(base, &epoch);
                     if round % 2 == 0 {
                         w.insert(base, 128, b(0), &mut |_, _| {});
                         w.insert(base + 128, 128, b(128), &mut |_, _| {});
@@ -676,7 +691,7 @@ mod tests {
             });
             let mut reads = 0u64;
             while !stop.load(Ordering::Relaxed) || reads < 100 {
-                let _guard = crossbeam_epoch::pin();
+                let _guard = epoch.pin();
                 let mut seen = [None; 256];
                 array.read(
                     base,
@@ -698,8 +713,12 @@ mod tests {
         });
     }
 
-    fn entries<K: Key>(array: &SortedArray<K>, base: u64) -> Vec<(u64, u64, u64)> {
-        let _guard = crossbeam_epoch::pin();
+    fn entries<K: Key>(
+        array: &SortedArray<K>,
+        base: u64,
+        epoch: &PoolEpoch,
+    ) -> Vec<(u64, u64, u64)> {
+        let _guard = epoch.pin();
         let mut out = Vec::new();
         array.for_each(base, &mut |h, l, g| out.push((h, l, g)));
         out
@@ -708,23 +727,31 @@ mod tests {
     #[test]
     fn blocks_grow_and_shrink_with_their_entries() {
         let array = SortedArray::<Narrow>::new();
-        assert_eq!((array.len(), array.dram_bytes()), (0, 0));
+        let epoch = PoolEpoch::new();
+        assert_eq!(
+            (array.len(&epoch.pin()), array.dram_bytes(&epoch.pin())),
+            (0, 0)
+        );
         for i in 0..100u64 {
-            array.writer(0).insert(i * 16, 8, 1000 + i, &mut |_, _| {});
+            array
+                .writer(0, &epoch)
+                .insert(i * 16, 8, 1000 + i, &mut |_, _| {});
         }
-        assert_eq!(array.len(), 100);
-        let grown = array.dram_bytes();
+        assert_eq!(array.len(&epoch.pin()), 100);
+        let grown = array.dram_bytes(&epoch.pin());
         assert!(grown >= 8 + 100 * 12, "{grown} bytes for 100 entries");
         assert!(grown <= 8 + 116 * 12, "{grown} bytes for 100 entries");
         let mut freed = 0;
-        array.writer(0).clear(0, 1600, &mut |_, b| freed += b);
-        assert_eq!((array.len(), freed), (0, 800));
-        assert!(array.dram_bytes() <= 8 + 8 + 2 * 12);
+        array
+            .writer(0, &epoch)
+            .clear(0, 1600, &mut |_, b| freed += b);
+        assert_eq!((array.len(&epoch.pin()), freed), (0, 800));
+        assert!(array.dram_bytes(&epoch.pin()) <= 8 + 8 + 2 * 12);
         // Alternating an insert and a removal at the shrunk size moves no block.
         let block = array.block.load(Ordering::Relaxed);
         for i in 0..10u64 {
-            array.writer(0).insert(64, 8, i, &mut |_, _| {});
-            array.writer(0).clear(64, 72, &mut |_, _| {});
+            array.writer(0, &epoch).insert(64, 8, i, &mut |_, _| {});
+            array.writer(0, &epoch).clear(64, 72, &mut |_, _| {});
         }
         assert_eq!(array.block.load(Ordering::Relaxed), block);
     }
@@ -732,19 +759,20 @@ mod tests {
     #[test]
     fn narrow_keys_hold_whole_64_kib_partitions() {
         let array = SortedArray::<Narrow>::new();
+        let epoch = PoolEpoch::new();
         let base = 5 << 16;
         array
-            .writer(base)
+            .writer(base, &epoch)
             .insert(base, 1 << 16, u64::MAX - (1 << 16), &mut |_, _| {});
         assert_eq!(
-            entries(&array, base),
+            entries(&array, base, &epoch),
             [(base, 1 << 16, u64::MAX - (1 << 16))]
         );
         array
-            .writer(base)
+            .writer(base, &epoch)
             .insert(base + 0xFFFF, 1, 7, &mut |_, _| {});
         assert_eq!(
-            entries(&array, base),
+            entries(&array, base, &epoch),
             [(base, 0xFFFF, u64::MAX - (1 << 16)), (base + 0xFFFF, 1, 7)]
         );
     }
@@ -752,13 +780,16 @@ mod tests {
     #[test]
     fn wide_keys_hold_whole_2_30_partitions() {
         let array = SortedArray::<Wide>::new();
+        let epoch = PoolEpoch::new();
         let base = 3 << 30;
         array
-            .writer(base)
+            .writer(base, &epoch)
             .insert(base, 1 << 30, 1 << 50, &mut |_, _| {});
-        array.writer(base).insert(base + 10, 5, 99, &mut |_, _| {});
+        array
+            .writer(base, &epoch)
+            .insert(base + 10, 5, 99, &mut |_, _| {});
         assert_eq!(
-            entries(&array, base),
+            entries(&array, base, &epoch),
             [
                 (base, 10, 1 << 50),
                 (base + 10, 5, 99),
@@ -770,6 +801,7 @@ mod tests {
     #[test]
     fn load_builds_an_exact_block_and_refuses_a_full_partition() {
         let array = SortedArray::<Narrow>::new();
+        let epoch = PoolEpoch::new();
         let list: Vec<Entry> = (0..22u64)
             .map(|i| Entry {
                 off: i * 186,
@@ -777,11 +809,11 @@ mod tests {
                 log: 10_000 + i * 200,
             })
             .collect();
-        assert!(array.writer(4096).load(&list));
-        assert_eq!(array.dram_bytes(), 8 + 22 * 4 + 22 * 8);
+        assert!(array.writer(4096, &epoch).load(&list));
+        assert_eq!(array.dram_bytes(&epoch.pin()), 8 + 22 * 4 + 22 * 8);
         let want: Vec<_> = list.iter().map(|e| (4096 + e.off, e.len, e.log)).collect();
-        assert_eq!(entries(&array, 4096), want);
-        assert!(!array.writer(4096).load(&list[..1]));
-        assert_eq!(entries(&array, 4096), want);
+        assert_eq!(entries(&array, 4096, &epoch), want);
+        assert!(!array.writer(4096, &epoch).load(&list[..1]));
+        assert_eq!(entries(&array, 4096, &epoch), want);
     }
 }
