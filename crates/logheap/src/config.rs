@@ -42,6 +42,18 @@ pub struct Config {
     /// free chunks run low, and take any chunk that is not wholly live when none is
     /// left. Not stored in the pool: each open chooses.
     pub clean_threshold: f64,
+    /// Background threads of the log engine's cleaner (default 0). They clean when
+    /// committers find free chunks running low, each pass on chunks of its own, so that
+    /// cleaning leaves the committing threads alone when there are spare cores. Not
+    /// stored in the pool: each open chooses.
+    pub cleaner_threads: usize,
+    /// Whether committing threads run the cleaner themselves (default true): when free
+    /// chunks run low they clean a pass before committing, and when none is left they
+    /// clean (or wait for the background cleaners) before `PoolFull`. The choice for a
+    /// machine without a spare core. With this false and no
+    /// [`cleaner_threads`](Self::cleaner_threads), nothing is ever cleaned: the log
+    /// fills up as it would without a cleaner.
+    pub inline_cleaning: bool,
     /// A deliberate defect, for showing that crash tests catch one. Never set it in
     /// production code.
     #[doc(hidden)]
@@ -73,6 +85,8 @@ impl Default for Config {
             reserve_space: true,
             recovery_threads: 0,
             clean_threshold: 0.2,
+            cleaner_threads: 0,
+            inline_cleaning: true,
             fault: None,
         }
     }
@@ -143,6 +157,20 @@ impl Config {
         } else {
             fraction.clamp(0.0, 1.0)
         };
+        self
+    }
+
+    /// Sets the number of background cleaner threads (see
+    /// [`cleaner_threads`](Self::cleaner_threads)); at most 64 are started.
+    pub fn cleaner_threads(mut self, threads: usize) -> Self {
+        self.cleaner_threads = threads;
+        self
+    }
+
+    /// Sets whether committing threads clean inline (see
+    /// [`inline_cleaning`](Self::inline_cleaning)).
+    pub fn inline_cleaning(mut self, inline: bool) -> Self {
+        self.inline_cleaning = inline;
         self
     }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytemuck::Pod;
 
 use crate::config::Config;
-use crate::engine::log::LogEngine;
+use crate::engine::log::{CleanerSettings, CleanerThreads, LogEngine};
 use crate::engine::{EngineKind, LogEngineStats};
 use crate::error::{Error, Result};
 use crate::media::{Media, MediaCounters, SimConfig};
@@ -32,7 +32,9 @@ use crate::tx::Tx;
 /// ```
 #[derive(Debug)]
 pub struct Pool {
-    engine: LogEngine,
+    /// Dropped first: stops the background cleaners before the engine goes.
+    cleaners: CleanerThreads,
+    engine: Arc<LogEngine>,
     file: PoolFile,
 }
 
@@ -120,9 +122,19 @@ impl Pool {
             config.mapping,
             config.fault,
             config.recovery_threads,
-            config.clean_threshold,
+            CleanerSettings {
+                threshold: config.clean_threshold,
+                threads: config.cleaner_threads,
+                inline: config.inline_cleaning,
+            },
         )?;
-        Ok(Pool { engine, file })
+        let engine = Arc::new(engine);
+        let cleaners = CleanerThreads::start(&engine);
+        Ok(Pool {
+            cleaners,
+            engine,
+            file,
+        })
     }
 
     /// The root object: a fixed `T` at a fixed place, all zeros until first written.
@@ -229,8 +241,14 @@ impl Pool {
     /// Closes the pool cleanly. (Dropping it without closing is like a crash: the next
     /// open runs recovery.)
     pub fn close(self) -> Result<()> {
-        self.engine.close();
-        self.file.close()
+        let Pool {
+            cleaners,
+            engine,
+            file,
+        } = self;
+        drop(cleaners);
+        engine.close();
+        file.close()
     }
 }
 

@@ -70,9 +70,19 @@ fn state(pool: &Pool, objs: &[PPtr<[u8; 128]>]) -> Vec<u64> {
 /// state the transactions went through, and goes on running and reopening.
 #[test]
 fn crash_images_while_cleaning_hold_states_the_model_went_through() {
+    crash_images_while_cleaning(small(96));
+}
+
+/// The same with two background cleaner threads and no inline cleaning: their passes'
+/// fences come at any moment between the committer's.
+#[test]
+fn crash_images_while_background_threads_clean_hold_states_the_model_went_through() {
+    crash_images_while_cleaning(small(96).cleaner_threads(2).inline_cleaning(false));
+}
+
+fn crash_images_while_cleaning(config: Config) {
     use std::collections::HashSet;
     use std::sync::{Arc, Mutex};
-    let config = small(96);
     let sim_config = logheap::media::SimConfig {
         max_images_per_fence: 3,
         ..Default::default()
@@ -100,9 +110,14 @@ fn crash_images_while_cleaning_hold_states_the_model_went_through() {
     let sink = images.clone();
     let sim = pool.media().crash_simulator().unwrap();
     sim.set_fence_hook(Box::new(move |p| sink.lock().unwrap().extend(p.images())));
-    for _ in 0..250 {
+    // At least 250 transactions, and on until chunks were cleaned meanwhile (background
+    // cleaners clean when their thread runs).
+    for n in 0..5_000 {
         step(&pool, &mut model);
         seen.insert(model.clone());
+        if n >= 250 && pool.stats().log.chunks_cleaned > before {
+            break;
+        }
     }
     sim.take_fence_hook();
     let cleaned = pool.stats().log.chunks_cleaned - before;
@@ -422,4 +437,60 @@ fn after_cleaning_and_a_crash_a_lost_chunk_header_in_a_log_is_refused() {
             "a changed header at {at:#x} was accepted"
         );
     }
+}
+
+/// Background cleaner threads alone (no inline cleaning) keep a pool running far
+/// beyond its size, with several committing threads; the values survive a crash.
+#[test]
+fn background_cleaners_alone_keep_a_pool_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p");
+    let config = small(512).cleaner_threads(2).inline_cleaning(false);
+    let pool = Pool::create(&path, &config).unwrap();
+    let objs: Vec<PPtr<[u8; 128]>> = (0..4)
+        .map(|_| pool.transaction(|tx| tx.alloc([0u8; 128])).unwrap())
+        .collect();
+    std::thread::scope(|s| {
+        for &obj in &objs {
+            let pool = &pool;
+            s.spawn(move || rewrite(pool, obj, 12_000));
+        }
+    });
+    let stats = pool.stats().log;
+    assert!(
+        stats.chunks_cleaned > 50,
+        "the background cleaners reclaimed only {} chunks",
+        stats.chunks_cleaned
+    );
+    for &obj in &objs {
+        assert_eq!(value(&pool, obj), 11_999);
+    }
+    drop(pool); // crash
+    let pool = Pool::open_with(&path, &config).unwrap();
+    for &obj in &objs {
+        assert_eq!(value(&pool, obj), 11_999);
+    }
+    pool.close().unwrap();
+}
+
+/// With neither inline cleaning nor background threads nothing is cleaned: the log
+/// fills up and commits fail with `PoolFull` (the "no cleaning" setting).
+#[test]
+fn without_any_cleaner_the_log_fills_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small(256).inline_cleaning(false);
+    let pool = Pool::create(dir.path().join("p"), &config).unwrap();
+    let obj: PPtr<[u8; 128]> = pool.transaction(|tx| tx.alloc([0u8; 128])).unwrap();
+    let mut failed = None;
+    for i in 0..50_000u64 {
+        let v = [i as u8; 128];
+        if let Err(e) = pool.transaction(|tx| tx.write(obj, &v)) {
+            failed = Some((i, e));
+            break;
+        }
+    }
+    let (i, e) = failed.expect("a 256 KiB log took 50,000 rewrites without a cleaner");
+    assert!(matches!(e, logheap::Error::PoolFull), "{e}");
+    assert!(i > 500, "full after only {i} rewrites");
+    assert_eq!(pool.stats().log.chunks_cleaned, 0);
 }

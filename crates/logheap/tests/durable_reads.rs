@@ -145,6 +145,7 @@ fn splitting_a_node_never_hides_its_tail_from_readers() {
             })
             .unwrap();
         let stop = AtomicBool::new(false);
+        let reading = AtomicBool::new(false);
         std::thread::scope(|s| {
             let reader = s.spawn(|| {
                 let mut reads = 0u64;
@@ -157,9 +158,15 @@ fn splitting_a_node_never_hides_its_tail_from_readers() {
                         "{mapping}: the tail of a split node read as unmapped"
                     );
                     reads += 1;
+                    reading.store(true, Ordering::Relaxed);
                 }
                 reads
             });
+            // The writer starts once the reader runs (on a loaded machine it may not
+            // get a core before the writes are done).
+            while !reading.load(Ordering::Relaxed) {
+                std::thread::yield_now();
+            }
             for i in 0..3000u64 {
                 // Rewrite the whole object now and then, so there is a big node to split.
                 if i % 50 == 0 {

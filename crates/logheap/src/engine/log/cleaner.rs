@@ -29,7 +29,9 @@
 //! only while they grow (and crossbeam-epoch's deferred-function bags, for the grace
 //! periods).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::Duration;
 
 use super::LogEngine;
 use super::chunks::{LogSet, TailChunk, payload_start};
@@ -42,13 +44,54 @@ use crate::stm::{StripeLocks, stripes};
 
 /// Victims taken by one cleaning pass at most.
 const VICTIMS_PER_PASS: usize = 8;
+/// Most background cleaner threads started.
+const MAX_CLEANER_THREADS: usize = 64;
+/// How often an idle background cleaner looks whether there is work without being
+/// woken.
+const IDLE_LOOK: Duration = Duration::from_millis(50);
 
-/// The cleaner's state: its own log set (where moved data goes), its buffers, and its
-/// figures.
-#[derive(Debug, Default)]
+/// How the cleaner runs (from [`Config`](crate::Config)'s `clean_threshold`,
+/// `cleaner_threads` and `inline_cleaning`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct CleanerSettings {
+    /// Live fraction below which a chunk is cleaned.
+    pub threshold: f64,
+    /// Background cleaner threads.
+    pub threads: usize,
+    /// Committing threads clean inline.
+    pub inline: bool,
+}
+
+impl Default for CleanerSettings {
+    fn default() -> Self {
+        CleanerSettings {
+            threshold: 0.2,
+            threads: 0,
+            inline: true,
+        }
+    }
+}
+
+/// The cleaner's state: the passes' log sets (where moved data goes) and buffers, the
+/// chunks passes are working on, and its figures.
+#[derive(Debug)]
 pub(crate) struct Cleaner {
-    /// The cleaner's log set and buffers; its lock is held by the one pass running.
-    work: std::sync::Mutex<Work>,
+    /// How it runs.
+    pub settings: CleanerSettings,
+    /// One per pass that may run at once (each background thread, and one for the
+    /// committing threads): a pass holds the lock of one while it runs.
+    works: Box<[Mutex<Work>]>,
+    /// Per chunk: a pass is working on it (so two passes never take one victim).
+    claimed: Box<[AtomicBool]>,
+    /// Held while the durable cleaned-through version is raised (so it only grows).
+    mark: Mutex<()>,
+    /// Wakes the background threads.
+    pub wakeup: Arc<Wakeup>,
+    /// A background pass found nothing to reclaim since a committer last asked for
+    /// chunks: waiting for the background cleaners is pointless.
+    pub stalled: AtomicBool,
+    /// Background passes running now.
+    running: std::sync::atomic::AtomicUsize,
     /// Chunks reclaimed.
     pub chunks_cleaned: AtomicU64,
     /// Chunks reclaimed without copying.
@@ -60,11 +103,117 @@ pub(crate) struct Cleaner {
 }
 
 impl Cleaner {
-    /// A cleaner whose durable cleaned-through version is `cleaned`.
-    pub(crate) fn new(cleaned: u64) -> Cleaner {
+    /// A cleaner for a pool of `chunks` chunks whose durable cleaned-through version is
+    /// `cleaned`.
+    pub(crate) fn new(settings: CleanerSettings, chunks: u32, cleaned: u64) -> Cleaner {
+        let passes = settings.threads.min(MAX_CLEANER_THREADS) + 1;
         Cleaner {
+            settings,
+            works: (0..passes).map(|_| Mutex::default()).collect(),
+            claimed: (0..chunks).map(|_| AtomicBool::new(false)).collect(),
+            mark: Mutex::new(()),
+            wakeup: Arc::default(),
+            stalled: AtomicBool::new(false),
+            running: std::sync::atomic::AtomicUsize::new(0),
+            chunks_cleaned: AtomicU64::new(0),
+            chunks_fast_cleaned: AtomicU64::new(0),
+            bytes_moved: AtomicU64::new(0),
             cleaned_through: AtomicU64::new(cleaned),
-            ..Cleaner::default()
+        }
+    }
+
+    /// Whether any cleaning runs at all (inline or in the background).
+    pub(crate) fn enabled(&self) -> bool {
+        self.settings.inline || self.settings.threads > 0
+    }
+}
+
+/// How committing threads wake the background cleaners, and how closing stops them.
+#[derive(Debug, Default)]
+pub(crate) struct Wakeup {
+    /// Work was asked for since the threads last looked.
+    pending: AtomicBool,
+    /// The pool is closing.
+    stop: AtomicBool,
+    lock: Mutex<()>,
+    cond: Condvar,
+}
+
+impl Wakeup {
+    /// Asks the background cleaners to look for work (cheap when already asked).
+    pub(crate) fn notify(&self) {
+        if !self.pending.swap(true, Ordering::AcqRel) {
+            let _held = super::lock(&self.lock);
+            self.cond.notify_one();
+        }
+    }
+
+    /// Waits until asked, or for `timeout`; `false` once the pool is closing.
+    fn wait(&self, timeout: Duration) -> bool {
+        let held = super::lock(&self.lock);
+        if !self.pending.load(Ordering::Acquire) && !self.stopped() {
+            let _woken = self
+                .cond
+                .wait_timeout(held, timeout)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        self.pending.store(false, Ordering::Release);
+        !self.stopped()
+    }
+
+    /// Whether the pool is closing.
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        let _held = super::lock(&self.lock);
+        self.cond.notify_all();
+    }
+}
+
+/// The background cleaner threads of one pool: started after it opens, stopped (and
+/// joined) before it closes or is dropped.
+#[derive(Debug)]
+pub(crate) struct CleanerThreads {
+    wakeup: Arc<Wakeup>,
+    handles: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl CleanerThreads {
+    /// Starts `engine`'s background cleaners (as many as its settings say). Each holds
+    /// the engine only while it cleans.
+    pub(crate) fn start(engine: &Arc<LogEngine>) -> CleanerThreads {
+        let wakeup = engine.cleaner.wakeup.clone();
+        let handles = (0..engine.cleaner.settings.threads.min(MAX_CLEANER_THREADS))
+            .filter_map(|k| {
+                let engine: Weak<LogEngine> = Arc::downgrade(engine);
+                let wakeup = wakeup.clone();
+                std::thread::Builder::new()
+                    .name(format!("logheap-cleaner-{k}"))
+                    .spawn(move || {
+                        while wakeup.wait(IDLE_LOOK) {
+                            let Some(engine) = engine.upgrade() else {
+                                return;
+                            };
+                            engine.clean_in_background();
+                        }
+                    })
+                    // A thread that cannot start leaves the cleaning to the others and
+                    // to the committers.
+                    .ok()
+            })
+            .collect();
+        CleanerThreads { wakeup, handles }
+    }
+}
+
+impl Drop for CleanerThreads {
+    fn drop(&mut self) {
+        self.wakeup.stop();
+        for handle in self.handles.drain(..) {
+            let _ = handle.join();
         }
     }
 }
@@ -117,11 +266,41 @@ impl LogEngine {
             .map_or_else(|| self.clock.now(), |&m| m - 1)
     }
 
+    /// What a background cleaner thread does when woken: passes while free chunks are
+    /// below twice the committers' low-water mark and a pass gains something (with the
+    /// urgent threshold when none is left at all).
+    fn clean_in_background(&self) {
+        let high = 2 * self.low_water();
+        while !self.cleaner.wakeup.stopped() && self.chunks.available() < high {
+            let threshold = if self.chunks.available() == 0 {
+                super::URGENT_THRESHOLD.max(self.cleaner.settings.threshold)
+            } else {
+                self.cleaner.settings.threshold
+            };
+            self.cleaner.running.fetch_add(1, Ordering::AcqRel);
+            let reclaimed = self.clean(threshold);
+            let others = self.cleaner.running.fetch_sub(1, Ordering::AcqRel) - 1;
+            // Reclaimed chunks come back after a grace period: move the epoch on.
+            self.epoch.pin().flush();
+            if reclaimed > 0 {
+                self.cleaner.stalled.store(false, Ordering::Release);
+            } else {
+                // Stalled only when no other pass may still gain (this one may have
+                // found the victims taken by another).
+                if others == 0 {
+                    self.cleaner.stalled.store(true, Ordering::Release);
+                }
+                break;
+            }
+        }
+    }
+
     /// Runs one cleaning pass: takes up to [`VICTIMS_PER_PASS`] victims whose live
-    /// bytes are below `threshold` (a fraction of a chunk's payload) and reclaims them.
-    /// Returns the number reclaimed; 0 as well when another pass is running.
+    /// bytes are below `threshold` (a fraction of a chunk's payload) and that no other
+    /// pass is working on, and reclaims them. Returns the number reclaimed; 0 as well
+    /// when as many passes as there are cleaners run already.
     pub(crate) fn clean(&self, threshold: f64) -> usize {
-        let Ok(mut work) = self.cleaner.work.try_lock() else {
+        let Some(mut work) = self.cleaner.works.iter().find_map(|w| w.try_lock().ok()) else {
             return 0;
         };
         let work = &mut *work;
@@ -133,7 +312,8 @@ impl LogEngine {
         let mut victims = std::mem::take(&mut work.victims);
         victims.clear();
         for c in 0..self.geometry.count {
-            if !self.chunks.is_sealed(c) {
+            if !self.chunks.is_sealed(c) || self.cleaner.claimed[c as usize].load(Ordering::Relaxed)
+            {
                 continue;
             }
             let live = self.chunks.live_of(c);
@@ -149,9 +329,18 @@ impl LogEngine {
         victims.truncate(VICTIMS_PER_PASS);
         let mut reclaimed = 0;
         for &(_, victim) in &victims {
-            if self.clean_victim(work, victim, w) {
+            let claim = &self.cleaner.claimed[victim as usize];
+            if claim
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            // Another pass may have reclaimed it between the choice and the claim.
+            if self.chunks.is_sealed(victim) && self.clean_victim(work, victim, w) {
                 reclaimed += 1;
             }
+            claim.store(false, Ordering::Release);
         }
         work.victims = victims;
         reclaimed
@@ -229,10 +418,16 @@ impl LogEngine {
         // The victim holds nothing live. Blocks elsewhere may point to its blocks:
         // recovery takes them as committed if their version is at most the durable
         // cleaned-through version.
-        if self.chunks.max_version_in(victim) > self.cleaner.cleaned_through.load(Ordering::Relaxed)
-        {
-            self.superblock.write_cleaned(&self.media, w);
-            self.cleaner.cleaned_through.fetch_max(w, Ordering::Relaxed);
+        let needed = self.chunks.max_version_in(victim);
+        if needed > self.cleaner.cleaned_through.load(Ordering::Acquire) {
+            // Passes run at once, each with its own `w`: the durable mark only grows.
+            let _mark = super::lock(&self.cleaner.mark);
+            let durable = self.cleaner.cleaned_through.load(Ordering::Acquire);
+            if needed > durable {
+                let to = w.max(durable);
+                self.superblock.write_cleaned(&self.media, to);
+                self.cleaner.cleaned_through.store(to, Ordering::Release);
+            }
         }
         if !self.chunks.unlink(victim) {
             return false;

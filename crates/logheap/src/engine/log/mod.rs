@@ -29,6 +29,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub(crate) use cleaner::{CleanerSettings, CleanerThreads};
 pub use mapping::{MappingConfig, PartitionIndex};
 pub(crate) use recovery::Examination;
 pub use recovery::{Damage, DroppedTransaction, LogSummary, RecoveryReport, SnapshotUse};
@@ -62,17 +63,16 @@ const LOCK_BITS: std::ops::RangeInclusive<u32> = 12..=20;
 /// copied per byte gained, so a pool whose chunks are all that full is full
 /// (`PoolFull`), rather than ground through ever dearer cleaning passes.
 const URGENT_THRESHOLD: f64 = 0.9;
-/// Times a commit that found no free chunk cleans and tries again before `PoolFull`.
-const BACK_PRESSURE_ROUNDS: usize = 8;
 /// How long a committer that found no free chunk waits at most, each time it cleans
 /// inline, for a chunk (from cleaning, or reclaimed chunks passing their grace period).
 const GRACE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-/// How long a committer that found no free chunk waits for reclaimed chunks to pass
-/// their grace period once cleaning gains nothing more. Only a transaction of this pool
-/// holds a grace period back (the pool has its own epoch: [`epoch`]), and those are
-/// short, unless their user keeps one open as long as it likes: then waiting longer
-/// gains nothing.
-const GRACE_GIVE_UP: std::time::Duration = std::time::Duration::from_millis(100);
+/// How long a committer that found no free chunk waits, once cleaning gains nothing
+/// more, for reclaimed chunks to pass their grace period while none does. Only a
+/// transaction of this pool holds a grace period back (the pool has its own epoch:
+/// [`epoch`]), and those are short (though on a loaded machine a pinned thread may
+/// wait long for a core), unless their user keeps one open as long as it likes: then
+/// waiting longer gains nothing.
+const GRACE_GIVE_UP: std::time::Duration = std::time::Duration::from_secs(1);
 /// Waiting rounds after which chunks that cleaning gains no longer keep a committer
 /// waiting for their grace period past [`GRACE_GIVE_UP`].
 const GAINS_WAITED_FOR: usize = 64;
@@ -191,8 +191,6 @@ pub(crate) struct LogEngine {
     /// (the cleaner may not take their chunks; see [`cleaner`]).
     committing: Mutex<Vec<u64>>,
     cleaner: cleaner::Cleaner,
-    /// Live bytes below which a chunk is cleaned, as a fraction of its payload.
-    clean_threshold: f64,
     /// Commits to go before the next inline cleaning pass is tried (after a pass that
     /// found nothing to clean).
     quiet: AtomicU64,
@@ -264,7 +262,7 @@ impl LogEngine {
         mapping: MappingConfig,
         fault: Option<Fault>,
         recovery_threads: usize,
-        clean_threshold: f64,
+        cleaning: CleanerSettings,
     ) -> Result<LogEngine> {
         mapping.check().map_err(Error::InvalidConfig)?;
         let media = file.media().clone();
@@ -373,8 +371,7 @@ impl LogEngine {
             next_tx_id: AtomicU64::new(1),
             superblock,
             committing: Mutex::new(Vec::new()),
-            cleaner: cleaner::Cleaner::new(marks.cleaned),
-            clean_threshold,
+            cleaner: cleaner::Cleaner::new(cleaning, geometry.count, marks.cleaned),
             quiet: AtomicU64::new(0),
             report: recovered.report,
             fault,
@@ -691,19 +688,25 @@ impl LogEngine {
             return Ok(());
         }
         if self.chunks.available() < self.low_water() {
-            self.clean_inline(tx, false);
+            if self.cleaner.settings.threads > 0 {
+                self.cleaner.wakeup.notify();
+            }
+            if self.cleaner.settings.inline {
+                self.clean_inline(tx, false);
+            }
         }
         let mut buffers = std::mem::take(&mut tx.buffers);
         let mut result = self.commit_with(tx, &mut buffers);
         // Back pressure: out of chunks, clean (or wait for the cleaner) and try again;
-        // `PoolFull` only when cleaning frees nothing.
-        for _ in 0..BACK_PRESSURE_ROUNDS {
-            if !matches!(result, Err(Error::PoolFull))
-                || !self.could_fit(buffers.staging.len() as u64)
-                || !self.clean_inline(tx, true)
-            {
-                break;
-            }
+        // `PoolFull` only when cleaning frees nothing. A chunk that another committer
+        // took first is no sign of a full pool: then try again, within a time bound.
+        let start = std::time::Instant::now();
+        while matches!(result, Err(Error::PoolFull))
+            && self.cleaner.enabled()
+            && self.could_fit(buffers.staging.len() as u64)
+            && start.elapsed() <= GRACE_WAIT
+            && self.clean_inline(tx, true)
+        {
             result = self.commit_with(tx, &mut buffers);
         }
         tx.buffers = buffers;
@@ -729,21 +732,31 @@ impl LogEngine {
     /// Runs the cleaner in a committing thread (which holds no stripe lock), without the
     /// transaction's epoch pin so that reclaimed chunks can pass their grace period.
     /// `urgent`: the commit found no free chunk, so any chunk not wholly live may be
-    /// cleaned, and the thread waits for grace periods; returns whether a chunk can be
-    /// taken now.
+    /// cleaned, and the thread waits for grace periods (and for the background cleaners,
+    /// which it wakes; it cleans itself only with inline cleaning on); returns whether
+    /// a chunk could be taken (at some moment: another committer may have taken it).
     fn clean_inline(&self, tx: &mut TxState, urgent: bool) -> bool {
+        let inline = self.cleaner.settings.inline;
+        let background = self.cleaner.settings.threads > 0;
+        if urgent && background {
+            self.cleaner.stalled.store(false, Ordering::Release);
+            self.cleaner.wakeup.notify();
+        }
         if !urgent && self.quiet.load(Ordering::Relaxed) > 0 {
             self.quiet.fetch_sub(1, Ordering::Relaxed);
             return false;
         }
         tx.pin = None;
         let threshold = if urgent {
-            URGENT_THRESHOLD.max(self.clean_threshold)
+            URGENT_THRESHOLD.max(self.cleaner.settings.threshold)
         } else {
-            self.clean_threshold
+            self.cleaner.settings.threshold
         };
+        let clean = || if inline { self.clean(threshold) } else { 0 };
         let mut free = self.chunks.free_count();
-        let cleaned = self.clean(threshold);
+        let cleaned = clean();
+        // A chunk could be taken at some moment (another committer may take it first).
+        let mut came = false;
         if urgent {
             // Wait while a chunk may still come, up to a bound: another pass may be
             // running, and reclaimed chunks come back once every transaction of this
@@ -753,31 +766,57 @@ impl LogEngine {
             // many chunks as it frees) with none in its grace period ends the wait: the
             // pool is full of live data.
             let start = std::time::Instant::now();
+            let (mut waiting, mut moved) = (self.chunks.waiting(), start);
             for round in 0.. {
-                if self.chunks.available() > 0 || start.elapsed() > GRACE_WAIT {
+                if self.chunks.available() > 0 {
+                    came = true;
+                    break;
+                }
+                if start.elapsed() > GRACE_WAIT {
                     break;
                 }
                 self.epoch.pin().flush();
                 if round % 8 == 7 {
-                    self.clean(threshold);
+                    if !inline {
+                        self.cleaner.wakeup.notify();
+                    }
+                    clean();
                     let now = self.chunks.free_count();
-                    let gaining = now > free && round <= GAINS_WAITED_FOR;
+                    // Without inline cleaning, the background cleaners gain for it until
+                    // a pass of theirs finds nothing (within the overall bound).
+                    let gaining = if inline {
+                        now > free && round <= GAINS_WAITED_FOR
+                    } else {
+                        !self.cleaner.stalled.load(Ordering::Acquire)
+                    };
                     free = now;
-                    // Chunks in their grace period are worth waiting for while this
-                    // pool's transactions may still end soon.
-                    let in_grace = self.chunks.waiting() > 0 && start.elapsed() <= GRACE_GIVE_UP;
+                    // Chunks in their grace period are worth waiting for while grace
+                    // periods still end (the pool's transactions may still end soon:
+                    // one held open by its user stops them).
+                    let still = self.chunks.waiting();
+                    if still < waiting {
+                        moved = std::time::Instant::now();
+                    }
+                    waiting = still;
+                    let in_grace = still > 0 && moved.elapsed() <= GRACE_GIVE_UP;
                     if !gaining && !in_grace {
                         break;
                     }
                 }
-                std::thread::yield_now();
+                // Spin briefly, then sleep: the threads being waited for (the pool's
+                // transactions, the background cleaners) need the cores.
+                if round < GAINS_WAITED_FOR {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(std::time::Duration::from_micros(100));
+                }
             }
         } else if cleaned == 0 {
             self.quiet
                 .store(self.geometry.count as u64 / 4 + 16, Ordering::Relaxed);
         }
         tx.pin = Some(self.epoch.pin());
-        self.chunks.available() > 0
+        came || self.chunks.available() > 0
     }
 
     /// Ticks the clock for a committing transaction and registers it as committing.
