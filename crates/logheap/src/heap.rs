@@ -120,7 +120,7 @@ impl Pool {
             config.mapping,
             config.fault,
             config.recovery_threads,
-            config.clean_threshold,
+            (config.clean_threshold, config.clean_every),
         )?;
         Ok(Pool { engine, file })
     }

@@ -184,6 +184,10 @@ pub(crate) struct LogEngine {
     cleaner: cleaner::Cleaner,
     /// Live bytes below which a chunk is cleaned, as a fraction of its payload.
     clean_threshold: f64,
+    /// Commits between cleaning passes run whatever the free chunks (0: none), and
+    /// commits counted towards the next one.
+    clean_every: u64,
+    commits: AtomicU64,
     /// Commits to go before the next inline cleaning pass is tried (after a pass that
     /// found nothing to clean).
     quiet: AtomicU64,
@@ -251,7 +255,7 @@ impl LogEngine {
         mapping: MappingConfig,
         fault: Option<Fault>,
         recovery_threads: usize,
-        clean_threshold: f64,
+        (clean_threshold, clean_every): (f64, u64),
     ) -> Result<LogEngine> {
         mapping.check().map_err(Error::InvalidConfig)?;
         let media = file.media().clone();
@@ -358,6 +362,8 @@ impl LogEngine {
             committing: Mutex::new(Vec::new()),
             cleaner: cleaner::Cleaner::new(marks.cleaned),
             clean_threshold,
+            clean_every,
+            commits: AtomicU64::new(0),
             quiet: AtomicU64::new(0),
             report: recovered.report,
             fault,
@@ -668,6 +674,12 @@ impl LogEngine {
         }
         if self.chunks.available() < self.low_water() {
             self.clean_inline(tx, false);
+        } else if self.clean_every > 0
+            && self.commits.fetch_add(1, Ordering::Relaxed) % self.clean_every == 0
+        {
+            tx.pin = None; // as in `clean_inline`: reclaimed chunks pass their grace period
+            self.clean(self.clean_threshold);
+            tx.pin = Some(crossbeam_epoch::pin());
         }
         let mut buffers = std::mem::take(&mut tx.buffers);
         let mut result = self.commit_with(tx, &mut buffers);
