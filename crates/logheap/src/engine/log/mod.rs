@@ -675,7 +675,10 @@ impl LogEngine {
         if self.chunks.available() < self.low_water() {
             self.clean_inline(tx, false);
         } else if self.clean_every > 0
-            && self.commits.fetch_add(1, Ordering::Relaxed) % self.clean_every == 0
+            && self
+                .commits
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(self.clean_every)
         {
             tx.pin = None; // as in `clean_inline`: reclaimed chunks pass their grace period
             self.clean(self.clean_threshold);
