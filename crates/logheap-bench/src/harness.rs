@@ -45,6 +45,9 @@ pub struct RunSpec {
     pub utilisation: Option<f64>,
     /// Sizes of the fragmentation workloads.
     pub frag: FragOptions,
+    /// Ends the measured phase after this long even when transactions are left (the
+    /// figures then cover the transactions run; `SpaceFigures::time_limited` says so).
+    pub time_limit: Option<std::time::Duration>,
 }
 
 /// Sizes of the fragmentation workloads ([`crate::fragmentation`]).
@@ -212,6 +215,9 @@ pub struct SpaceFigures {
     /// Live bytes moved per second of the measured phase (MB/s).
     #[serde(default)]
     pub moved_mb_per_s: Option<f64>,
+    /// The measured phase ended at its time limit before all its transactions ran.
+    #[serde(default)]
+    pub time_limited: Option<bool>,
 }
 
 /// Pool size for a run: room for the preload and every measured transaction's log
@@ -338,18 +344,28 @@ pub fn run_reporting(
         })
         .collect();
     let refused = AtomicU64::new(0);
+    let limited = std::sync::atomic::AtomicBool::new(false);
+    let began = Instant::now();
     let seconds = run_timed(threads, |t| {
-        per_thread[t]
-            .iter()
-            .try_for_each(|op| match prepared.apply(&pool, op) {
+        for (i, op) in per_thread[t].iter().enumerate() {
+            if i % 64 == 63
+                && let Some(limit) = spec.time_limit
+                && (limited.load(Ordering::Relaxed) || began.elapsed() > limit)
+            {
+                limited.store(true, Ordering::Relaxed);
+                break;
+            }
+            match prepared.apply(&pool, op) {
                 // In a pool sized to a utilisation, a transaction the engine refuses
                 // for want of space is counted; the run goes on.
                 Err(logheap::Error::PoolFull) if spec.utilisation.is_some() => {
                     refused.fetch_add(1, Ordering::Relaxed);
-                    Ok(())
                 }
-                other => other,
-            })
+                Err(e) => return Err(e),
+                Ok(()) => {}
+            }
+        }
+        Ok(())
     })?;
     let after = pool.stats();
     let c = after.media.since(&before.media);
@@ -373,6 +389,7 @@ pub fn run_reporting(
         cleaner_bytes_moved: Some(moved),
         reclaimed_mb_per_s: Some(per_s(cleaned * chunk)),
         moved_mb_per_s: Some(per_s(moved)),
+        time_limited: spec.time_limit.map(|_| limited.load(Ordering::Relaxed)),
         ..SpaceFigures::default()
     };
     let result = RunResult {

@@ -563,6 +563,7 @@ mod tests {
                 dir: None,
                 utilisation: None,
                 frag: Default::default(),
+                time_limit: None,
             };
             let r = crate::run(&spec).unwrap();
             assert_eq!((r.engine.as_str(), r.config.as_str()), ("pmdk", "pmdk"));

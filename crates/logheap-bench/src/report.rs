@@ -187,7 +187,7 @@ fn cleaning_tables(results: &[RunResult]) -> String {
         });
         let _ = writeln!(
             out,
-            "\n### Throughput against log utilisation (Fig. 11)\n\nUtilisation: live log bytes after the preload / (chunks x chunk size). Relative: to the lowest utilisation of the same engine, workload, value size and threads. Turnover: bytes written to the log in the measured phase / the log's size.\n\n| engine | workload | value B | threads | utilisation | tx/s | relative | chunks cleaned (fast) | moved MB/s | reclaimed MB/s | refused (PoolFull) | turnover | pool MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+            "\n### Throughput against log utilisation (Fig. 11)\n\nUtilisation: live log bytes after the preload / (chunks x chunk size). Relative: to the lowest utilisation of the same engine, workload, value size and threads. Turnover: bytes written to the log in the measured phase / the log's size.\n\n| engine | workload | value B | threads | utilisation | transactions | tx/s | relative | chunks cleaned (fast) | moved MB/s | reclaimed MB/s | refused (PoolFull) | turnover | pool MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         );
         for r in &swept {
             let s = &r.space;
@@ -206,12 +206,18 @@ fn cleaning_tables(results: &[RunResult]) -> String {
                 .map_or(r.tx_per_s, |o| o.tx_per_s);
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {:.1}% | {:.0} | {:.2}x | {} ({}) | {} | {} | {} | {} | {:.1} |",
+                "| {} | {} | {} | {} | {:.1}% | {}{} | {:.0} | {:.2}x | {} ({}) | {} | {} | {} | {} | {:.1} |",
                 r.engine,
                 r.workload,
                 r.value_size,
                 r.threads,
                 100.0 * s.utilisation.unwrap_or(0.0),
+                r.ops,
+                if s.time_limited == Some(true) {
+                    " (time limit)"
+                } else {
+                    ""
+                },
                 r.tx_per_s,
                 r.tx_per_s / lowest.max(1e-9),
                 s.chunks_cleaned.unwrap_or(0),

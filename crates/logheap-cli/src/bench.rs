@@ -56,6 +56,11 @@ pub struct Args {
     /// everything, never cleaned.
     #[arg(long = "utilisation")]
     utilisations: Vec<f64>,
+    /// End each measured phase after this many seconds even when transactions are left
+    /// (default: with --utilisation 60, else none): a log too full to clean well can
+    /// slow transactions down a thousandfold.
+    #[arg(long)]
+    time_limit: Option<f64>,
     /// Fragmentation workloads: live bytes at most (e.g. 16M).
     #[arg(long, value_parser = parse_size, default_value = "16M")]
     frag_live: u64,
@@ -427,12 +432,17 @@ fn summary(r: &logheap_bench::RunResult) -> String {
     );
     if let Some(u) = s.utilisation {
         line.push_str(&format!(
-            ", {} B values, {:.1}% utilised, {} chunks cleaned, {:.1} MB/s moved, {} refused",
+            ", {} B values, {:.1}% utilised, {} chunks cleaned, {:.1} MB/s moved, {} refused{}",
             r.value_size,
             100.0 * u,
             s.chunks_cleaned.unwrap_or(0),
             s.moved_mb_per_s.unwrap_or(0.0),
-            s.pool_full.unwrap_or(0)
+            s.pool_full.unwrap_or(0),
+            if s.time_limited == Some(true) {
+                format!(", stopped at the time limit after {} transactions", r.ops)
+            } else {
+                String::new()
+            }
         ));
     } else if let Some(c) = s.chunks_cleaned.filter(|&c| c > 0) {
         line.push_str(&format!(", {c} chunks cleaned"));
@@ -528,6 +538,10 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             dir: args.pool_dir.clone(),
             utilisation: *utilisation,
             frag,
+            time_limit: args
+                .time_limit
+                .or(utilisation.map(|_| 60.0))
+                .map(std::time::Duration::from_secs_f64),
         };
         let mut what = format!("{engine} {workload} ({threads} thread(s)");
         if !workload.is_fragmentation() && args.value_sizes.len() > 1 {
