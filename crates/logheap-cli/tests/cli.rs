@@ -458,26 +458,29 @@ fn bench_utilisation_sizes_the_pool_so_the_cleaner_works() {
             "--utilisation",
             "0.5",
             "--utilisation",
-            "0.7",
+            "0.6",
             "--ops",
-            "3000",
+            "6000",
             "--elements",
-            "2000",
+            "10000",
+            "--time-limit",
+            "30",
             "--plot",
             plots.to_str().unwrap(),
         ],
         &dir.path().join("results"),
     );
     assert_eq!(runs.len(), 2);
-    for (r, target) in runs.iter().zip([0.5, 0.7]) {
+    for (r, target) in runs.iter().zip([0.5, 0.6]) {
         let u = r["utilisation"].as_f64().unwrap();
         // The pool is a whole number of chunks: at most one chunk's share below.
-        assert!(u <= target && u > target - 0.05, "{r}");
+        assert!(u <= target && u > target - 0.02, "{r}");
         assert!(r["chunks_cleaned"].as_u64().unwrap() > 0, "{r}");
-        assert!(r["log_turnover"].as_f64().unwrap() > 1.0, "{r}");
+        assert!(r["cleaner_bytes_moved"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["log_turnover"].as_f64().unwrap() > 0.5, "{r}");
         assert!(r["pool_full"].is_u64(), "{r}");
     }
-    // The smaller pool (higher utilisation) is the one at 70%.
+    // The smaller pool (higher utilisation) is the one at 60%.
     assert!(runs[1]["pool_bytes"].as_u64() < runs[0]["pool_bytes"].as_u64());
     let table = std::fs::read_to_string(dir.path().join("results/results.md")).unwrap();
     assert!(
@@ -496,7 +499,9 @@ fn bench_log_cleaning_cleans_where_log_does_not() {
     let runs = bench_json(
         &[
             "--workload",
-            "rbtree-ins",
+            "rbtree-upd",
+            "--threads",
+            "1",
             "--engine",
             "log",
             "--engine",
