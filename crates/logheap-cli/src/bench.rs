@@ -225,10 +225,9 @@ fn plan(args: &Args) -> Vec<Planned> {
     if args.threads.is_empty() && args.utilisations.is_empty() {
         for &w in workloads.iter().filter(|w| w.is_update()) {
             for &value_size in &sizes {
-                for e in engines_for(w)
-                    .into_iter()
-                    .filter(|e| e == "log" || e == "log-2l-gu-c" || e == pmdk::ENGINE)
-                {
+                for e in engines_for(w).into_iter().filter(|e| {
+                    e == "log" || e == "log-2l-gu-c" || e == LOG_CLEANING || e == pmdk::ENGINE
+                }) {
                     runs.push(Planned {
                         engine: e,
                         workload: w,
