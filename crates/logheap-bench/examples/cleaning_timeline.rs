@@ -4,11 +4,11 @@
 //!
 //! ```sh
 //! cargo run --release -p logheap-bench --example cleaning_timeline -- \
-//!     16441344 100000 /dev/shm/timeline.pool [elements] [value-size]
+//!     16449536 100000 /dev/shm/timeline.pool [elements] [value-size]
 //! ```
 //!
 //! Arguments: pool size in bytes, transactions, pool file (replaced), elements preloaded
-//! (default 50,000), value size (default 128). 16,441,344 bytes is the pool in which the
+//! (default 50,000), value size (default 128). 16,449,536 bytes is the pool in which the
 //! default preload fills 50% of the log (`logheap bench --workload bptree-upd
 //! --utilisation 0.5` prints it as `pool_bytes`).
 
