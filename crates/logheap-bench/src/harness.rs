@@ -1,7 +1,16 @@
 //! Runs one benchmark: a fresh pool, the workload's preload, then the measured phase on
 //! any number of threads, and the figures of that phase.
+//!
+//! Besides the engines the library knows by name, `log-cleaning` is the log engine in
+//! the paper's "LSNVMM-Cleaning" setting ([`LOG_CLEANING`]); with
+//! [`RunSpec::utilisation`] the pool is sized so that the preloaded data fills that
+//! share of the log, so the cleaner works throughout the measured phase (Fig. 11); and
+//! the fragmentation workloads run through [`crate::fragmentation`] (Fig. 9).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use logheap::{Config, Emulation, Pool};
@@ -30,6 +39,60 @@ pub struct RunSpec {
     pub emulation: Option<Emulation>,
     /// Directory for the pool file (default: `/dev/shm` when present).
     pub dir: Option<PathBuf>,
+    /// Size the pool so that the live data after the preload is this share of the log
+    /// (chunks x chunk size); `None`: room for every log block of the run, so nothing
+    /// needs cleaning. Transactions refused with `PoolFull` are counted, not fatal.
+    pub utilisation: Option<f64>,
+    /// Sizes of the fragmentation workloads.
+    pub frag: FragOptions,
+    /// Ends the measured phase after this long even when transactions are left (the
+    /// figures then cover the transactions run; `SpaceFigures::time_limited` says so).
+    pub time_limit: Option<std::time::Duration>,
+}
+
+/// Sizes of the fragmentation workloads ([`crate::fragmentation`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FragOptions {
+    /// Live bytes at most (default 16 MiB).
+    pub live: u64,
+    /// Bytes allocated by each phase, as a multiple of `live` (default 5, as in the
+    /// FAST 2014 workloads: 50 GB allocated with 10 GB live).
+    pub total_ratio: u64,
+    /// Allocations per transaction on the log engine (default 1).
+    pub batch: u64,
+    /// The log engine's pool size; `None`: the smallest that runs (see
+    /// [`FragSpec::pool_size`](crate::fragmentation::FragSpec::pool_size)).
+    pub pool_size: Option<u64>,
+}
+
+impl Default for FragOptions {
+    fn default() -> Self {
+        FragOptions {
+            live: 16 << 20,
+            total_ratio: 5,
+            batch: 1,
+            pool_size: None,
+        }
+    }
+}
+
+/// The engine name of the log engine in the "LSNVMM-Cleaning" setting of "Log-structured
+/// Non-volatile Main Memory" (USENIX ATC 2017, §5.3): chunks more than half stale are
+/// cleaned every [`CLEAN_EVERY`] commits, whether space is short or not.
+pub const LOG_CLEANING: &str = "log-cleaning";
+/// Commits between the cleaning passes of [`LOG_CLEANING`].
+pub const CLEAN_EVERY: u64 = 1000;
+
+/// The pool configuration of a logheap engine name (the library's names and
+/// [`LOG_CLEANING`]).
+pub fn config_for(engine: &str) -> Result<Config, String> {
+    if engine == LOG_CLEANING {
+        return Ok(Config::default()
+            .engine_name("log")?
+            .clean_threshold(0.5)
+            .clean_every(CLEAN_EVERY));
+    }
+    Config::default().engine_name(engine)
 }
 
 /// The figures of one run's measured phase.
@@ -92,6 +155,69 @@ pub struct RunResult {
     pub pm_bytes_used: Option<u64>,
     /// Time of the preload.
     pub preload_seconds: f64,
+    /// Fragmentation, utilisation and cleaner figures (absent where they do not apply).
+    #[serde(flatten)]
+    pub space: SpaceFigures,
+}
+
+/// The figures of issue 10's benchmarks: fragmentation (Fig. 9), and log utilisation
+/// and cleaning (Fig. 11, LSNVMM-Cleaning). Each is `None` where it does not apply.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SpaceFigures {
+    /// 1 - live bytes / held bytes at the end of a fragmentation workload.
+    #[serde(default)]
+    pub fragmentation: Option<f64>,
+    /// Bytes the fragmentation workload has allocated at the end (the sizes asked for).
+    #[serde(default)]
+    pub live_bytes: Option<u64>,
+    /// Bytes the allocator holds for them: the log engine's chunks in use x chunk size,
+    /// glibc's `arena + hblkhd` (less what others used), jemalloc's `stats.active`.
+    #[serde(default)]
+    pub held_bytes: Option<u64>,
+    /// The allocator's own count of bytes in use: glibc's `uordblks`, jemalloc's
+    /// `stats.allocated`, the log engine's live (mapped) log bytes.
+    #[serde(default)]
+    pub allocator_bytes: Option<u64>,
+    /// jemalloc's `stats.resident` growth over the run.
+    #[serde(default)]
+    pub resident_bytes: Option<u64>,
+    /// Allocations made by a fragmentation workload.
+    #[serde(default)]
+    pub allocations: Option<u64>,
+    /// Frees made by a fragmentation workload.
+    #[serde(default)]
+    pub frees: Option<u64>,
+    /// The log engine's pool size, where the run chose it.
+    #[serde(default)]
+    pub pool_bytes: Option<u64>,
+    /// Live log bytes after the preload / (chunks x chunk size).
+    #[serde(default)]
+    pub utilisation: Option<f64>,
+    /// Transactions refused with `PoolFull` in the measured phase.
+    #[serde(default)]
+    pub pool_full: Option<u64>,
+    /// Bytes the measured phase wrote to the log / the log's size: how many times over
+    /// the log was written.
+    #[serde(default)]
+    pub log_turnover: Option<f64>,
+    /// Chunks the cleaner reclaimed in the measured phase.
+    #[serde(default)]
+    pub chunks_cleaned: Option<u64>,
+    /// Of those, chunks reclaimed without copying.
+    #[serde(default)]
+    pub chunks_fast_cleaned: Option<u64>,
+    /// Live bytes the cleaner moved in the measured phase.
+    #[serde(default)]
+    pub cleaner_bytes_moved: Option<u64>,
+    /// Chunk bytes reclaimed per second of the measured phase (MB/s).
+    #[serde(default)]
+    pub reclaimed_mb_per_s: Option<f64>,
+    /// Live bytes moved per second of the measured phase (MB/s).
+    #[serde(default)]
+    pub moved_mb_per_s: Option<f64>,
+    /// The measured phase ended at its time limit before all its transactions ran.
+    #[serde(default)]
+    pub time_limited: Option<bool>,
 }
 
 /// Pool size for a run: room for the preload and every measured transaction's log
@@ -133,8 +259,14 @@ pub fn run(spec: &RunSpec) -> Result<RunResult, Box<dyn std::error::Error>> {
 /// A fresh directory for a run's pool file, removed when dropped: under `spec.dir`,
 /// else `/dev/shm` when present, else the temporary directory.
 pub(crate) fn pool_dir(spec: &RunSpec) -> Result<tempfile::TempDir, String> {
-    let parent: PathBuf = match &spec.dir {
-        Some(d) => d.clone(),
+    pool_dir_in(spec.dir.as_deref())
+}
+
+/// A fresh directory for a pool file, removed when dropped: under `dir`, else
+/// `/dev/shm` when present, else the temporary directory.
+pub(crate) fn pool_dir_in(dir: Option<&Path>) -> Result<tempfile::TempDir, String> {
+    let parent: PathBuf = match dir {
+        Some(d) => d.to_path_buf(),
         None if Path::new("/dev/shm").is_dir() => "/dev/shm".into(),
         None => std::env::temp_dir(),
     };
@@ -148,21 +280,34 @@ pub(crate) fn pool_dir(spec: &RunSpec) -> Result<tempfile::TempDir, String> {
 ///
 /// The engine `pmdk` runs the same workloads on PMDK's libpmemobj ([`crate::pmdk`]);
 /// when this build has no PMDK it is an error saying so
-/// ([`pmdk::UNAVAILABLE`](crate::pmdk::UNAVAILABLE)).
+/// ([`pmdk::UNAVAILABLE`](crate::pmdk::UNAVAILABLE)). The fragmentation workloads run
+/// through [`crate::fragmentation`] (on the log engine, `glibc` or `jemalloc`).
 pub fn run_reporting(
     spec: &RunSpec,
     phase: &dyn Fn(&str),
 ) -> Result<RunResult, Box<dyn std::error::Error>> {
+    if spec.workload.is_fragmentation() {
+        return run_fragmentation(spec, phase);
+    }
     if spec.engine == crate::pmdk::ENGINE {
         return crate::pmdk::run_reporting(spec, phase);
     }
+    if crate::fragmentation::is_dram_allocator(&spec.engine) {
+        return Err(format!(
+            "{} runs only the fragmentation workloads (frag-w1, frag-w2, frag-w3)",
+            spec.engine
+        )
+        .into());
+    }
     let dir = pool_dir(spec)?;
-    // The pool is sized for every log block the run writes (nothing is cleaned), far
-    // beyond what it holds at any time: a sparse file, so it takes only what is written.
-    let mut config = Config::default()
-        .engine_name(&spec.engine)?
-        .size(pool_size(spec))
-        .reserve_space(false);
+    // Without a utilisation the pool is sized for every log block the run writes
+    // (nothing is cleaned), far beyond what it holds at any time: a sparse file, so it
+    // takes only what is written.
+    let size = match spec.utilisation {
+        None => pool_size(spec),
+        Some(u) => sized_for(spec, u, phase)?,
+    };
+    let mut config = config_for(&spec.engine)?.size(size).reserve_space(false);
     if let Some(e) = spec.emulation {
         config = config.emulation(e);
     }
@@ -174,7 +319,16 @@ pub fn run_reporting(
         value_size: spec.value_size,
     };
     phase(&format!("preloading {} elements", spec.elements));
-    let prepared = Prepared::preload(&pool, spec.workload, shape, &mut rng)?;
+    let prepared =
+        Prepared::preload(&pool, spec.workload, shape, &mut rng).map_err(|e| {
+            match (e, spec.utilisation) {
+                (logheap::Error::PoolFull, Some(u)) => format!(
+                    "the preload does not fit in a log {:.0}% full of it (PoolFull)",
+                    100.0 * u
+                ),
+                (e, _) => e.to_string(),
+            }
+        })?;
     phase(&format!("measuring {} transactions", spec.ops));
     let preload_seconds = start.elapsed().as_secs_f64();
 
@@ -189,10 +343,29 @@ pub fn run_reporting(
                 .thread_ops(spec.seed, spec.ops, threads, t)
         })
         .collect();
+    let refused = AtomicU64::new(0);
+    let limited = std::sync::atomic::AtomicBool::new(false);
+    let began = Instant::now();
     let seconds = run_timed(threads, |t| {
-        per_thread[t]
-            .iter()
-            .try_for_each(|op| prepared.apply(&pool, op))
+        for (i, op) in per_thread[t].iter().enumerate() {
+            if i % 64 == 63
+                && let Some(limit) = spec.time_limit
+                && (limited.load(Ordering::Relaxed) || began.elapsed() > limit)
+            {
+                limited.store(true, Ordering::Relaxed);
+                break;
+            }
+            match prepared.apply(&pool, op) {
+                // In a pool sized to a utilisation, a transaction the engine refuses
+                // for want of space is counted; the run goes on.
+                Err(logheap::Error::PoolFull) if spec.utilisation.is_some() => {
+                    refused.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => return Err(e),
+                Ok(()) => {}
+            }
+        }
+        Ok(())
     })?;
     let after = pool.stats();
     let c = after.media.since(&before.media);
@@ -200,8 +373,27 @@ pub fn run_reporting(
     let hits = after.log.node_cache_hits - before.log.node_cache_hits;
     let misses = after.log.node_cache_misses - before.log.node_cache_misses;
     let chunk = pool.header().chunk_size;
+    let log_bytes = after.log.chunks_total * chunk;
+    let cleaned = after.log.chunks_cleaned - before.log.chunks_cleaned;
+    let moved = after.log.cleaner_bytes_moved - before.log.cleaner_bytes_moved;
+    let per_s = |bytes: u64| bytes as f64 / seconds.max(1e-9) / 1e6;
+    let space = SpaceFigures {
+        utilisation: spec
+            .utilisation
+            .map(|_| before.log.live_log_bytes as f64 / log_bytes.max(1) as f64),
+        pool_bytes: spec.utilisation.map(|_| size),
+        pool_full: spec.utilisation.map(|_| refused.load(Ordering::Relaxed)),
+        log_turnover: Some(c.nt_bytes as f64 / log_bytes.max(1) as f64),
+        chunks_cleaned: Some(cleaned),
+        chunks_fast_cleaned: Some(after.log.chunks_fast_cleaned - before.log.chunks_fast_cleaned),
+        cleaner_bytes_moved: Some(moved),
+        reclaimed_mb_per_s: Some(per_s(cleaned * chunk)),
+        moved_mb_per_s: Some(per_s(moved)),
+        time_limited: spec.time_limit.map(|_| limited.load(Ordering::Relaxed)),
+        ..SpaceFigures::default()
+    };
     let result = RunResult {
-        engine: config.engine_label(),
+        engine: spec.engine.clone(),
         config: config.mapping.label(),
         workload: spec.workload,
         threads,
@@ -223,7 +415,145 @@ pub fn run_reporting(
         dram_bytes: Some(after.log.mapping_dram_bytes),
         pm_bytes_used: Some((after.log.chunks_total - after.log.chunks_free) * chunk),
         preload_seconds,
+        space,
     };
     pool.close()?;
     Ok(result)
+}
+
+/// What a preload leaves in the log: (live log bytes, pool size - chunks x chunk size).
+type Calibration = (u64, u64);
+
+/// The pool size at which the preload of `spec` fills `utilisation` of the log. The
+/// preload's live bytes are measured once per engine, workload, size and seed (on a
+/// pool with room for everything) and kept for the process.
+fn sized_for(
+    spec: &RunSpec,
+    utilisation: f64,
+    phase: &dyn Fn(&str),
+) -> Result<u64, Box<dyn std::error::Error>> {
+    type Key = (String, &'static str, u64, usize, u64);
+    static CALIBRATIONS: Mutex<BTreeMap<Key, Calibration>> = Mutex::new(BTreeMap::new());
+    if !(utilisation > 0.0 && utilisation < 1.0) {
+        return Err(format!("utilisation {utilisation}: give a share between 0 and 1").into());
+    }
+    let key = (
+        spec.engine.clone(),
+        spec.workload.name(),
+        spec.elements,
+        spec.value_size,
+        spec.seed,
+    );
+    let known = CALIBRATIONS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&key)
+        .copied();
+    let (live, overhead) = match known {
+        Some(c) => c,
+        None => {
+            phase("measuring the preload's live bytes");
+            let dir = pool_dir(spec)?;
+            let size = pool_size(spec);
+            let config = config_for(&spec.engine)?.size(size).reserve_space(false);
+            let pool = Pool::create(dir.path().join("calibrate.pool"), &config)?;
+            let shape = Shape {
+                elements: spec.elements,
+                value_size: spec.value_size,
+            };
+            Prepared::preload(&pool, spec.workload, shape, &mut preload_rng(spec.seed))?;
+            let s = pool.stats();
+            let c = (
+                s.log.live_log_bytes,
+                size - s.log.chunks_total * pool.header().chunk_size,
+            );
+            pool.close()?;
+            CALIBRATIONS
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(key, c);
+            c
+        }
+    };
+    let chunk = config_for(&spec.engine)?.chunk_size;
+    let chunks = (live as f64 / utilisation / chunk as f64).ceil() as u64;
+    Ok(chunks.max(16) * chunk + overhead)
+}
+
+/// A fragmentation workload ([`crate::fragmentation`]) as a bench run: one
+/// "transaction" is one allocation step (an allocation and the frees it caused).
+fn run_fragmentation(
+    spec: &RunSpec,
+    phase: &dyn Fn(&str),
+) -> Result<RunResult, Box<dyn std::error::Error>> {
+    use crate::fragmentation::{FragSpec, is_dram_allocator};
+    if spec.engine == crate::pmdk::ENGINE {
+        return Err("the fragmentation workloads run on log engines, glibc and jemalloc".into());
+    }
+    if !is_dram_allocator(&spec.engine) {
+        config_for(&spec.engine)?;
+    }
+    let f = spec.frag;
+    let frag = FragSpec {
+        engine: spec.engine.clone(),
+        workload: spec.workload,
+        live: f.live,
+        total: f.live.saturating_mul(f.total_ratio.max(1)),
+        batch: f.batch.max(1),
+        pool_size: f.pool_size,
+        seed: spec.seed,
+        emulation: spec.emulation,
+        dir: spec.dir.clone(),
+    };
+    phase(&format!(
+        "allocating {} MiB per phase, {} MiB live at most",
+        frag.total >> 20,
+        frag.live >> 20
+    ));
+    let out = crate::fragmentation::run(&frag)?;
+    let steps = out.allocations.max(1);
+    let per = |x: u64| Some(x as f64 / steps as f64);
+    let media = out.media.as_ref();
+    let log = out.log.as_ref();
+    Ok(RunResult {
+        engine: spec.engine.clone(),
+        config: match log {
+            Some(l) => l.mapping.clone(),
+            None => spec.engine.clone(),
+        },
+        workload: spec.workload,
+        threads: 1,
+        ops: out.allocations,
+        elements: 0,
+        value_size: 0,
+        emulated: log.is_some() && spec.emulation.is_some(),
+        seconds: out.seconds,
+        tx_per_s: out.allocations as f64 / out.seconds.max(1e-9),
+        fences_per_tx: media.and_then(|m| per(m.fences)),
+        fences_per_write_tx: media.map(|m| m.fences as f64 / m.write_transactions.max(1) as f64),
+        lines_flushed_per_tx: media.and_then(|m| per(m.lines_flushed)),
+        nt_bytes_per_tx: media.and_then(|m| per(m.nt_bytes)),
+        media_bytes_per_tx: media.and_then(|m| per(m.media_bytes())),
+        payload_bytes_per_tx: media.and_then(|m| per(m.payload_bytes)),
+        write_amplification: media.and_then(|m| m.write_amplification()),
+        aborts_per_tx: media.map_or(0.0, |m| m.aborts as f64 / steps as f64),
+        node_cache_hit_ratio: log.and_then(|l| l.node_cache_hit_ratio),
+        dram_bytes: log.map(|l| l.mapping_dram_bytes),
+        pm_bytes_used: log.map(|_| out.held_bytes),
+        preload_seconds: 0.0,
+        space: SpaceFigures {
+            fragmentation: Some(out.fragmentation()),
+            live_bytes: Some(out.live_bytes),
+            held_bytes: Some(out.held_bytes),
+            allocator_bytes: Some(out.allocator_bytes),
+            resident_bytes: out.resident_bytes,
+            allocations: Some(out.allocations),
+            frees: Some(out.frees),
+            pool_bytes: out.pool_bytes,
+            chunks_cleaned: log.map(|l| l.chunks_cleaned),
+            chunks_fast_cleaned: log.map(|l| l.chunks_fast_cleaned),
+            cleaner_bytes_moved: log.map(|l| l.cleaner_bytes_moved),
+            ..SpaceFigures::default()
+        },
+    })
 }

@@ -7,6 +7,7 @@
 //! ([`pmdk`]), built when `pkg-config` finds libpmemobj.
 #![warn(missing_docs)]
 
+pub mod fragmentation;
 pub mod harness;
 pub mod keys;
 pub mod plots;
@@ -14,5 +15,5 @@ pub mod pmdk;
 pub mod report;
 pub mod workload;
 
-pub use harness::{RunResult, RunSpec, run, run_reporting};
+pub use harness::{FragOptions, RunResult, RunSpec, SpaceFigures, run, run_reporting};
 pub use workload::Workload;

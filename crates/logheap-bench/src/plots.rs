@@ -2,7 +2,10 @@
 //! charts of throughput relative to Base (Fig. 4), node-cache hit ratios (Fig. 5),
 //! one against two threads (Fig. 6), and write traffic per transaction; and, with the
 //! PMDK peer engine, throughput of every engine relative to PMDK's. Every engine that
-//! ran, `pmdk` included, is a series of each chart that has its figure.
+//! ran, `pmdk` included, is a series of each chart that has its figure. The cleaning
+//! benchmarks have their own ([`draw_cleaning`]): fragmentation per engine (Fig. 9),
+//! transaction and cleaner throughput against log utilisation (Fig. 11), and the
+//! LSNVMM-Cleaning setting against `log`.
 //!
 //! Text needs a TrueType font: the first of a few usual system fonts that exists is
 //! loaded once (Debian: `fonts-dejavu-core`). Without one no plot is drawn and the
@@ -214,6 +217,14 @@ pub fn draw_all(
     if !font() {
         return Err(Box::new(NoFont));
     }
+    let mut files = draw_cleaning(results, dir)?;
+    // Runs in pools sized to a utilisation are drawn by `draw_cleaning` only.
+    let results: Vec<RunResult> = results
+        .iter()
+        .filter(|r| r.space.utilisation.is_none())
+        .cloned()
+        .collect();
+    let results = &results[..];
     let workloads = workloads_in(results);
     let names: Vec<String> = workloads.iter().map(|w| w.name().to_string()).collect();
     let engines = engines_in(results, 1);
@@ -230,7 +241,6 @@ pub fn draw_all(
                 })
                 .collect()
         };
-    let mut files = Vec::new();
     // (a) Fig. 4: throughput relative to Base.
     let relative = per_engine(&|r: &RunResult| {
         find(results, "log-base", r.workload, 1).map(|b| r.tx_per_s / b.tx_per_s.max(1e-9))
@@ -326,6 +336,208 @@ pub fn draw_all(
                 y_label: "throughput / PMDK",
                 categories: names,
                 series: versus,
+            },
+        )?);
+    }
+    Ok(files)
+}
+
+/// The utilisation point of a run in a pool sized to one, in whole percent.
+fn percent(u: f64) -> u32 {
+    (100.0 * u).round() as u32
+}
+
+/// Draws the figures of the cleaning benchmarks that `results` hold into `dir`:
+/// `fig9-fragmentation` (fragmentation per workload and engine), `fig11a-txn-vs-utilisation`
+/// and `fig11b-cleaner-vs-utilisation` (transaction throughput, and live bytes the
+/// cleaner moved per second, against the log's utilisation, one series per value
+/// size), and `cleaning-overhead` (the `log-cleaning` engine's throughput relative to
+/// `log`'s). Returns the files.
+pub fn draw_cleaning(
+    results: &[RunResult],
+    dir: &Path,
+) -> Result<Vec<PathBuf>, Box<dyn std::error::Error>> {
+    if !font() {
+        return Err(Box::new(NoFont));
+    }
+    let mut files = Vec::new();
+    // Fig. 9.
+    let frag: Vec<&RunResult> = results
+        .iter()
+        .filter(|r| r.space.fragmentation.is_some())
+        .collect();
+    if !frag.is_empty() {
+        let workloads: Vec<Workload> = Workload::FRAGMENTATION
+            .into_iter()
+            .filter(|w| frag.iter().any(|r| r.workload == *w))
+            .collect();
+        let mut engines: Vec<String> = Vec::new();
+        for r in &frag {
+            if !engines.contains(&r.engine) {
+                engines.push(r.engine.clone());
+            }
+        }
+        let series = engines
+            .iter()
+            .map(|e| {
+                let v = workloads
+                    .iter()
+                    .map(|&w| {
+                        frag.iter()
+                            .find(|r| &r.engine == e && r.workload == w)
+                            .and_then(|r| r.space.fragmentation)
+                            .map(|f| 100.0 * f)
+                    })
+                    .collect();
+                (e.clone(), v)
+            })
+            .collect();
+        files.extend(save(
+            dir,
+            "fig9-fragmentation",
+            &Bars {
+                title: "Fragmentation: 1 - live bytes / bytes held (Fig. 9)",
+                y_label: "fragmentation (%)",
+                categories: workloads
+                    .iter()
+                    .map(|w| w.name().trim_start_matches("frag-").to_uppercase())
+                    .collect(),
+                series,
+            },
+        )?);
+    }
+    // Fig. 11.
+    let swept: Vec<&RunResult> = results
+        .iter()
+        .filter(|r| r.space.utilisation.is_some())
+        .collect();
+    if !swept.is_empty() {
+        let mut points: Vec<u32> = swept
+            .iter()
+            .filter_map(|r| r.space.utilisation.map(percent))
+            .collect();
+        points.sort_unstable();
+        points.dedup();
+        let mut lines: Vec<(String, Workload, usize, usize)> = Vec::new();
+        for r in &swept {
+            let key = (r.engine.clone(), r.workload, r.value_size, r.threads);
+            if !lines.contains(&key) {
+                lines.push(key);
+            }
+        }
+        let several_engines = lines.iter().any(|l| l.0 != lines[0].0);
+        let several_workloads = lines.iter().any(|l| l.1 != lines[0].1);
+        let label = |kind: &str, (e, w, v, t): &(String, Workload, usize, usize)| {
+            let mut s = format!(
+                "{kind}-{}",
+                if *v >= 1024 && v % 1024 == 0 {
+                    format!("{}KB", v / 1024)
+                } else {
+                    format!("{v}B")
+                }
+            );
+            if several_engines {
+                s.push_str(&format!(" {e}"));
+            }
+            if several_workloads {
+                s.push_str(&format!(" {w}"));
+            }
+            if *t != 1 {
+                s.push_str(&format!(" ({t} threads)"));
+            }
+            s
+        };
+        let series_of = |kind: &str, value: &dyn Fn(&RunResult) -> Option<f64>| {
+            lines
+                .iter()
+                .map(|line| {
+                    let v = points
+                        .iter()
+                        .map(|&p| {
+                            swept
+                                .iter()
+                                .find(|r| {
+                                    (r.engine.clone(), r.workload, r.value_size, r.threads) == *line
+                                        && r.space.utilisation.map(percent) == Some(p)
+                                })
+                                .and_then(|r| value(r))
+                        })
+                        .collect();
+                    (label(kind, line), v)
+                })
+                .collect::<Vec<_>>()
+        };
+        let categories: Vec<String> = points.iter().map(|p| format!("{p}%")).collect();
+        files.extend(save(
+            dir,
+            "fig11a-txn-vs-utilisation",
+            &Bars {
+                title: "Transaction throughput against log utilisation (Fig. 11)",
+                y_label: "transactions / s",
+                categories: categories.clone(),
+                series: series_of("Txn", &|r| Some(r.tx_per_s)),
+            },
+        )?);
+        files.extend(save(
+            dir,
+            "fig11b-cleaner-vs-utilisation",
+            &Bars {
+                title: "Cleaner throughput against log utilisation (Fig. 11): live bytes moved",
+                y_label: "MB / s moved",
+                categories,
+                series: series_of("Cln", &|r| r.space.moved_mb_per_s),
+            },
+        )?);
+    }
+    // LSNVMM-Cleaning against log.
+    let cleaning = crate::harness::LOG_CLEANING;
+    let paired: Vec<Workload> = Workload::ALL
+        .into_iter()
+        .filter(|&w| {
+            results
+                .iter()
+                .any(|r| r.engine == cleaning && r.workload == w && r.space.utilisation.is_none())
+                && results
+                    .iter()
+                    .any(|r| r.engine == "log" && r.workload == w && r.space.utilisation.is_none())
+        })
+        .collect();
+    if !paired.is_empty() {
+        let mut threads: Vec<usize> = results
+            .iter()
+            .filter(|r| r.engine == cleaning)
+            .map(|r| r.threads)
+            .collect();
+        threads.sort_unstable();
+        threads.dedup();
+        let series = threads
+            .iter()
+            .map(|&t| {
+                let v = paired
+                    .iter()
+                    .map(|&w| {
+                        let of = |e: &str| {
+                            results.iter().find(|r| {
+                                r.engine == e
+                                    && r.workload == w
+                                    && r.threads == t
+                                    && r.space.utilisation.is_none()
+                            })
+                        };
+                        Some(of(cleaning)?.tx_per_s / of("log")?.tx_per_s.max(1e-9))
+                    })
+                    .collect();
+                (format!("{cleaning} / log ({t} thread(s))"), v)
+            })
+            .collect();
+        files.extend(save(
+            dir,
+            "cleaning-overhead",
+            &Bars {
+                title: "LSNVMM-Cleaning: throughput relative to no cleaning",
+                y_label: "throughput / log",
+                categories: paired.iter().map(|w| w.name().to_string()).collect(),
+                series,
             },
         )?);
     }

@@ -381,6 +381,7 @@ mod imp {
             dram_bytes: None,
             pm_bytes_used: Some(pm_bytes_used),
             preload_seconds,
+            space: Default::default(),
         })
     }
 }
@@ -560,6 +561,9 @@ mod tests {
                 seed: 3,
                 emulation: Some(logheap::Emulation::PAPER),
                 dir: None,
+                utilisation: None,
+                frag: Default::default(),
+                time_limit: None,
             };
             let r = crate::run(&spec).unwrap();
             assert_eq!((r.engine.as_str(), r.config.as_str()), ("pmdk", "pmdk"));

@@ -10,6 +10,21 @@ use crate::harness::RunResult;
 /// ratios to `log-base` and to `pmdk` where they ran), and write traffic per
 /// transaction (`-` where an engine does not measure a figure).
 pub fn markdown(results: &[RunResult]) -> String {
+    let (special, standard): (Vec<RunResult>, Vec<RunResult>) = results
+        .iter()
+        .cloned()
+        .partition(|r| r.workload.is_fragmentation() || r.space.utilisation.is_some());
+    let mut out = if standard.is_empty() {
+        String::new()
+    } else {
+        standard_tables(&standard)
+    };
+    out.push_str(&cleaning_tables(&special));
+    out
+}
+
+/// The tables of the runs of the paper's workloads in pools with room for everything.
+fn standard_tables(results: &[RunResult]) -> String {
     let mut engines: Vec<String> = Vec::new();
     for r in results {
         if !engines.contains(&r.engine) {
@@ -60,6 +75,13 @@ pub fn markdown(results: &[RunResult]) -> String {
                     if let Some(p) = peer.filter(|&p| p > 0.0 && e != pmdk) {
                         ratios.push(format!("{:.2}x pmdk", r.tx_per_s / p));
                     }
+                    if let Some(l) = by_engine
+                        .get("log")
+                        .map(|l| l.tx_per_s)
+                        .filter(|&l| l > 0.0 && e == crate::harness::LOG_CLEANING)
+                    {
+                        ratios.push(format!("{:.2}x log", r.tx_per_s / l));
+                    }
                     if ratios.is_empty() {
                         format!("{:.0}", r.tx_per_s)
                     } else {
@@ -106,7 +128,111 @@ pub fn markdown(results: &[RunResult]) -> String {
     out
 }
 
-/// `x` with `digits` decimals, or `-` when not measured.
+/// The tables of the fragmentation runs (Fig. 9) and of the runs in pools sized to a
+/// utilisation (Fig. 11); empty without such runs.
+fn cleaning_tables(results: &[RunResult]) -> String {
+    let mut out = String::new();
+    let frag: Vec<&RunResult> = results
+        .iter()
+        .filter(|r| r.workload.is_fragmentation())
+        .collect();
+    if !frag.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n### Fragmentation (Fig. 9): 1 - live bytes / bytes held\n\n| workload | engine | fragmentation | live MiB | held MiB | allocator's in-use MiB | allocations | frees | log pool MiB | chunks cleaned (fast) | MiB moved | seconds |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+        );
+        let mib_of = |x: Option<u64>| {
+            x.map_or("-".into(), |b| {
+                format!("{:.1}", b as f64 / (1 << 20) as f64)
+            })
+        };
+        for r in frag {
+            let s = &r.space;
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} |",
+                r.workload,
+                r.engine,
+                s.fragmentation
+                    .map_or("-".into(), |f| format!("{:.1}%", 100.0 * f)),
+                mib_of(s.live_bytes),
+                mib_of(s.held_bytes),
+                mib_of(s.allocator_bytes),
+                s.allocations.map_or("-".into(), |x| x.to_string()),
+                s.frees.map_or("-".into(), |x| x.to_string()),
+                mib_of(s.pool_bytes),
+                match (s.chunks_cleaned, s.chunks_fast_cleaned) {
+                    (Some(c), Some(f)) => format!("{c} ({f})"),
+                    _ => "-".into(),
+                },
+                mib_of(s.cleaner_bytes_moved),
+                r.seconds,
+            );
+        }
+    }
+    let mut swept: Vec<&RunResult> = results
+        .iter()
+        .filter(|r| r.space.utilisation.is_some())
+        .collect();
+    if !swept.is_empty() {
+        swept.sort_by(|a, b| {
+            (&a.engine, a.workload.name(), a.value_size, a.threads)
+                .cmp(&(&b.engine, b.workload.name(), b.value_size, b.threads))
+                .then(
+                    a.space
+                        .utilisation
+                        .partial_cmp(&b.space.utilisation)
+                        .unwrap_or(std::cmp::Ordering::Equal),
+                )
+        });
+        let _ = writeln!(
+            out,
+            "\n### Throughput against log utilisation (Fig. 11)\n\nUtilisation: live log bytes after the preload / (chunks x chunk size). Relative: to the lowest utilisation of the same engine, workload, value size and threads. Turnover: bytes written to the log in the measured phase / the log's size.\n\n| engine | workload | value B | threads | utilisation | transactions | tx/s | relative | chunks cleaned (fast) | moved MB/s | reclaimed MB/s | refused (PoolFull) | turnover | pool MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        );
+        for r in &swept {
+            let s = &r.space;
+            let lowest = swept
+                .iter()
+                .filter(|o| {
+                    (&o.engine, o.workload, o.value_size, o.threads)
+                        == (&r.engine, r.workload, r.value_size, r.threads)
+                })
+                .min_by(|a, b| {
+                    a.space
+                        .utilisation
+                        .partial_cmp(&b.space.utilisation)
+                        .unwrap_or(std::cmp::Ordering::Equal)
+                })
+                .map_or(r.tx_per_s, |o| o.tx_per_s);
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {:.1}% | {}{} | {:.0} | {:.2}x | {} ({}) | {} | {} | {} | {} | {:.1} |",
+                r.engine,
+                r.workload,
+                r.value_size,
+                r.threads,
+                100.0 * s.utilisation.unwrap_or(0.0),
+                r.ops,
+                if s.time_limited == Some(true) {
+                    " (time limit)"
+                } else {
+                    ""
+                },
+                r.tx_per_s,
+                r.tx_per_s / lowest.max(1e-9),
+                s.chunks_cleaned.unwrap_or(0),
+                s.chunks_fast_cleaned.unwrap_or(0),
+                fixed(s.moved_mb_per_s, 1),
+                fixed(s.reclaimed_mb_per_s, 1),
+                s.pool_full.unwrap_or(0),
+                fixed(s.log_turnover, 1),
+                s.pool_bytes.unwrap_or(0) as f64 / (1 << 20) as f64,
+            );
+        }
+    }
+    out
+}
+
 /// `x` with `digits` decimals, or `-` when it was not measured.
 pub fn fixed(x: Option<f64>, digits: usize) -> String {
     x.map_or("-".into(), |x| format!("{x:.digits$}"))
@@ -147,6 +273,7 @@ mod tests {
             dram_bytes: (!pmdk).then_some(1 << 20),
             pm_bytes_used: Some(2 << 20),
             preload_seconds: 0.1,
+            space: Default::default(),
         }
     }
 

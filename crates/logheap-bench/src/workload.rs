@@ -35,6 +35,14 @@ pub enum Workload {
     KvstoreIns,
     /// Key-value store, Zipf updates.
     KvstoreUpd,
+    /// Fragmentation W1: 100-150 B objects, then 200-250 B ones (live data capped;
+    /// [`crate::fragmentation`]).
+    FragW1,
+    /// Fragmentation W2: as W1, with 90% of the objects freed between the phases.
+    FragW2,
+    /// Fragmentation W3: 1,000-2,000 B objects, then 1,500-2,500 B ones, with 90% freed
+    /// between the phases.
+    FragW3,
 }
 
 impl Workload {
@@ -51,6 +59,15 @@ impl Workload {
         Self::KvstoreUpd,
     ];
 
+    /// The fragmentation workloads (Fig. 9), which run on the log engine and on the
+    /// DRAM allocators `glibc` and `jemalloc` ([`crate::fragmentation`]).
+    pub const FRAGMENTATION: [Workload; 3] = [Self::FragW1, Self::FragW2, Self::FragW3];
+
+    /// Whether this is a fragmentation workload.
+    pub fn is_fragmentation(self) -> bool {
+        Self::FRAGMENTATION.contains(&self)
+    }
+
     /// The name used on the command line and in reports.
     pub fn name(self) -> &'static str {
         match self {
@@ -63,6 +80,9 @@ impl Workload {
             Self::HashtableUpd => "hashtable-upd",
             Self::KvstoreIns => "kvstore-ins",
             Self::KvstoreUpd => "kvstore-upd",
+            Self::FragW1 => "frag-w1",
+            Self::FragW2 => "frag-w2",
+            Self::FragW3 => "frag-w3",
         }
     }
 
@@ -98,9 +118,14 @@ impl FromStr for Workload {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Self::ALL
             .into_iter()
+            .chain(Self::FRAGMENTATION)
             .find(|w| w.name() == s)
             .ok_or_else(|| {
-                let names: Vec<&str> = Self::ALL.iter().map(|w| w.name()).collect();
+                let names: Vec<&str> = Self::ALL
+                    .iter()
+                    .chain(&Self::FRAGMENTATION)
+                    .map(|w| w.name())
+                    .collect();
                 format!("unknown workload {s:?} ({})", names.join(", "))
             })
     }
@@ -318,6 +343,11 @@ impl Prepared {
         shape: Shape,
         rng: &mut impl Rng,
     ) -> Result<Prepared, Error> {
+        if workload.is_fragmentation() {
+            return Err(Error::InvalidConfig(format!(
+                "{workload} is run by logheap_bench::fragmentation, not preloaded"
+            )));
+        }
         let stream = OpStream::new(workload, shape);
         let n = stream.elements();
         let target = pool.transaction(|tx| {

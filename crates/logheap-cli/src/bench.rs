@@ -6,14 +6,24 @@
 //! (500 ns, 1 GB/s); and, when this build has PMDK, the same on the peer engine `pmdk`
 //! (libpmemobj: every workload on one thread, the update workloads on two). It writes
 //! `results.jsonl` and `results.md` into a results directory named on its last line.
+//!
+//! The cleaning benchmarks (issue 10) are options of the same command: the
+//! fragmentation workloads `frag-w1`, `frag-w2`, `frag-w3` (Fig. 9; default engines
+//! `log`, `glibc`, `jemalloc`), `--utilisation` (each run in a pool its preload fills to
+//! that share, so the cleaner works; Fig. 11), and the engine `log-cleaning` (the
+//! paper's LSNVMM-Cleaning setting). `--plot DIR` draws their figures into `DIR`.
 
 use std::io::Write as _;
 use std::path::PathBuf;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use logheap::{Emulation, MappingConfig};
+use logheap_bench::fragmentation::{GLIBC, JEMALLOC, is_dram_allocator};
+use logheap_bench::harness::LOG_CLEANING;
 use logheap_bench::pmdk::{self, pmdk_available};
-use logheap_bench::{RunSpec, Workload, report, run_reporting};
+use logheap_bench::{FragOptions, RunSpec, Workload, report, run_reporting};
+
+use crate::size::parse_size;
 
 /// Options of `logheap bench`.
 #[derive(Debug, clap::Args)]
@@ -22,7 +32,9 @@ pub struct Args {
     #[arg(long = "workload")]
     workloads: Vec<Workload>,
     /// Engines to run (repeat; default: log-base, log-2l, log-2l-gu, log-2l-gu-c, log,
-    /// and pmdk when this build has PMDK's libpmemobj).
+    /// and pmdk when this build has PMDK's libpmemobj; for the fragmentation workloads
+    /// log, glibc and jemalloc). `log-cleaning` is log in the paper's LSNVMM-Cleaning
+    /// setting (chunks more than half stale cleaned every 1,000 commits).
     #[arg(long = "engine")]
     engines: Vec<String>,
     /// Thread counts (repeat; default: 1, plus 2 threads for the update workloads of
@@ -35,9 +47,42 @@ pub struct Args {
     /// Elements preloaded per run.
     #[arg(long, default_value_t = 50_000)]
     elements: u64,
-    /// Value size in bytes.
-    #[arg(long, default_value_t = 128)]
-    value_size: usize,
+    /// Value sizes in bytes (repeat; default 128).
+    #[arg(long = "value-size")]
+    value_sizes: Vec<usize>,
+    /// Run each workload in a pool its preload fills to this share of the log (repeat,
+    /// e.g. 0.5 to 0.9), so the cleaner works throughout (Fig. 11); transactions the
+    /// engine refuses for want of space are counted. Default: a pool with room for
+    /// everything, never cleaned.
+    #[arg(long = "utilisation")]
+    utilisations: Vec<f64>,
+    /// End each measured phase after this many seconds even when transactions are left
+    /// (default: with --utilisation 60, else none): a log too full to clean well can
+    /// slow transactions down a thousandfold.
+    #[arg(long)]
+    time_limit: Option<f64>,
+    /// Fragmentation workloads: live bytes at most (e.g. 16M).
+    #[arg(long, value_parser = parse_size, default_value = "16M")]
+    frag_live: u64,
+    /// Fragmentation workloads: bytes allocated by each phase, as a multiple of
+    /// --frag-live.
+    #[arg(long, default_value_t = 5)]
+    frag_ratio: u64,
+    /// Fragmentation workloads: allocations per transaction on the log engine.
+    #[arg(long, default_value_t = 1)]
+    frag_batch: u64,
+    /// Fragmentation workloads: the log engine's pool size (default: the smallest,
+    /// searched in steps of 10%, in which the workload runs without PoolFull).
+    #[arg(long, value_parser = parse_size)]
+    frag_pool: Option<u64>,
+    /// Also draw the figures of the cleaning benchmarks (Fig. 9, Fig. 11, LSNVMM-Cleaning
+    /// against log) into this directory.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+    /// Run glibc and jemalloc in this process (by default each such run is a child
+    /// process of its own, so that the heaps it measures hold nothing of other runs).
+    #[arg(long, hide = true)]
+    in_process: bool,
     /// NVM emulation: `paper` (500 ns, 1 GB/s) or `off`.
     #[arg(long, default_value = "paper")]
     emulation: String,
@@ -82,18 +127,46 @@ fn write_reports(
     Ok(())
 }
 
+/// Draws the cleaning figures of `results` into `dir` (`--plot`).
+fn write_plots(dir: &std::path::Path, results: &[logheap_bench::RunResult]) {
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        eprintln!("plots not drawn: {}: {e}", dir.display());
+        return;
+    }
+    match logheap_bench::plots::draw_cleaning(results, dir) {
+        Ok(files) => eprintln!("plots: {} files in {}", files.len(), dir.display()),
+        Err(e) => eprintln!("plots not drawn: {e}"),
+    }
+}
+
 /// The engine name of the log engine with `mapping` (`log`, `log-base`, ...).
 fn engine_of(mapping: MappingConfig) -> String {
     logheap::Config::default().mapping(mapping).engine_label()
 }
 
-fn plan(args: &Args) -> Vec<(String, Workload, usize)> {
+/// One run of the plan.
+#[derive(Debug, Clone, PartialEq)]
+struct Planned {
+    engine: String,
+    workload: Workload,
+    threads: usize,
+    value_size: usize,
+    utilisation: Option<f64>,
+}
+
+fn plan(args: &Args) -> Vec<Planned> {
     let workloads = if args.workloads.is_empty() {
         Workload::ALL.to_vec()
     } else {
         args.workloads.clone()
     };
-    let engines: Vec<String> = if args.engines.is_empty() {
+    let engines_for = |w: Workload| -> Vec<String> {
+        if !args.engines.is_empty() {
+            return args.engines.clone();
+        }
+        if w.is_fragmentation() {
+            return ["log", GLIBC, JEMALLOC].map(String::from).to_vec();
+        }
         let mut engines: Vec<String> = MappingConfig::LADDER
             .iter()
             .map(|&(_, m)| engine_of(m))
@@ -102,29 +175,67 @@ fn plan(args: &Args) -> Vec<(String, Workload, usize)> {
             engines.push(pmdk::ENGINE.to_string());
         }
         engines
-    } else {
-        args.engines.clone()
     };
-    let mut runs = Vec::new();
     let threads = if args.threads.is_empty() {
         vec![1]
     } else {
         args.threads.clone()
     };
+    let sizes = if args.value_sizes.is_empty() {
+        vec![128]
+    } else {
+        args.value_sizes.clone()
+    };
+    let utilisations: Vec<Option<f64>> = if args.utilisations.is_empty() {
+        vec![None]
+    } else {
+        args.utilisations.iter().map(|&u| Some(u)).collect()
+    };
+    let mut runs = Vec::new();
     for &w in &workloads {
-        for e in &engines {
-            for &t in &threads {
-                runs.push((e.clone(), w, t));
+        if w.is_fragmentation() {
+            // Single-threaded, and sized by the --frag options.
+            for e in engines_for(w) {
+                runs.push(Planned {
+                    engine: e,
+                    workload: w,
+                    threads: 1,
+                    value_size: 0,
+                    utilisation: None,
+                });
+            }
+            continue;
+        }
+        for &value_size in &sizes {
+            for &utilisation in &utilisations {
+                for e in engines_for(w) {
+                    for &threads in &threads {
+                        runs.push(Planned {
+                            engine: e.clone(),
+                            workload: w,
+                            threads,
+                            value_size,
+                            utilisation,
+                        });
+                    }
+                }
             }
         }
     }
-    if args.threads.is_empty() {
+    if args.threads.is_empty() && args.utilisations.is_empty() {
         for &w in workloads.iter().filter(|w| w.is_update()) {
-            for e in engines
-                .iter()
-                .filter(|e| *e == "log" || *e == "log-2l-gu-c" || *e == pmdk::ENGINE)
-            {
-                runs.push((e.clone(), w, 2));
+            for &value_size in &sizes {
+                for e in engines_for(w).into_iter().filter(|e| {
+                    e == "log" || e == "log-2l-gu-c" || e == LOG_CLEANING || e == pmdk::ENGINE
+                }) {
+                    runs.push(Planned {
+                        engine: e,
+                        workload: w,
+                        threads: 2,
+                        value_size,
+                        utilisation: None,
+                    });
+                }
             }
         }
     }
@@ -133,25 +244,49 @@ fn plan(args: &Args) -> Vec<(String, Workload, usize)> {
 
 /// Refuses a plan that cannot run, before anything runs: no threads, or an engine that
 /// does not exist (naming those that do).
-fn check_plan(runs: &[(String, Workload, usize)]) -> Result<(), String> {
-    for (engine, _, threads) in runs {
-        if *threads == 0 {
+fn check_plan(runs: &[Planned]) -> Result<(), String> {
+    for r in runs {
+        let engine = &r.engine;
+        if r.threads == 0 {
             return Err("--threads 0: a run needs at least one thread".into());
         }
-        if engine == pmdk::ENGINE {
+        if let Some(u) = r.utilisation
+            && !(u > 0.0 && u < 1.0)
+        {
+            return Err(format!("--utilisation {u}: give a share between 0 and 1"));
+        }
+        if is_dram_allocator(engine) {
+            if !r.workload.is_fragmentation() {
+                return Err(format!(
+                    "--engine {engine} runs only the fragmentation workloads (frag-w1, frag-w2, frag-w3), not {}",
+                    r.workload
+                ));
+            }
             continue;
         }
-        match logheap::Config::default().engine_name(engine) {
+        if engine == pmdk::ENGINE {
+            if r.workload.is_fragmentation() {
+                return Err(format!(
+                    "--engine pmdk does not run {} (the fragmentation workloads run on log engines, glibc and jemalloc)",
+                    r.workload
+                ));
+            }
+            if r.utilisation.is_some() {
+                return Err("--utilisation sizes logheap's log; pmdk has none".into());
+            }
+            continue;
+        }
+        match logheap_bench::harness::config_for(engine) {
             Err(e) => {
                 let known: Vec<String> = MappingConfig::NAMED
                     .iter()
                     .map(|&(_, m)| engine_of(m))
                     .collect();
                 return Err(format!(
-                    "--engine {engine}: {e}; the engines built are {}{}",
+                    "--engine {engine}: {e}; the engines built are {}, {LOG_CLEANING}{}, and for the fragmentation workloads {GLIBC} and {JEMALLOC}",
                     known.join(", "),
                     if pmdk_available() {
-                        ", and the peer engine pmdk"
+                        ", the peer engine pmdk"
                     } else {
                         ""
                     }
@@ -234,6 +369,86 @@ fn fit_in_memory(elements: u64, ops: u64, value_size: usize) -> (u64, u64) {
     }
 }
 
+/// Runs a glibc or jemalloc fragmentation run in a child process (`logheap bench
+/// --in-process`): glibc's `mallinfo2` and jemalloc's statistics describe the whole
+/// heap, which in this process also holds what earlier runs left (the log engine's
+/// DRAM mapping is allocated with glibc's malloc, and freeing it leaves the heap
+/// large).
+fn run_in_child(spec: &RunSpec) -> Result<logheap_bench::RunResult, Box<dyn std::error::Error>> {
+    let out = tempfile::tempdir()?;
+    let f = spec.frag;
+    let mut cmd = std::process::Command::new(std::env::current_exe()?);
+    cmd.args(["bench", "--in-process", "--json", "--workload"])
+        .arg(spec.workload.name())
+        .args(["--engine", &spec.engine])
+        .args(["--frag-live", &f.live.to_string()])
+        .args(["--frag-ratio", &f.total_ratio.to_string()])
+        .args(["--frag-batch", &f.batch.to_string()])
+        .args(["--seed", &spec.seed.to_string()])
+        .arg("--out")
+        .arg(out.path());
+    let child = cmd.output()?;
+    if !child.status.success() {
+        return Err(format!(
+            "the child process failed: {}",
+            String::from_utf8_lossy(&child.stderr).trim()
+        )
+        .into());
+    }
+    let stdout = String::from_utf8_lossy(&child.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .ok_or("the child process printed no result")?;
+    Ok(serde_json::from_str(line)?)
+}
+
+/// The line printed after a run.
+fn summary(r: &logheap_bench::RunResult) -> String {
+    let s = &r.space;
+    if let Some(f) = s.fragmentation {
+        return format!(
+            "{:<12} {:<14} fragmentation {:.1}% ({:.1} MiB live, {:.1} MiB held){}",
+            r.engine,
+            r.workload,
+            100.0 * f,
+            s.live_bytes.unwrap_or(0) as f64 / (1 << 20) as f64,
+            s.held_bytes.unwrap_or(0) as f64 / (1 << 20) as f64,
+            match s.chunks_cleaned {
+                Some(c) => format!(", {c} chunks cleaned"),
+                None => String::new(),
+            }
+        );
+    }
+    let mut line = format!(
+        "{:<12} {:<14} {} thread(s): {:>9.0} tx/s, {} fences/tx, {} media B/tx",
+        r.engine,
+        r.workload,
+        r.threads,
+        r.tx_per_s,
+        report::fixed(r.fences_per_tx, 2),
+        report::fixed(r.media_bytes_per_tx, 0)
+    );
+    if let Some(u) = s.utilisation {
+        line.push_str(&format!(
+            ", {} B values, {:.1}% utilised, {} chunks cleaned, {:.1} MB/s moved, {} refused{}",
+            r.value_size,
+            100.0 * u,
+            s.chunks_cleaned.unwrap_or(0),
+            s.moved_mb_per_s.unwrap_or(0.0),
+            s.pool_full.unwrap_or(0),
+            if s.time_limited == Some(true) {
+                format!(", stopped at the time limit after {} transactions", r.ops)
+            } else {
+                String::new()
+            }
+        ));
+    } else if let Some(c) = s.chunks_cleaned.filter(|&c| c > 0) {
+        line.push_str(&format!(", {c} chunks cleaned"));
+    }
+    line
+}
+
 /// Runs the benchmarks and writes the reports.
 pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(dir) = &args.report_only {
@@ -248,6 +463,9 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             &format!("# logheap bench\n\n{} runs (redrawn).\n\n", results.len()),
             &results,
         )?;
+        if let Some(plot) = &args.plot {
+            write_plots(plot, &results);
+        }
         println!("results in {}", dir.display());
         return Ok(());
     }
@@ -260,17 +478,18 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         "off" => None,
         other => return Err(format!("unknown emulation {other:?} (paper, off)").into()),
     };
+    let largest_value = args.value_sizes.iter().copied().max().unwrap_or(128);
     let (elements, ops) = if args.full {
-        fit_in_memory(10_000_000, 1_000_000, args.value_size)
+        fit_in_memory(10_000_000, 1_000_000, largest_value)
     } else {
         (args.elements, args.ops)
     };
     let mut runs = plan(args);
     check_plan(&runs)?;
-    if runs.iter().any(|(e, _, _)| e == pmdk::ENGINE) {
+    if runs.iter().any(|r| r.engine == pmdk::ENGINE) {
         if !pmdk_available() {
             eprintln!("{}", pmdk::UNAVAILABLE);
-            runs.retain(|(e, _, _)| e != pmdk::ENGINE);
+            runs.retain(|r| r.engine != pmdk::ENGINE);
             if runs.is_empty() {
                 return Err("no other engine was asked for: nothing to run".into());
             }
@@ -292,35 +511,64 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         ProgressStyle::with_template("{bar:30} {pos}/{len} runs, {elapsed}, {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    for (i, (engine, workload, threads)) in runs.iter().enumerate() {
+    let frag = FragOptions {
+        live: args.frag_live,
+        total_ratio: args.frag_ratio,
+        batch: args.frag_batch,
+        pool_size: args.frag_pool,
+    };
+    for (i, run) in runs.iter().enumerate() {
+        let Planned {
+            engine,
+            workload,
+            threads,
+            value_size,
+            utilisation,
+        } = run;
         let spec = RunSpec {
             engine: engine.clone(),
             workload: *workload,
             threads: *threads,
             ops,
             elements,
-            value_size: args.value_size,
+            value_size: *value_size,
             seed: args.seed,
             emulation,
             dir: args.pool_dir.clone(),
+            utilisation: *utilisation,
+            frag,
+            time_limit: args
+                .time_limit
+                .or(utilisation.map(|_| 60.0))
+                .map(std::time::Duration::from_secs_f64),
         };
-        let what = format!("{engine} {workload} ({threads} thread(s))");
-        let r = run_reporting(&spec, &|phase| bar.set_message(format!("{what}: {phase}")))
-            .map_err(|e| format!("{what}: {e}"))?;
+        let mut what = format!("{engine} {workload} ({threads} thread(s)");
+        if !workload.is_fragmentation() && args.value_sizes.len() > 1 {
+            what.push_str(&format!(", {value_size} B values"));
+        }
+        if let Some(u) = utilisation {
+            what.push_str(&format!(", {:.0}% utilisation", 100.0 * u));
+        }
+        what.push(')');
+        let measured = if is_dram_allocator(engine) && !args.in_process {
+            bar.set_message(format!("{what}: in a child process"));
+            run_in_child(&spec)
+        } else {
+            run_reporting(&spec, &|phase| bar.set_message(format!("{what}: {phase}")))
+        };
+        let r = match measured {
+            Ok(r) => r,
+            // A utilisation the engine cannot hold is a finding of the sweep, not the
+            // end of it.
+            Err(e) if utilisation.is_some() => {
+                bar.inc(1);
+                bar.suspend(|| eprintln!("[{}/{}] {what}: not run: {e}", i + 1, runs.len()));
+                continue;
+            }
+            Err(e) => return Err(format!("{what}: {e}").into()),
+        };
         bar.inc(1);
-        bar.suspend(|| {
-            eprintln!(
-                "[{}/{}] {:<12} {:<14} {} thread(s): {:>9.0} tx/s, {} fences/tx, {} media B/tx",
-                i + 1,
-                runs.len(),
-                r.engine,
-                r.workload,
-                r.threads,
-                r.tx_per_s,
-                report::fixed(r.fences_per_tx, 2),
-                report::fixed(r.media_bytes_per_tx, 0)
-            )
-        });
+        bar.suspend(|| eprintln!("[{}/{}] {}", i + 1, runs.len(), summary(&r)));
         let line = serde_json::to_string(&r)?;
         writeln!(jsonl, "{line}")?;
         if args.json {
@@ -329,16 +577,24 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         results.push(r);
     }
     bar.finish_and_clear();
+    let sizes: Vec<String> = if args.value_sizes.is_empty() {
+        vec!["128".into()]
+    } else {
+        args.value_sizes.iter().map(|v| v.to_string()).collect()
+    };
     let header = format!(
         "# logheap bench\n\n{} runs; {} elements preloaded, {} transactions per run, {}-byte values, emulation {}, seed {}.\n\n",
         results.len(),
         elements,
         ops,
-        args.value_size,
+        sizes.join("/"),
         args.emulation,
         args.seed
     );
     write_reports(&out, &header, &results)?;
+    if let Some(dir) = &args.plot {
+        write_plots(dir, &results);
+    }
     println!("results in {}", out.display());
     Ok(())
 }

@@ -377,3 +377,163 @@ fn recovery_bench_times_crashed_and_clean_opens_per_thread_count() {
         }
     }
 }
+
+/// The JSON lines `logheap bench ... --json` printed.
+fn bench_json(args: &[&str], out: &std::path::Path) -> Vec<serde_json::Value> {
+    let run = logheap()
+        .arg("bench")
+        .args(args)
+        .args(["--emulation", "off", "--json", "--out"])
+        .arg(out)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    String::from_utf8_lossy(&run.stdout)
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn bench_fragmentation_runs_on_log_glibc_and_jemalloc() {
+    let dir = tempfile::tempdir().unwrap();
+    let plots = dir.path().join("plots");
+    let plot = plots.to_str().unwrap();
+    let runs = bench_json(
+        &[
+            "--workload",
+            "frag-w2",
+            "--frag-live",
+            "256K",
+            "--frag-ratio",
+            "4",
+            "--plot",
+            plot,
+        ],
+        &dir.path().join("results"),
+    );
+    let engines: Vec<&str> = runs.iter().map(|r| r["engine"].as_str().unwrap()).collect();
+    assert_eq!(engines, ["log", "glibc", "jemalloc"]);
+    for r in &runs {
+        let f = r["fragmentation"].as_f64().unwrap();
+        assert!((0.0..1.0).contains(&f), "{r}");
+        let live = r["live_bytes"].as_u64().unwrap();
+        let held = r["held_bytes"].as_u64().unwrap();
+        assert!(live > 200 << 10 && live <= 256 << 10, "{r}");
+        assert!(held >= live, "{r}");
+        // The allocator's own figure was read: at least what the workload holds.
+        assert!(r["allocator_bytes"].as_u64().unwrap() >= live, "{r}");
+        assert!(r["frees"].as_u64().unwrap() > 1000, "{r}");
+    }
+    // The log engine ran in a pool smaller than all it allocated, so it cleaned.
+    assert!(
+        runs[0]["chunks_cleaned"].as_u64().unwrap() > 0,
+        "{}",
+        runs[0]
+    );
+    assert!(runs[0]["pool_bytes"].as_u64().unwrap() < 2 * 4 * (256 << 10));
+    assert!(runs[2]["resident_bytes"].as_u64().is_some(), "{}", runs[2]);
+    let table = std::fs::read_to_string(dir.path().join("results/results.md")).unwrap();
+    assert!(table.contains("### Fragmentation (Fig. 9)"), "{table}");
+    if std::path::Path::new("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf").exists() {
+        assert!(plots.join("fig9-fragmentation.svg").is_file());
+    }
+}
+
+#[test]
+fn bench_refuses_dram_allocators_on_other_workloads() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = small_bench(&["--workload", "sps", "--engine", "glibc"], dir.path());
+    assert!(!run.status.success());
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains("runs only the fragmentation workloads"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn bench_utilisation_sizes_the_pool_so_the_cleaner_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let plots = dir.path().join("plots");
+    let runs = bench_json(
+        &[
+            "--workload",
+            "bptree-upd",
+            "--engine",
+            "log",
+            "--utilisation",
+            "0.5",
+            "--utilisation",
+            "0.6",
+            "--ops",
+            "6000",
+            "--elements",
+            "10000",
+            "--time-limit",
+            "30",
+            "--plot",
+            plots.to_str().unwrap(),
+        ],
+        &dir.path().join("results"),
+    );
+    assert_eq!(runs.len(), 2);
+    for (r, target) in runs.iter().zip([0.5, 0.6]) {
+        let u = r["utilisation"].as_f64().unwrap();
+        // The pool is a whole number of chunks: at most one chunk's share below.
+        assert!(u <= target && u > target - 0.02, "{r}");
+        assert!(r["chunks_cleaned"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["cleaner_bytes_moved"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["log_turnover"].as_f64().unwrap() > 0.5, "{r}");
+        assert!(r["pool_full"].is_u64(), "{r}");
+    }
+    // The smaller pool (higher utilisation) is the one at 60%.
+    assert!(runs[1]["pool_bytes"].as_u64() < runs[0]["pool_bytes"].as_u64());
+    let table = std::fs::read_to_string(dir.path().join("results/results.md")).unwrap();
+    assert!(
+        table.contains("### Throughput against log utilisation"),
+        "{table}"
+    );
+    if std::path::Path::new("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf").exists() {
+        assert!(plots.join("fig11a-txn-vs-utilisation.svg").is_file());
+        assert!(plots.join("fig11b-cleaner-vs-utilisation.svg").is_file());
+    }
+}
+
+#[test]
+fn bench_log_cleaning_cleans_where_log_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = bench_json(
+        &[
+            "--workload",
+            "rbtree-upd",
+            "--threads",
+            "1",
+            "--engine",
+            "log",
+            "--engine",
+            "log-cleaning",
+            "--ops",
+            "4000",
+            "--elements",
+            "500",
+        ],
+        &dir.path().join("results"),
+    );
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[0]["engine"], "log");
+    assert_eq!(runs[0]["chunks_cleaned"], 0, "{}", runs[0]);
+    assert_eq!(runs[1]["engine"], "log-cleaning");
+    assert!(
+        runs[1]["chunks_cleaned"].as_u64().unwrap() > 0,
+        "{}",
+        runs[1]
+    );
+    let table = std::fs::read_to_string(dir.path().join("results/results.md")).unwrap();
+    assert!(table.contains("x log)"), "{table}");
+}

@@ -126,6 +126,7 @@ impl Pool {
                 threshold: config.clean_threshold,
                 threads: config.cleaner_threads,
                 inline: config.inline_cleaning,
+                every: config.clean_every,
             },
         )?;
         let engine = Arc::new(engine);

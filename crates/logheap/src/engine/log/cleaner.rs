@@ -60,6 +60,8 @@ pub(crate) struct CleanerSettings {
     pub threads: usize,
     /// Committing threads clean inline.
     pub inline: bool,
+    /// Commits between passes run whatever the free chunks (0: none).
+    pub every: u64,
 }
 
 impl Default for CleanerSettings {
@@ -68,6 +70,7 @@ impl Default for CleanerSettings {
             threshold: 0.2,
             threads: 0,
             inline: true,
+            every: 0,
         }
     }
 }
@@ -92,6 +95,8 @@ pub(crate) struct Cleaner {
     pub stalled: AtomicBool,
     /// Background passes running now.
     running: std::sync::atomic::AtomicUsize,
+    /// Commits counted towards the next pass of [`CleanerSettings::every`].
+    pub commits: AtomicU64,
     /// Chunks reclaimed.
     pub chunks_cleaned: AtomicU64,
     /// Chunks reclaimed without copying.
@@ -115,6 +120,7 @@ impl Cleaner {
             wakeup: Arc::default(),
             stalled: AtomicBool::new(false),
             running: std::sync::atomic::AtomicUsize::new(0),
+            commits: AtomicU64::new(0),
             chunks_cleaned: AtomicU64::new(0),
             chunks_fast_cleaned: AtomicU64::new(0),
             bytes_moved: AtomicU64::new(0),

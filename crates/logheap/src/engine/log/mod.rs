@@ -694,6 +694,16 @@ impl LogEngine {
             if self.cleaner.settings.inline {
                 self.clean_inline(tx, false);
             }
+        } else if self.cleaner.settings.every > 0
+            && self
+                .cleaner
+                .commits
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(self.cleaner.settings.every)
+        {
+            tx.pin = None; // as in `clean_inline`: reclaimed chunks pass their grace period
+            self.clean(self.cleaner.settings.threshold);
+            tx.pin = Some(self.epoch.pin());
         }
         let mut buffers = std::mem::take(&mut tx.buffers);
         let mut result = self.commit_with(tx, &mut buffers);
