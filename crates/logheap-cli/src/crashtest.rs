@@ -47,6 +47,10 @@ pub struct Args {
     /// Inject a defect (skip-commit-fence), to see the checker fail.
     #[arg(long, hide = true)]
     fault: Option<String>,
+    /// Background cleaner threads of the log engine (their passes' fences come at any
+    /// moment between the workload's; 0: committers clean inline).
+    #[arg(long, default_value_t = 0)]
+    cleaner_threads: usize,
     /// Write the crash image of the first violation to this file (a pool file that
     /// `logheap check` and `logheap inspect` can read), for debugging.
     #[arg(long)]
@@ -229,6 +233,7 @@ fn crashtest(args: &Args) -> Result<Outcome, Box<dyn std::error::Error>> {
             .engine_name(&args.engine)?
             .size(POOL_SIZE)
             .chunk_size(4096)
+            .cleaner_threads(args.cleaner_threads)
     };
     let sim = SimConfig {
         max_images_per_fence: args.images_per_fence,

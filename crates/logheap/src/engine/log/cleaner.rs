@@ -11,9 +11,9 @@
 //! a transaction may have overwritten them since), copies the live pieces into the
 //! cleaner's own update log — each source block's pieces as blocks of *the source
 //! block's version* whose peer pointer is the block itself (a transaction of one block,
-//! complete by itself), written and fenced one at a time — remaps them, and releases the
-//! locks with the versions they had (the data did not change, so no reader needs to
-//! retry).
+//! complete by itself), written and fenced one at a time — remaps them, and releases
+//! the locks with the versions they had (the data did not change, so no reader needs
+//! to retry).
 //!
 //! A victim is then reclaimed: `W` is made durable in the superblock (if it was not
 //! already), the chunk after it in its log is repointed to the chunk before it and the
@@ -249,6 +249,10 @@ struct Work {
     pieces: Vec<LivePiece>,
     /// Moved pieces and their new places.
     placed: Vec<(LivePiece, u64)>,
+    /// Chunks of the cleaner's log it has moved on from, sealed (so that passes may
+    /// take them) only once what was moved into them is remapped: before, they look
+    /// empty to the live-byte counts, and another pass would reclaim them.
+    to_seal: Vec<u32>,
     /// The data of one block being written, and where each entry's starts in it.
     data: Vec<u8>,
     offsets: Vec<usize>,
@@ -417,6 +421,9 @@ impl LogEngine {
                 }
             }
             work.held = held.restore(&self.locks);
+            for c in work.to_seal.drain(..) {
+                self.chunks.seal(c);
+            }
             if !ok {
                 return false;
             }
@@ -452,7 +459,9 @@ impl LogEngine {
     /// `work.entries`, with the STM locks of their ranges held) into the cleaner's update
     /// log, durably, leaving each piece with its new place in `work.placed`; `false` when
     /// the cleaner has no room (then nothing written is mapped: the copies are harmless
-    /// duplicates of what the victim holds).
+    /// duplicates of what the victim holds). Each block is fenced before the next is
+    /// written: a moved block is committed on its own (its version is at most `W`), so
+    /// a torn one before a valid one in a chunk would read as damage.
     fn move_live(&self, work: &mut Work) -> bool {
         let Work {
             set,
@@ -462,6 +471,7 @@ impl LogEngine {
             placed,
             data,
             offsets,
+            to_seal,
             ..
         } = work;
         // The cleaner adopts a log set the committers left (after a reopen, one whose
@@ -487,7 +497,8 @@ impl LogEngine {
             // Blocks of this version, each as large as the room of the tail allows.
             let mut rest = &pieces[..];
             while !rest.is_empty() {
-                let Some((tail, room)) = self.cleaner_tail(set, rest[0].len as usize) else {
+                let Some((tail, room)) = self.cleaner_tail(set, rest[0].len as usize, to_seal)
+                else {
                     return false;
                 };
                 let mut n = 0;
@@ -553,8 +564,14 @@ impl LogEngine {
 
     /// The cleaner's update-log tail with room for a block of at least one entry of
     /// `min(len, 64)` bytes (taking a new chunk, whose header is written and made durable
-    /// with the first block, when the current one is short); and its room in bytes.
-    fn cleaner_tail(&self, set: &mut LogSet, len: usize) -> Option<(TailChunk, usize)> {
+    /// at once, when the current one is short: the old tail goes to `to_seal`); and its
+    /// room in bytes.
+    fn cleaner_tail(
+        &self,
+        set: &mut LogSet,
+        len: usize,
+        to_seal: &mut Vec<u32>,
+    ) -> Option<(TailChunk, usize)> {
         let size = self.geometry.size as usize;
         let need = block_size(1, len);
         let tail = &mut set.tails[LogKind::Update.index()].current;
@@ -577,7 +594,7 @@ impl LogEngine {
         self.media.fence();
         self.chunks.link(header.prev, taken.chunk);
         if let Some(old) = *tail {
-            self.chunks.seal(old.chunk);
+            to_seal.push(old.chunk);
         }
         let t = TailChunk {
             chunk: taken.chunk,
