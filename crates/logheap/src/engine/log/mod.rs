@@ -13,6 +13,7 @@
 //! open need not replay the log), [`epoch`] (the pool's own epoch-based reclamation
 //! domain, which the mapping's frees and the cleaner's reclaimed chunks wait on).
 
+mod checkpoint;
 mod chunks;
 mod cleaner;
 mod commit_data;

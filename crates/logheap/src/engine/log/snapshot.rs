@@ -172,6 +172,14 @@ impl Snapshot {
         Ok(Snapshot { payload })
     }
 
+    /// Chunks the snapshot takes when written.
+    pub(crate) fn chunks_needed(&self, geometry: &ChunkGeometry) -> usize {
+        self.payload
+            .len()
+            .div_ceil(payload_per_chunk(geometry))
+            .max(1)
+    }
+
     /// Writes the snapshot into `free` chunks (in that order; none of them in a log) and
     /// makes it durable. Returns its locator, or `None` (nothing written) when the free
     /// chunks are too few to hold it.
@@ -218,6 +226,15 @@ impl Snapshot {
         geometry: &ChunkGeometry,
         locator: &SnapshotLocator,
     ) -> Result<Snapshot, String> {
+        Snapshot::read_with_chunks(media, geometry, locator).map(|(snapshot, _)| snapshot)
+    }
+
+    /// [`read`](Self::read), with the chunks the snapshot is written in, in order.
+    pub(crate) fn read_with_chunks(
+        media: &Media,
+        geometry: &ChunkGeometry,
+        locator: &SnapshotLocator,
+    ) -> Result<(Snapshot, Vec<u32>), String> {
         let per_chunk = payload_per_chunk(geometry) as u64;
         if locator.chunks as u64 != locator.bytes.div_ceil(per_chunk).max(1)
             || locator.chunks > geometry.count
@@ -228,6 +245,7 @@ impl Snapshot {
             ));
         }
         let mut payload = Vec::with_capacity(locator.bytes as usize);
+        let mut read_from = Vec::with_capacity(locator.chunks as usize);
         let mut chunk = locator.first;
         let mut head = [0u8; SNAP_CHUNK_HEADER];
         for i in 0..locator.chunks {
@@ -252,12 +270,13 @@ impl Snapshot {
             let start = payload.len();
             payload.resize(start + len as usize, 0);
             media.read(at + SNAP_CHUNK_HEADER, &mut payload[start..]);
+            read_from.push(chunk);
             chunk = next;
         }
         if crc32c::crc32c(&payload) != locator.crc {
             return Err("the snapshot's checksum does not match".into());
         }
-        Snapshot::decode(payload)
+        Ok((Snapshot::decode(payload)?, read_from))
     }
 
     /// Checks that the pieces can be loaded into an empty mapping: sorted by home,

@@ -13,6 +13,8 @@
 //! | 40 | 8 | cleaned-through version, copy B |
 //! | 64 | 64 | clean-close record (see [`CloseRecord`]) |
 //! | 128 | 64 | snapshot locator (see [`SnapshotLocator`]), or zeros |
+//! | 192 | 64 | allocation checkpoint slot A (see [`CheckpointSlot`]), or zeros |
+//! | 256 | 64 | allocation checkpoint slot B, or zeros |
 //!
 //! Every mark is one 8-byte word written with an untearable store, in two copies, so a
 //! crash leaves each copy either old or new. A mark only grows,
@@ -58,8 +60,30 @@ const LOCATOR_LEN: usize = 64;
 const LOCATOR_CRC_AT: usize = 60;
 /// The largest chunk generation (and generation mark) a log can reach.
 pub(crate) const GENERATION_LIMIT: u64 = u64::MAX >> 2;
+const CHECKPOINT_SLOTS: [usize; 2] = [192, 256];
+const CHECKPOINT_MAGIC: [u8; 8] = *b"LHALCKPT";
+const CHECKPOINT_LEN: usize = 64;
+const CHECKPOINT_CRC_AT: usize = 60;
 /// Bytes of the superblock the log engine uses.
-pub(crate) const SUPERBLOCK_BYTES: usize = LOCATOR + LOCATOR_LEN;
+pub(crate) const SUPERBLOCK_BYTES: usize = CHECKPOINT_SLOTS[1] + CHECKPOINT_LEN;
+
+/// Where the current allocation checkpoint is: the live allocations as of a version,
+/// written so that the allocation and free records at or below it can leave the log
+/// ([`super::checkpoint`]). Two slots take turns: a new checkpoint goes to the slot the
+/// current one is not in (with the next sequence number) and is made durable, then the
+/// other slot is erased, and only then may anything the new checkpoint replaces be
+/// reclaimed. So a crash leaves the old checkpoint, or both (the newer wins), or the
+/// new one; a slot that fails its checksum beside a valid one is a torn write of a
+/// checkpoint that never took effect, and one that fails beside none is damage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CheckpointSlot {
+    /// Grows by one with each checkpoint.
+    pub seq: u64,
+    /// The records at or below this version are in the checkpoint.
+    pub version: u64,
+    /// Where its payload is.
+    pub locator: SnapshotLocator,
+}
 
 /// The marks read at open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -334,6 +358,73 @@ impl Superblock {
         }))
     }
 
+    /// Durably writes `slot` into the slot its sequence number picks (the one the
+    /// current checkpoint, of the sequence number before, is not in).
+    pub(crate) fn write_checkpoint(&self, media: &Media, slot: &CheckpointSlot) {
+        let mut b = [0u8; CHECKPOINT_LEN];
+        b[..8].copy_from_slice(&CHECKPOINT_MAGIC);
+        b[8..16].copy_from_slice(&slot.seq.to_le_bytes());
+        b[16..24].copy_from_slice(&slot.version.to_le_bytes());
+        let l = &slot.locator;
+        b[24..28].copy_from_slice(&l.first.to_le_bytes());
+        b[28..32].copy_from_slice(&l.chunks.to_le_bytes());
+        b[32..40].copy_from_slice(&l.bytes.to_le_bytes());
+        b[40..44].copy_from_slice(&l.crc.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..CHECKPOINT_CRC_AT]);
+        b[CHECKPOINT_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        let at = self.at + CHECKPOINT_SLOTS[(slot.seq % 2) as usize];
+        media.write(at, &b);
+        media.persist(at, CHECKPOINT_LEN);
+    }
+
+    /// Durably erases the slot that checkpoint `seq` is not in (once checkpoint `seq`
+    /// is durable, the one before it no longer counts).
+    pub(crate) fn erase_other_checkpoint(&self, media: &Media, seq: u64) {
+        let at = self.at + CHECKPOINT_SLOTS[((seq + 1) % 2) as usize];
+        media.write(at, &[0u8; CHECKPOINT_LEN]);
+        media.persist(at, CHECKPOINT_LEN);
+    }
+
+    /// The current allocation checkpoint: `Ok(None)` when there is none, an error when
+    /// no slot is valid but one is damaged.
+    pub(crate) fn read_checkpoint(&self, media: &Media) -> Result<Option<CheckpointSlot>, Damage> {
+        let slots = CHECKPOINT_SLOTS.map(|field| {
+            let mut b = [0u8; CHECKPOINT_LEN];
+            media.read(self.at + field, &mut b);
+            if b.iter().all(|&x| x == 0) {
+                return Ok(None);
+            }
+            if b[..8] != CHECKPOINT_MAGIC
+                || crc32c::crc32c(&b[..CHECKPOINT_CRC_AT]) != u32_at(&b, CHECKPOINT_CRC_AT)
+                || b[44..CHECKPOINT_CRC_AT] != [0; 16]
+            {
+                return Err(Damage::at(
+                    (self.at + field) as u64,
+                    "the allocation checkpoint slot is damaged".into(),
+                ));
+            }
+            Ok(Some(CheckpointSlot {
+                seq: u64_at(&b, 8),
+                version: u64_at(&b, 16),
+                locator: SnapshotLocator {
+                    first: u32_at(&b, 24),
+                    chunks: u32_at(&b, 28),
+                    bytes: u64_at(&b, 32),
+                    crc: u32_at(&b, 40),
+                },
+            }))
+        });
+        match slots {
+            [Ok(a), Ok(b)] => Ok(match (a, b) {
+                (Some(a), Some(b)) => Some(if a.seq >= b.seq { a } else { b }),
+                (a, b) => a.or(b),
+            }),
+            // A torn write of a checkpoint that never took effect: the other counts.
+            [Ok(Some(valid)), Err(_)] | [Err(_), Ok(Some(valid))] => Ok(Some(valid)),
+            [Err(e), _] | [_, Err(e)] => Err(e),
+        }
+    }
+
     /// Durably erases the snapshot locator, if there is one (every open does, before it
     /// writes to the log: a snapshot describes the log of one clean close only).
     pub(crate) fn clear_snapshot_locator(&self, media: &Media) {
@@ -353,6 +444,54 @@ mod tests {
 
     fn media() -> Media {
         Media::sim(4096, &MediaConfig::default(), SimConfig::default()).unwrap()
+    }
+
+    fn slot(seq: u64) -> CheckpointSlot {
+        CheckpointSlot {
+            seq,
+            version: 100 + seq,
+            locator: SnapshotLocator {
+                first: 3,
+                chunks: 2,
+                bytes: 5000,
+                crc: 77,
+            },
+        }
+    }
+
+    #[test]
+    fn checkpoint_slots_take_turns_and_a_torn_one_falls_back_to_the_other() {
+        let m = media();
+        let sb = Superblock { at: 512 };
+        sb.format(&m, 16);
+        assert_eq!(sb.read_checkpoint(&m).unwrap(), None);
+        sb.write_checkpoint(&m, &slot(1));
+        assert_eq!(sb.read_checkpoint(&m).unwrap(), Some(slot(1)));
+        // Both valid: the newer counts.
+        sb.write_checkpoint(&m, &slot(2));
+        assert_eq!(sb.read_checkpoint(&m).unwrap(), Some(slot(2)));
+        sb.erase_other_checkpoint(&m, 2);
+        assert_eq!(sb.read_checkpoint(&m).unwrap(), Some(slot(2)));
+        // A torn write of checkpoint 3 (any changed byte of its slot) leaves 2.
+        sb.write_checkpoint(&m, &slot(3));
+        let at = 512 + CHECKPOINT_SLOTS[1];
+        for byte in 0..CHECKPOINT_LEN {
+            let b = m.read_u64(at + byte / 8 * 8);
+            m.write_u64(at + byte / 8 * 8, b ^ (1 << (byte % 8 * 8)));
+            assert_eq!(
+                sb.read_checkpoint(&m).unwrap(),
+                Some(slot(2)),
+                "byte {byte}"
+            );
+            m.write_u64(at + byte / 8 * 8, b);
+        }
+        assert_eq!(sb.read_checkpoint(&m).unwrap(), Some(slot(3)));
+        // A damaged slot beside none is damage.
+        sb.erase_other_checkpoint(&m, 3);
+        let at = 512 + CHECKPOINT_SLOTS[1];
+        let b = m.read_u64(at + 16);
+        m.write_u64(at + 16, b ^ 1);
+        assert!(sb.read_checkpoint(&m).is_err());
     }
 
     #[test]

@@ -1,0 +1,252 @@
+//! Allocation checkpoints: how the allocation and deallocation logs leave the pool.
+//!
+//! The update logs are cleaned chunk by chunk ([`super::cleaner`]): a byte is live while
+//! the mapping points to it. Allocation and free records cannot be judged one by one so
+//! cheaply: a free record may leave the log only once no older record or data of its
+//! range can be found by recovery, and knowing that per record would take a DRAM entry
+//! per allocation or a search of the log. Instead (as pMem rebuilds its allocator's
+//! DRAM state from a small metadata log, and as "Log-structured Non-volatile Main
+//! Memory", USENIX ATC 2017, keeps tombstones only while older copies exist) the records
+//! are *folded*: the live allocations as of a version `C` — the previous checkpoint's,
+//! with every allocation and free record above its version and at or below `C` applied
+//! in version order — are written as a checkpoint, and then the allocation and
+//! deallocation chunks whose blocks are all at or below `C` may be reclaimed.
+//!
+//! The records folded are read from the log itself, not from the allocator (which also
+//! holds the allocations of transactions still running): `C` is at most the version up
+//! to which every transaction had finished its commit, so every record at or below it
+//! is durable and committed.
+//!
+//! A checkpoint's payload has the clean-close snapshot's format
+//! ([`Snapshot`]: no pieces, the allocations, and `C` as the record's largest version),
+//! written into chunks in no log; where it is, is in one of two superblock slots that
+//! take turns ([`CheckpointSlot`]).
+
+use std::collections::BTreeMap;
+
+use super::chunks::{ChunkGeometry, payload_start};
+use super::layout::{BlockScan, ChunkHeader, DecodedEntry, LogKind, decode_block_into, u64_at};
+use super::snapshot::Snapshot;
+use super::superblock::{CheckpointSlot, CloseRecord, SnapshotLocator};
+use crate::media::Media;
+
+/// The live allocations (home, size; sorted by home, disjoint) as of `version`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Checkpoint {
+    pub version: u64,
+    pub allocations: Vec<(u64, u64)>,
+}
+
+/// What an allocation or free record does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum RecordKind {
+    /// Within a version frees come first, as replay takes them.
+    Free,
+    Allocation,
+}
+
+/// One allocation or free record read from the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Record {
+    pub version: u64,
+    pub kind: RecordKind,
+    pub home: u64,
+    pub len: u64,
+}
+
+/// Appends to `out` the records of the committed blocks of version in `(above, up_to]`
+/// in `bytes`, the contents of chunk `chunk` whose valid header is `header` (an
+/// allocation or deallocation log's). `decoded` is scratch.
+pub(crate) fn records_of_chunk(
+    bytes: &[u8],
+    chunk: u32,
+    header: &ChunkHeader,
+    (above, up_to): (u64, u64),
+    out: &mut Vec<Record>,
+    decoded: &mut Vec<DecodedEntry>,
+) {
+    let kind = match header.kind {
+        LogKind::Alloc => RecordKind::Allocation,
+        LogKind::Dealloc => RecordKind::Free,
+        LogKind::Update => return,
+    };
+    let mut at = payload_start() as usize;
+    while let BlockScan::Block(b) = decode_block_into(bytes, chunk, header.generation, at, decoded)
+    {
+        at = b.end as usize;
+        if b.version <= above || b.version > up_to {
+            continue;
+        }
+        for e in decoded.iter().filter(|e| e.tombstone && e.size == 8) {
+            out.push(Record {
+                version: b.version,
+                kind,
+                home: e.home,
+                len: u64_at(bytes, e.data as usize),
+            });
+        }
+    }
+}
+
+/// The allocations `previous` (sorted, disjoint) with `records` applied in replay
+/// order; an error when they cannot all be true (a free of what is not allocated, an
+/// allocation over a live one).
+pub(crate) fn fold(
+    previous: &[(u64, u64)],
+    mut records: Vec<Record>,
+) -> Result<Vec<(u64, u64)>, String> {
+    records.sort_unstable();
+    let mut live: BTreeMap<u64, u64> = previous.iter().copied().collect();
+    for r in records {
+        match r.kind {
+            RecordKind::Free => {
+                if live.remove(&r.home) != Some(r.len) {
+                    return Err(format!(
+                        "free record {:#x}+{} (version {}) of what is not allocated",
+                        r.home, r.len, r.version
+                    ));
+                }
+            }
+            RecordKind::Allocation => {
+                let end = r.home.checked_add(r.len).ok_or("an allocation past 2^64")?;
+                let before = live.range(..end).next_back();
+                if r.len == 0 || before.is_some_and(|(&s, &l)| s + l > r.home) {
+                    return Err(format!(
+                        "allocation record {:#x}+{} (version {}) overlaps a live allocation",
+                        r.home, r.len, r.version
+                    ));
+                }
+                live.insert(r.home, r.len);
+            }
+        }
+    }
+    Ok(live.into_iter().collect())
+}
+
+impl Checkpoint {
+    fn snapshot(&self) -> Snapshot {
+        let record = CloseRecord {
+            max_version: self.version,
+            ..CloseRecord::default()
+        };
+        let mut snapshot = Snapshot::new(record, 0);
+        for &(home, size) in &self.allocations {
+            snapshot.push_allocation(home, size);
+        }
+        snapshot
+    }
+
+    /// Chunks it takes when written.
+    pub(crate) fn chunks_needed(&self, geometry: &ChunkGeometry) -> usize {
+        self.snapshot().chunks_needed(geometry)
+    }
+
+    /// Writes it durably into `chunks` (in no log, at least
+    /// [`chunks_needed`](Self::chunks_needed) of them); `None` when they are too few.
+    pub(crate) fn write(
+        &self,
+        media: &Media,
+        geometry: &ChunkGeometry,
+        chunks: &[u32],
+    ) -> Option<SnapshotLocator> {
+        self.snapshot().write(media, geometry, chunks)
+    }
+
+    /// Reads the checkpoint `slot` names, with the chunks it is written in; the error
+    /// says why it cannot be used.
+    pub(crate) fn read(
+        media: &Media,
+        geometry: &ChunkGeometry,
+        slot: &CheckpointSlot,
+    ) -> Result<(Checkpoint, Vec<u32>), String> {
+        let (snapshot, chunks) = Snapshot::read_with_chunks(media, geometry, &slot.locator)
+            .map_err(|e| format!("allocation checkpoint: {e}"))?;
+        if snapshot.pieces().next().is_some() || snapshot.record().max_version != slot.version {
+            return Err("the allocation checkpoint is not the one its slot names".into());
+        }
+        let allocations: Vec<(u64, u64)> = snapshot.allocations().collect();
+        let mut end = 0;
+        for &(home, size) in &allocations {
+            match home.checked_add(size) {
+                Some(e) if size > 0 && home >= end => end = e,
+                _ => {
+                    return Err(format!(
+                        "the allocation checkpoint's allocation {home:#x}+{size} is empty, unsorted or overlapping"
+                    ));
+                }
+            }
+        }
+        Ok((
+            Checkpoint {
+                version: slot.version,
+                allocations,
+            },
+            chunks,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::media::{MediaConfig, SimConfig};
+
+    fn record(version: u64, kind: RecordKind, home: u64, len: u64) -> Record {
+        Record {
+            version,
+            kind,
+            home,
+            len,
+        }
+    }
+
+    #[test]
+    fn records_fold_in_version_order_onto_the_previous_allocations() {
+        use RecordKind::*;
+        let previous = [(4096, 64), (8192, 128)];
+        // Out of order on purpose; within version 7 the free goes first, so the
+        // allocation of the same place is no overlap.
+        let records = vec![
+            record(7, Allocation, 4096, 32),
+            record(5, Allocation, 16384, 16),
+            record(7, Free, 4096, 64),
+            record(6, Free, 8192, 128),
+        ];
+        assert_eq!(fold(&previous, records), Ok(vec![(4096, 32), (16384, 16)]));
+        assert!(fold(&previous, vec![record(3, Free, 8192, 64)]).is_err());
+        assert!(fold(&previous, vec![record(3, Allocation, 4100, 8)]).is_err());
+        assert!(fold(&previous, vec![record(3, Allocation, 4000, 100)]).is_err());
+    }
+
+    #[test]
+    fn a_checkpoint_round_trips_and_must_match_its_slot() {
+        let geometry = ChunkGeometry {
+            start: 0,
+            size: 4096,
+            count: 8,
+        };
+        let media = Media::sim(8 * 4096, &MediaConfig::default(), SimConfig::default()).unwrap();
+        let checkpoint = Checkpoint {
+            version: 42,
+            allocations: (0..400).map(|k| (4096 + k * 64, 48)).collect(),
+        };
+        let needed = checkpoint.chunks_needed(&geometry);
+        assert!(needed >= 2, "{needed}");
+        let chunks: Vec<u32> = (2..2 + needed as u32).collect();
+        let locator = checkpoint.write(&media, &geometry, &chunks).unwrap();
+        let slot = CheckpointSlot {
+            seq: 1,
+            version: 42,
+            locator,
+        };
+        assert_eq!(
+            Checkpoint::read(&media, &geometry, &slot),
+            Ok((checkpoint, chunks))
+        );
+        let other = CheckpointSlot {
+            version: 41,
+            ..slot
+        };
+        assert!(Checkpoint::read(&media, &geometry, &other).is_err());
+    }
+}
