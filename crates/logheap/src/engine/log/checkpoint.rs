@@ -250,3 +250,113 @@ mod tests {
         assert!(Checkpoint::read(&media, &geometry, &other).is_err());
     }
 }
+
+impl super::LogEngine {
+    /// When sealed allocation and deallocation chunks have piled up (at least four, and
+    /// twice the chunks the current checkpoint takes), writes a new allocation
+    /// checkpoint and reclaims the chunks of those logs whose blocks are all at or below
+    /// its version; returns how many. Does nothing when another checkpoint is being
+    /// written.
+    ///
+    /// Order: the records of version in (previous, `C`] are read from the log and folded
+    /// onto the previous checkpoint; the new one is written into chunks taken for it and
+    /// made durable; its slot is written, and the other slot erased; the cleaned-through
+    /// version is raised to `C` (the chunks about to go may hold peers of update blocks);
+    /// then the previous checkpoint's chunks are free again, and the chunks it replaces
+    /// are reclaimed as the cleaner reclaims any ([`ChunkPool::unlink`]).
+    ///
+    /// [`ChunkPool::unlink`]: super::chunks::ChunkPool::unlink
+    pub(super) fn checkpoint_if_due(&self) -> usize {
+        let Ok(mut current) = self.checkpoint.try_lock() else {
+            return 0;
+        };
+        let held = current
+            .as_ref()
+            .map_or(0, |(_, chunks)| chunks.len() as u64);
+        if self.chunks.sealed_record_chunks() < (2 * held).max(4) {
+            return 0;
+        }
+        let version = self
+            .committed_through()
+            .min(super::superblock::CLEANED_LIMIT);
+        let (above, previous) = match &*current {
+            Some((slot, _)) => match Checkpoint::read(&self.media, &self.geometry, slot) {
+                Ok((previous, _)) => (slot.version, previous.allocations),
+                Err(_) => return 0,
+            },
+            None => (0, Vec::new()),
+        };
+        let size = self.geometry.size as usize;
+        let (mut bytes, mut decoded, mut records) = (vec![0u8; size], Vec::new(), Vec::new());
+        let mut replaced = Vec::new();
+        for c in 0..self.geometry.count {
+            if !self.chunks.holds_records(c) {
+                continue;
+            }
+            let at = self.geometry.offset(c) as usize;
+            self.media.read(at, &mut bytes);
+            let Some(header) = ChunkHeader::decode(&bytes) else {
+                continue;
+            };
+            records_of_chunk(
+                &bytes,
+                c,
+                &header,
+                (above, version),
+                &mut records,
+                &mut decoded,
+            );
+            if self.chunks.is_sealed(c) && self.chunks.max_version_in(c) <= version {
+                replaced.push(c);
+            }
+        }
+        if replaced.is_empty() {
+            return 0;
+        }
+        let Ok(allocations) = fold(&previous, records) else {
+            return 0;
+        };
+        let checkpoint = Checkpoint {
+            version,
+            allocations,
+        };
+        let needed = checkpoint.chunks_needed(&self.geometry);
+        let taken: Vec<_> = (0..needed)
+            .map_while(|_| self.chunks.take_for_cleaner())
+            .collect();
+        let chunks: Vec<u32> = taken.iter().map(|t| t.chunk).collect();
+        let Some(locator) = (taken.len() == needed)
+            .then(|| checkpoint.write(&self.media, &self.geometry, &chunks))
+            .flatten()
+        else {
+            self.chunks.give_back(taken);
+            return 0;
+        };
+        let seq = current.as_ref().map_or(1, |(slot, _)| slot.seq + 1);
+        let slot = CheckpointSlot {
+            seq,
+            version,
+            locator,
+        };
+        self.superblock.write_checkpoint(&self.media, &slot);
+        self.superblock.erase_other_checkpoint(&self.media, seq);
+        let newest = replaced
+            .iter()
+            .map(|&c| self.chunks.max_version_in(c))
+            .max()
+            .unwrap_or(0);
+        self.raise_cleaned_through(newest, version);
+        if let Some((_, old)) = current.replace((slot, chunks)) {
+            self.chunks.give_back_unlogged(&old);
+        }
+        drop(current);
+        let mut reclaimed = 0;
+        for c in replaced {
+            if self.chunks.unlink(c) {
+                self.chunks.release(c, &self.epoch.pin());
+                reclaimed += 1;
+            }
+        }
+        reclaimed
+    }
+}

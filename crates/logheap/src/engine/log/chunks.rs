@@ -66,6 +66,11 @@ pub(crate) struct ChunkPool {
     released: Arc<Released>,
     /// Each chunk's neighbours in its log, as their durable headers say.
     links: Mutex<Links>,
+    /// Per chunk: it is in an allocation or deallocation log (its records leave the
+    /// pool through allocation checkpoints: [`super::checkpoint`]).
+    records: Box<[AtomicBool]>,
+    /// Sealed chunks of allocation and deallocation logs.
+    sealed_records: AtomicU64,
     next_generation: AtomicU64,
 }
 
@@ -185,6 +190,10 @@ impl ChunkPool {
                 .collect(),
             books: (0..geometry.count).map(|_| Book::default()).collect(),
             released: Arc::default(),
+            records: (0..geometry.count)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
+            sealed_records: AtomicU64::new(0),
             links: Mutex::new(Links {
                 prev: vec![NO_LINK; geometry.count as usize].into(),
                 next: vec![NO_LINK; geometry.count as usize].into(),
@@ -280,6 +289,15 @@ impl ChunkPool {
         st.formatted = end;
     }
 
+    /// Returns chunks taken and written outside any log (an allocation checkpoint's,
+    /// once a newer checkpoint replaced it), to the free chunks at once: nothing reads
+    /// them while the pool is open.
+    pub(crate) fn give_back_unlogged(&self, chunks: &[u32]) {
+        let mut st = self.lock();
+        st.free.extend_from_slice(chunks);
+        st.in_use -= chunks.len() as u32;
+    }
+
     /// Returns chunks that were taken but never written.
     pub(crate) fn give_back(&self, chunks: impl IntoIterator<Item = TakenChunk>) {
         let mut st = self.lock();
@@ -329,9 +347,24 @@ impl ChunkPool {
 
     /// Marks chunk `c` as no log's tail any more.
     pub(crate) fn seal(&self, c: u32) {
-        if let Some(s) = self.sealed.get(c as usize) {
-            s.store(true, Ordering::Release);
+        if let Some(s) = self.sealed.get(c as usize)
+            && !s.swap(true, Ordering::AcqRel)
+            && self.holds_records(c)
+        {
+            self.sealed_records.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Whether chunk `c` is in an allocation or deallocation log.
+    pub(crate) fn holds_records(&self, c: u32) -> bool {
+        self.records
+            .get(c as usize)
+            .is_some_and(|r| r.load(Ordering::Acquire))
+    }
+
+    /// Sealed chunks of allocation and deallocation logs.
+    pub(crate) fn sealed_record_chunks(&self) -> u64 {
+        self.sealed_records.load(Ordering::Relaxed)
     }
 
     /// Whether chunk `c` is in a log and no log appends to it.
@@ -375,9 +408,12 @@ impl ChunkPool {
     }
 
     /// Records that chunk `c`'s header, durable, names `prev` as the previous chunk of
-    /// its log. Called once the header is durable, before `prev` is sealed, so the
-    /// cleaner never sees a sealed chunk whose successor it does not know.
-    pub(crate) fn link(&self, prev: Option<u32>, c: u32) {
+    /// its log, of `kind`. Called once the header is durable, before `prev` is sealed,
+    /// so the cleaner never sees a sealed chunk whose successor it does not know.
+    pub(crate) fn link(&self, prev: Option<u32>, c: u32, kind: LogKind) {
+        if let Some(r) = self.records.get(c as usize) {
+            r.store(kind != LogKind::Update, Ordering::Release);
+        }
         let mut links = lock(&self.links);
         if let Some(slot) = links.prev.get_mut(c as usize) {
             *slot = prev.unwrap_or(NO_LINK);
@@ -441,7 +477,10 @@ impl ChunkPool {
     /// pins). The deferred hand-back owns what it touches (it may run after the pool is
     /// gone).
     pub(crate) fn release(&self, c: u32, guard: &crossbeam_epoch::Guard) {
-        self.sealed[c as usize].store(false, Ordering::Relaxed);
+        let was_sealed = self.sealed[c as usize].swap(false, Ordering::AcqRel);
+        if self.records[c as usize].swap(false, Ordering::AcqRel) && was_sealed {
+            self.sealed_records.fetch_sub(1, Ordering::Relaxed);
+        }
         self.books[c as usize].clear();
         self.live[c as usize].store(0, Ordering::Relaxed);
         self.released.waiting.fetch_add(1, Ordering::Relaxed);

@@ -276,6 +276,22 @@ impl LogEngine {
             .map_or_else(|| self.clock.now(), |&m| m - 1)
     }
 
+    /// Makes the durable cleaned-through version at least `needed` (the largest version
+    /// in chunks about to be reclaimed), raising it to `w` (at most the version up to
+    /// which every transaction had finished its commit). Passes run at once, each with
+    /// its own `w`: the durable mark only grows.
+    pub(super) fn raise_cleaned_through(&self, needed: u64, w: u64) {
+        if needed > self.cleaner.cleaned_through.load(Ordering::Acquire) {
+            let _mark = super::lock(&self.cleaner.mark);
+            let durable = self.cleaner.cleaned_through.load(Ordering::Acquire);
+            if needed > durable {
+                let to = w.max(durable);
+                self.superblock.write_cleaned(&self.media, to);
+                self.cleaner.cleaned_through.store(to, Ordering::Release);
+            }
+        }
+    }
+
     /// What a background cleaner thread does when woken: passes while free chunks are
     /// below twice the committers' low-water mark and a pass gains something (with the
     /// urgent threshold when none is left at all).
@@ -310,6 +326,7 @@ impl LogEngine {
     /// pass is working on, and reclaims them. Returns the number reclaimed; 0 as well
     /// when as many passes as there are cleaners run already.
     pub(crate) fn clean(&self, threshold: f64) -> usize {
+        let records = self.checkpoint_if_due();
         let Some(mut work) = self.cleaner.works.iter().find_map(|w| w.try_lock().ok()) else {
             return 0;
         };
@@ -353,7 +370,7 @@ impl LogEngine {
             claim.store(false, Ordering::Release);
         }
         work.victims = victims;
-        reclaimed
+        reclaimed + records
     }
 
     /// The valid header of chunk `c`, if it has one.
@@ -431,17 +448,7 @@ impl LogEngine {
         // The victim holds nothing live. Blocks elsewhere may point to its blocks:
         // recovery takes them as committed if their version is at most the durable
         // cleaned-through version.
-        let needed = self.chunks.max_version_in(victim);
-        if needed > self.cleaner.cleaned_through.load(Ordering::Acquire) {
-            // Passes run at once, each with its own `w`: the durable mark only grows.
-            let _mark = super::lock(&self.cleaner.mark);
-            let durable = self.cleaner.cleaned_through.load(Ordering::Acquire);
-            if needed > durable {
-                let to = w.max(durable);
-                self.superblock.write_cleaned(&self.media, to);
-                self.cleaner.cleaned_through.store(to, Ordering::Release);
-            }
-        }
+        self.raise_cleaned_through(self.chunks.max_version_in(victim), w);
         if !self.chunks.unlink(victim) {
             return false;
         }
@@ -592,7 +599,7 @@ impl LogEngine {
         self.media
             .write_nt(self.geometry.offset(taken.chunk) as usize, &header.encode());
         self.media.fence();
-        self.chunks.link(header.prev, taken.chunk);
+        self.chunks.link(header.prev, taken.chunk, LogKind::Update);
         if let Some(old) = *tail {
             to_seal.push(old.chunk);
         }

@@ -261,7 +261,7 @@ impl LogWriter<'_> {
         for (b, &d) in plan.blocks.iter().zip(&plan.digests) {
             pool.record_block(b.chunk, version, d);
             if let Some(h) = &b.new_header {
-                pool.link(h.prev, b.chunk);
+                pool.link(h.prev, b.chunk, h.kind);
             }
         }
         for kind in LogKind::ALL {

@@ -192,6 +192,9 @@ pub(crate) struct LogEngine {
     /// (the cleaner may not take their chunks; see [`cleaner`]).
     committing: Mutex<Vec<u64>>,
     cleaner: cleaner::Cleaner,
+    /// The current allocation checkpoint and its chunks ([`checkpoint`]); its lock is
+    /// held while a checkpoint is written.
+    checkpoint: Mutex<Option<(superblock::CheckpointSlot, Vec<u32>)>>,
     /// Commits to go before the next inline cleaning pass is tried (after a pass that
     /// found nothing to clean).
     quiet: AtomicU64,
@@ -343,9 +346,9 @@ impl LogEngine {
             (recovered.in_log.blocks, recovered.log_digest),
             "the chunk books disagree with what recovery found"
         );
-        for chain in &recovered.chains {
+        for (kind, chain) in &recovered.chains {
             for (k, &c) in chain.iter().enumerate() {
-                chunks.link(k.checked_sub(1).map(|p| chain[p]), c);
+                chunks.link(k.checked_sub(1).map(|p| chain[p]), c, *kind);
                 if !recovered.tails.iter().any(|t| t.tail.chunk == c) {
                     chunks.seal(c);
                 }
@@ -372,6 +375,7 @@ impl LogEngine {
             next_tx_id: AtomicU64::new(1),
             superblock,
             committing: Mutex::new(Vec::new()),
+            checkpoint: Mutex::new(None),
             cleaner: cleaner::Cleaner::new(cleaning, geometry.count, marks.cleaned),
             quiet: AtomicU64::new(0),
             report: recovered.report,

@@ -236,8 +236,8 @@ pub(crate) struct Recovery {
     /// The committed blocks, as (chunk, version, fingerprint share), for the chunk
     /// books.
     pub books: Vec<(u32, u64, u64)>,
-    /// The chunks of each log, in order (after the repair).
-    pub chains: Vec<Vec<u32>>,
+    /// The chunks of each log, in order (after the repair), with the log's kind.
+    pub chains: Vec<(LogKind, Vec<u32>)>,
     /// Byte ranges (pool offsets) to zero: what the dropped transactions left.
     erase: Vec<(u64, u64)>,
     /// Chunks whose header is erased: they held nothing committed.
@@ -393,12 +393,13 @@ pub(crate) fn recover(
             Some((pos, _)) => (pos, None),
         };
         reclaim.extend(log.chunks[keep..].iter().map(|&ci| scan.chunks[ci].index));
-        chains.push(
+        chains.push((
+            log.kind,
             log.chunks[..keep]
                 .iter()
                 .map(|&ci| scan.chunks[ci].index)
                 .collect::<Vec<u32>>(),
-        );
+        ));
         let Some(&last) = keep.checked_sub(1).and_then(|k| log.chunks.get(k)) else {
             continue;
         };
