@@ -494,3 +494,154 @@ fn without_any_cleaner_the_log_fills_up() {
     assert!(i > 500, "full after only {i} rewrites");
     assert_eq!(pool.stats().log.chunks_cleaned, 0);
 }
+
+/// Allocations and frees without end in a small pool: their records leave the log
+/// through allocation checkpoints, and every crash and clean reopen finds the model's
+/// objects (without checkpoints the allocation and deallocation logs fill the pool).
+#[test]
+fn allocation_churn_runs_far_beyond_the_pool_size_across_reopens() {
+    use rand::{Rng, SeedableRng};
+    const SLOTS: usize = 32;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p");
+    let config = small(256);
+    let mut pool = Pool::create(&path, &config).unwrap();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+    let mut model: Vec<Option<(u64, Vec<u8>)>> = vec![None; SLOTS];
+    let check = |pool: &Pool, model: &[Option<(u64, Vec<u8>)>]| {
+        let mut expected: Vec<(u64, u64)> = model
+            .iter()
+            .flatten()
+            .map(|(home, data)| (*home, data.len() as u64))
+            .collect();
+        expected.sort_unstable();
+        for (home, data) in model.iter().flatten() {
+            let mut buf = vec![0u8; data.len()];
+            pool.read(|tx| tx.read_bytes(*home, &mut buf)).unwrap();
+            assert_eq!(&buf, data);
+        }
+        let allocations: Vec<(u64, u64)> = pool.allocations();
+        assert_eq!(allocations.len(), expected.len());
+    };
+    for i in 0..60_000u64 {
+        let slot = rng.random_range(0..SLOTS);
+        match model[slot].take() {
+            Some((home, _)) => {
+                pool.transaction(|tx| tx.free(PPtr::<u8>::from_offset(home)))
+                    .unwrap();
+            }
+            None => {
+                let len = rng.random_range(16..=200usize);
+                let data: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+                let home = pool
+                    .transaction(|tx| {
+                        let home = tx.alloc_bytes(len as u64)?;
+                        tx.write_bytes(home, &data)?;
+                        Ok::<_, logheap::Error>(home)
+                    })
+                    .unwrap_or_else(|e| panic!("transaction {i}: {e}"));
+                model[slot] = Some((home, data));
+            }
+        }
+        if i % 10_000 == 9_999 {
+            if (i / 10_000) % 2 == 0 {
+                drop(pool); // crash
+            } else {
+                pool.close().unwrap();
+            }
+            pool = Pool::open(&path).unwrap();
+            check(&pool, &model);
+        }
+    }
+    check(&pool, &model);
+}
+
+/// Crash images at every fence of allocation and free transactions that make the
+/// cleaner write allocation checkpoints: each opens and holds a state the transactions
+/// went through (slots in the root object name the objects).
+#[test]
+fn crash_images_while_checkpointing_hold_states_the_model_went_through() {
+    use rand::{Rng, SeedableRng};
+    use std::collections::HashSet;
+    use std::sync::{Arc, Mutex};
+    const SLOTS: usize = 8;
+    type Table = [[u64; 2]; SLOTS];
+    let config = small(128);
+    let sim_config = logheap::media::SimConfig {
+        max_images_per_fence: 3,
+        ..Default::default()
+    };
+    let pool = Pool::create_sim(&config, sim_config).unwrap();
+    let root: PPtr<Table> = pool.root().unwrap();
+    let state = |pool: &Pool| -> Vec<Option<Vec<u8>>> {
+        pool.read(|tx| {
+            let table = tx.read(root)?;
+            let mut out = Vec::new();
+            for [home, len] in table {
+                if home == 0 {
+                    out.push(None);
+                    continue;
+                }
+                let mut buf = vec![0u8; len as usize];
+                tx.read_bytes(home, &mut buf)?;
+                out.push(Some(buf));
+            }
+            Ok::<_, logheap::Error>(out)
+        })
+        .unwrap()
+    };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+    let mut step = |pool: &Pool| {
+        let slot = rng.random_range(0..SLOTS);
+        let len = rng.random_range(16..=120u64);
+        let fill: u8 = rng.random();
+        pool.transaction(|tx| {
+            let mut table = tx.read(root)?;
+            let [home, _] = table[slot];
+            if home != 0 {
+                tx.free(PPtr::<u8>::from_offset(home))?;
+                table[slot] = [0, 0];
+            } else {
+                let h = tx.alloc_bytes(len)?;
+                tx.write_bytes(h, &vec![fill; len as usize])?;
+                table[slot] = [h, len];
+            }
+            tx.write(root, &table)
+        })
+        .unwrap();
+    };
+    while pool.stats().log.allocation_checkpoints == 0 {
+        step(&pool);
+    }
+    let before = pool.stats().log.allocation_checkpoints;
+    let mut seen: HashSet<Vec<Option<Vec<u8>>>> = HashSet::new();
+    seen.insert(state(&pool));
+    let images = Arc::new(Mutex::new(Vec::new()));
+    let sink = images.clone();
+    let sim = pool.media().crash_simulator().unwrap();
+    sim.set_fence_hook(Box::new(move |p| sink.lock().unwrap().extend(p.images())));
+    for n in 0..20_000 {
+        step(&pool);
+        seen.insert(state(&pool));
+        if n >= 300 && pool.stats().log.allocation_checkpoints > before + 1 {
+            break;
+        }
+    }
+    sim.take_fence_hook();
+    assert!(
+        pool.stats().log.allocation_checkpoints > before + 1,
+        "no checkpoint while images were taken"
+    );
+    let images = std::mem::take(&mut *images.lock().unwrap());
+    for (n, image) in images.into_iter().enumerate() {
+        let p = Pool::open_image(image, &config, Default::default())
+            .unwrap_or_else(|e| panic!("image {n} does not open: {e}"));
+        let s = state(&p);
+        assert!(seen.contains(&s), "image {n} holds a state never committed");
+        assert_eq!(
+            p.allocations().len(),
+            s.iter().flatten().count(),
+            "image {n}: allocations"
+        );
+    }
+}

@@ -186,69 +186,26 @@ impl Checkpoint {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::media::{MediaConfig, SimConfig};
-
-    fn record(version: u64, kind: RecordKind, home: u64, len: u64) -> Record {
-        Record {
-            version,
-            kind,
-            home,
-            len,
-        }
-    }
-
-    #[test]
-    fn records_fold_in_version_order_onto_the_previous_allocations() {
-        use RecordKind::*;
-        let previous = [(4096, 64), (8192, 128)];
-        // Out of order on purpose; within version 7 the free goes first, so the
-        // allocation of the same place is no overlap.
-        let records = vec![
-            record(7, Allocation, 4096, 32),
-            record(5, Allocation, 16384, 16),
-            record(7, Free, 4096, 64),
-            record(6, Free, 8192, 128),
-        ];
-        assert_eq!(fold(&previous, records), Ok(vec![(4096, 32), (16384, 16)]));
-        assert!(fold(&previous, vec![record(3, Free, 8192, 64)]).is_err());
-        assert!(fold(&previous, vec![record(3, Allocation, 4100, 8)]).is_err());
-        assert!(fold(&previous, vec![record(3, Allocation, 4000, 100)]).is_err());
-    }
-
-    #[test]
-    fn a_checkpoint_round_trips_and_must_match_its_slot() {
-        let geometry = ChunkGeometry {
-            start: 0,
-            size: 4096,
-            count: 8,
-        };
-        let media = Media::sim(8 * 4096, &MediaConfig::default(), SimConfig::default()).unwrap();
-        let checkpoint = Checkpoint {
-            version: 42,
-            allocations: (0..400).map(|k| (4096 + k * 64, 48)).collect(),
-        };
-        let needed = checkpoint.chunks_needed(&geometry);
-        assert!(needed >= 2, "{needed}");
-        let chunks: Vec<u32> = (2..2 + needed as u32).collect();
-        let locator = checkpoint.write(&media, &geometry, &chunks).unwrap();
-        let slot = CheckpointSlot {
-            seq: 1,
-            version: 42,
-            locator,
-        };
-        assert_eq!(
-            Checkpoint::read(&media, &geometry, &slot),
-            Ok((checkpoint, chunks))
-        );
-        let other = CheckpointSlot {
-            version: 41,
-            ..slot
-        };
-        assert!(Checkpoint::read(&media, &geometry, &other).is_err());
-    }
+/// The pool's current allocation checkpoint, read and checked: its slot, and the seed
+/// recovery starts from. A damaged slot with no valid partner, or a payload that does
+/// not check, is damage (the records it folded may have left the log).
+pub(crate) fn read_current(
+    media: &Media,
+    geometry: &ChunkGeometry,
+    superblock: &super::superblock::Superblock,
+) -> Result<Option<(CheckpointSlot, super::recovery::Seed)>, super::recovery::Damage> {
+    let Some(slot) = superblock.read_checkpoint(media)? else {
+        return Ok(None);
+    };
+    let (checkpoint, chunks) = Checkpoint::read(media, geometry, &slot)
+        .map_err(|why| super::recovery::Damage::at(superblock.at as u64, why))?;
+    Ok(Some((
+        slot,
+        super::recovery::Seed {
+            checkpoint: std::sync::Arc::new(checkpoint),
+            chunks,
+        },
+    )))
 }
 
 impl super::LogEngine {
@@ -340,6 +297,9 @@ impl super::LogEngine {
         };
         self.superblock.write_checkpoint(&self.media, &slot);
         self.superblock.erase_other_checkpoint(&self.media, seq);
+        self.cleaner
+            .checkpoints
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let newest = replaced
             .iter()
             .map(|&c| self.chunks.max_version_in(c))
@@ -358,5 +318,70 @@ impl super::LogEngine {
             }
         }
         reclaimed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::media::{MediaConfig, SimConfig};
+
+    fn record(version: u64, kind: RecordKind, home: u64, len: u64) -> Record {
+        Record {
+            version,
+            kind,
+            home,
+            len,
+        }
+    }
+
+    #[test]
+    fn records_fold_in_version_order_onto_the_previous_allocations() {
+        use RecordKind::*;
+        let previous = [(4096, 64), (8192, 128)];
+        // Out of order on purpose; within version 7 the free goes first, so the
+        // allocation of the same place is no overlap.
+        let records = vec![
+            record(7, Allocation, 4096, 32),
+            record(5, Allocation, 16384, 16),
+            record(7, Free, 4096, 64),
+            record(6, Free, 8192, 128),
+        ];
+        assert_eq!(fold(&previous, records), Ok(vec![(4096, 32), (16384, 16)]));
+        assert!(fold(&previous, vec![record(3, Free, 8192, 64)]).is_err());
+        assert!(fold(&previous, vec![record(3, Allocation, 4100, 8)]).is_err());
+        assert!(fold(&previous, vec![record(3, Allocation, 4000, 100)]).is_err());
+    }
+
+    #[test]
+    fn a_checkpoint_round_trips_and_must_match_its_slot() {
+        let geometry = ChunkGeometry {
+            start: 0,
+            size: 4096,
+            count: 8,
+        };
+        let media = Media::sim(8 * 4096, &MediaConfig::default(), SimConfig::default()).unwrap();
+        let checkpoint = Checkpoint {
+            version: 42,
+            allocations: (0..400).map(|k| (4096 + k * 64, 48)).collect(),
+        };
+        let needed = checkpoint.chunks_needed(&geometry);
+        assert!(needed >= 2, "{needed}");
+        let chunks: Vec<u32> = (2..2 + needed as u32).collect();
+        let locator = checkpoint.write(&media, &geometry, &chunks).unwrap();
+        let slot = CheckpointSlot {
+            seq: 1,
+            version: 42,
+            locator,
+        };
+        assert_eq!(
+            Checkpoint::read(&media, &geometry, &slot),
+            Ok((checkpoint, chunks))
+        );
+        let other = CheckpointSlot {
+            version: 41,
+            ..slot
+        };
+        assert!(Checkpoint::read(&media, &geometry, &other).is_err());
     }
 }

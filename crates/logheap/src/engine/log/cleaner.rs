@@ -99,6 +99,8 @@ pub(crate) struct Cleaner {
     pub commits: AtomicU64,
     /// Chunks reclaimed.
     pub chunks_cleaned: AtomicU64,
+    /// Allocation checkpoints written.
+    pub checkpoints: AtomicU64,
     /// Chunks reclaimed without copying.
     pub chunks_fast_cleaned: AtomicU64,
     /// Live bytes moved.
@@ -123,6 +125,7 @@ impl Cleaner {
             commits: AtomicU64::new(0),
             chunks_cleaned: AtomicU64::new(0),
             chunks_fast_cleaned: AtomicU64::new(0),
+            checkpoints: AtomicU64::new(0),
             bytes_moved: AtomicU64::new(0),
             cleaned_through: AtomicU64::new(cleaned),
         }

@@ -162,6 +162,9 @@ pub struct LogEngineStats {
     pub chunks_cleaned: u64,
     /// Of those, chunks reclaimed without copying (nothing in them was live).
     pub chunks_fast_cleaned: u64,
+    /// Allocation checkpoints written since the pool was opened (each lets the
+    /// allocation and free records it folds leave the log).
+    pub allocation_checkpoints: u64,
     /// Live bytes the cleaner moved since the pool was opened.
     pub cleaner_bytes_moved: u64,
     /// Live allocations.
@@ -300,9 +303,19 @@ impl LogEngine {
         let epoch = PoolEpoch::new();
         let mapping = Mapping::with_epoch(mapping, epoch.clone());
         let threads = recovery::threads_for(recovery_threads, &geometry, marks.formatted);
-        let recovered =
-            recovery::recover(&media, &geometry, marks, close, snapshot, &mapping, threads)
-                .map_err(corrupt)?;
+        let checkpoint = checkpoint::read_current(&media, &geometry, &superblock)
+            .map_err(|d| corrupt(vec![d]))?;
+        let seed = checkpoint.as_ref().map(|(_, seed)| seed);
+        let recovered = recovery::recover(
+            &media,
+            &geometry,
+            marks,
+            close,
+            snapshot,
+            &mapping,
+            (threads, seed),
+        )
+        .map_err(corrupt)?;
 
         // Accepted: from here on the pool is written. The snapshot describes the log as
         // it is now; it goes before the log changes.
@@ -375,7 +388,7 @@ impl LogEngine {
             next_tx_id: AtomicU64::new(1),
             superblock,
             committing: Mutex::new(Vec::new()),
-            checkpoint: Mutex::new(None),
+            checkpoint: Mutex::new(checkpoint.map(|(slot, seed)| (slot, seed.chunks))),
             cleaner: cleaner::Cleaner::new(cleaning, geometry.count, marks.cleaned),
             quiet: AtomicU64::new(0),
             report: recovered.report,
@@ -423,8 +436,20 @@ impl LogEngine {
         };
         let mapping = Mapping::new(MappingConfig::FULL);
         let threads = recovery::threads_for(0, &geometry, marks.formatted);
-        let mut found =
-            recovery::examine(media, &geometry, marks, close, snapshot, &mapping, threads);
+        let seed = checkpoint::read_current(media, &geometry, &superblock)
+            .map_err(|d| problems.push(d))
+            .ok()
+            .flatten()
+            .map(|(_, seed)| seed);
+        let mut found = recovery::examine(
+            media,
+            &geometry,
+            marks,
+            close,
+            snapshot,
+            &mapping,
+            (threads, seed.as_ref()),
+        );
         problems.append(&mut found.problems);
         found.problems = problems;
         found
@@ -447,7 +472,11 @@ impl LogEngine {
                 self.chunks.formatted(),
             ),
             blocks: books.blocks,
-            chunks_in_use: self.chunks.in_use(),
+            // The allocation checkpoint's chunks are in no log.
+            chunks_in_use: self.chunks.in_use()
+                - lock(&self.checkpoint)
+                    .as_ref()
+                    .map_or(0, |(_, chunks)| chunks.len() as u64),
         };
         let log_digest = books.digest;
         // The mapping reports its pieces in home order (partitions in order, each
@@ -983,6 +1012,7 @@ impl LogEngine {
             live_log_bytes: self.chunks.total_live_bytes().max(0) as u64,
             chunks_cleaned: self.cleaner.chunks_cleaned.load(Ordering::Relaxed),
             chunks_fast_cleaned: self.cleaner.chunks_fast_cleaned.load(Ordering::Relaxed),
+            allocation_checkpoints: self.cleaner.checkpoints.load(Ordering::Relaxed),
             cleaner_bytes_moved: self.cleaner.bytes_moved.load(Ordering::Relaxed),
             allocations: a.live_count() as u64,
             allocated_bytes: a.live_bytes(),

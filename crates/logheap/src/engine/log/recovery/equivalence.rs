@@ -60,7 +60,15 @@ fn recover_with(
     threads: usize,
 ) -> Result<Outcome, Vec<Damage>> {
     let mapping = Mapping::new(config);
-    let r = recover(media, geometry, marks, close, Ok(None), &mapping, threads)?;
+    let r = recover(
+        media,
+        geometry,
+        marks,
+        close,
+        Ok(None),
+        &mapping,
+        (threads, None),
+    )?;
     Ok(Outcome {
         pieces: pieces(&mapping),
         nodes: mapping.nodes(),
@@ -89,7 +97,15 @@ fn examine_with(
     threads: usize,
 ) -> Vec<String> {
     let mapping = Mapping::new(config);
-    let found = examine(media, geometry, marks, close, Ok(None), &mapping, threads);
+    let found = examine(
+        media,
+        geometry,
+        marks,
+        close,
+        Ok(None),
+        &mapping,
+        (threads, None),
+    );
     let mut out = vec![
         format!("report {:?}", found.report),
         format!("logs {:?}", found.logs),

@@ -94,7 +94,9 @@ mod scan;
 
 use std::fmt;
 
+use super::checkpoint::Checkpoint;
 use super::chunks::{ChunkGeometry, TailChunk, payload_start};
+use super::home_alloc::HEAP_START;
 use super::home_alloc::HomeAllocator;
 use super::layout::{CHUNK_HEADER, LogKind, block_digest, header_erase_order};
 use super::mapping::{AddressMap, Mapping};
@@ -327,7 +329,7 @@ pub(crate) fn recover(
     close: Option<CloseRecord>,
     snapshot: Result<Option<SnapshotLocator>, String>,
     mapping: &Mapping,
-    threads: usize,
+    (threads, seed): (usize, Option<&Seed>),
 ) -> Result<Recovery, Vec<Damage>> {
     let mut snapshot_use = SnapshotUse::None;
     let mut loaded = None;
@@ -361,6 +363,7 @@ pub(crate) fn recover(
             }
         }
     }
+    let from_snapshot = loaded.is_some();
     let (scan, verdict, problems, replayed) = loaded.unwrap_or_else(|| {
         read_judge_replay(
             media,
@@ -368,17 +371,29 @@ pub(crate) fn recover(
             marks,
             close.as_ref(),
             mapping,
-            threads,
+            (threads, seed),
             false,
         )
     });
-    let Some(replayed) = replayed.filter(|_| problems.is_empty()) else {
+    let Some(mut replayed) = replayed.filter(|_| problems.is_empty()) else {
         return Err(problems);
     };
+    if seed.is_some() && !from_snapshot {
+        prune(
+            mapping,
+            &replayed.allocator.allocations(),
+            geometry,
+            &mut replayed.live,
+        );
+    }
 
     let mut report = RecoveryReport::of(close.is_some(), &scan, &verdict);
     report.snapshot = snapshot_use;
     let mut free_chunks = scan.free.clone();
+    // The checkpoint's chunks read as free (their header line is zero) but are not.
+    if let Some(seed) = seed {
+        free_chunks.retain(|c| !seed.chunks.contains(c));
+    }
     let mut erase = Vec::new();
     let mut reclaim: Vec<u32> = scan.torn_headers.iter().map(|t| t.index).collect();
     reclaim.extend(verdict.orphans.iter().map(|&ci| scan.chunks[ci].index));
@@ -511,7 +526,7 @@ pub(crate) fn examine(
     close: Option<CloseRecord>,
     snapshot: Result<Option<SnapshotLocator>, String>,
     mapping: &Mapping,
-    threads: usize,
+    (threads, seed): (usize, Option<&Seed>),
 ) -> Examination {
     let (scan, verdict, mut problems, replayed) = read_judge_replay(
         media,
@@ -519,7 +534,7 @@ pub(crate) fn examine(
         marks,
         close.as_ref(),
         mapping,
-        threads,
+        (threads, seed),
         true,
     );
     let replayed = replayed.expect("replayed whatever the problems");
@@ -654,6 +669,60 @@ impl Committed {
     }
 }
 
+/// The allocation checkpoint a pool has ([`super::checkpoint`]): replay starts from its
+/// allocations, and its chunks are in no log but not free.
+#[derive(Debug, Clone)]
+pub(crate) struct Seed {
+    pub checkpoint: std::sync::Arc<Checkpoint>,
+    pub chunks: Vec<u32>,
+}
+
+/// Removes from `mapping` what lies in the heap outside every allocation of
+/// `allocations` (sorted, disjoint), adjusting the live bytes per chunk: after replay
+/// from a checkpoint, the data of ranges freed at or below its version, whose free
+/// records left the log with it.
+fn prune(
+    mapping: &Mapping,
+    allocations: &[(u64, u64)],
+    geometry: &ChunkGeometry,
+    live: &mut [i64],
+) {
+    let mut pieces = Vec::new();
+    mapping.for_each_piece(|p| pieces.push((p.home, p.home + p.len)));
+    pieces.sort_unstable();
+    let mut outside = Vec::new();
+    let mut k = 0;
+    for (start, end) in pieces {
+        let mut s = start.max(HEAP_START);
+        while k < allocations.len() && allocations[k].0 + allocations[k].1 <= s {
+            k += 1;
+        }
+        let mut j = k;
+        while s < end {
+            match allocations.get(j) {
+                Some(&(a, len)) if a < end => {
+                    if a > s {
+                        outside.push((s, a - s));
+                    }
+                    s = s.max(a + len);
+                    j += 1;
+                }
+                _ => {
+                    outside.push((s, end - s));
+                    break;
+                }
+            }
+        }
+    }
+    for (home, len) in outside {
+        mapping.remove(home, len, &mut |log: u64, n: u64| {
+            if let Some(l) = live.get_mut(geometry.chunk_of(log) as usize) {
+                *l -= n as i64;
+            }
+        });
+    }
+}
+
 /// The log as read and judged, and the problems found.
 type Judged = (scan::Scan, rules::Verdict, Vec<Damage>);
 /// A snapshot read, and the allocator rebuilt from it; or why it cannot be used.
@@ -772,7 +841,7 @@ fn read_judge_replay(
     marks: Marks,
     close: Option<&CloseRecord>,
     mapping: &Mapping,
-    threads: usize,
+    (threads, seed): (usize, Option<&Seed>),
     replay_anyway: bool,
 ) -> (
     scan::Scan,
@@ -781,7 +850,9 @@ fn read_judge_replay(
     Option<replay::Replayed>,
 ) {
     let judged = |scan: &scan::Scan, problems| judge(geometry, marks, close, scan, problems);
-    if threads > 1 {
+    // With an allocation checkpoint the replay is sequential (the parallel one does not
+    // start from one yet).
+    if threads > 1 && seed.is_none() {
         return parallel::recover(
             media,
             geometry,
@@ -792,7 +863,8 @@ fn read_judge_replay(
             replay_anyway,
         );
     }
-    let (scan, verdict, mut problems) = read_judge(media, geometry, marks, close, 1);
+    let (scan, mut verdict, mut problems) = read_judge(media, geometry, marks, close, 1);
+    verdict.seed = seed.map(|s| s.checkpoint.clone());
     let replayed = (replay_anyway || problems.is_empty())
         .then(|| replay::replay(media, geometry, &scan, &verdict, mapping, &mut problems));
     (scan, verdict, problems, replayed)
@@ -907,7 +979,7 @@ mod tests {
             None,
             Ok(None),
             &Mapping::new(MappingConfig::FULL),
-            1,
+            (1, None),
         );
         (recovered, media)
     }

@@ -108,7 +108,17 @@ pub(crate) fn replay(
 
     let mut live = vec![0i64; geometry.count as usize];
     let mut held = Held::new();
-    for &(_, phase, ci, bi) in &order {
+    // Records at or below the checkpoint's version are in it.
+    let folded = verdict.seed.as_ref().map_or(0, |c| c.version);
+    if let Some(checkpoint) = &verdict.seed {
+        for &(home, size) in &checkpoint.allocations {
+            held.insert(home, home + size);
+        }
+    }
+    for &(version, phase, ci, bi) in &order {
+        if version <= folded && matches!(phase, Phase::Frees | Phase::Allocations) {
+            continue;
+        }
         let ch = &scan.chunks[ci];
         let kind = ch.header.kind;
         let base = geometry.offset(ch.index);

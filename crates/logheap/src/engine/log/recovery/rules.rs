@@ -61,6 +61,9 @@ pub(crate) struct Verdict {
     /// elsewhere. Not replayed; the repair erases them.
     pub orphans: Vec<usize>,
     pub problems: Vec<Damage>,
+    /// The allocation checkpoint replay starts from, if the pool has one (its records
+    /// at or below its version are in it, not replayed).
+    pub seed: Option<std::sync::Arc<crate::engine::log::checkpoint::Checkpoint>>,
 }
 
 impl Verdict {
