@@ -270,11 +270,31 @@ fn a_million_random_updates_of_100k_objects_in_twice_their_payload() {
     check(&pool);
 }
 
+/// Objects of a model test: per slot, the object's home and its bytes.
+type Model = Vec<Option<(u64, Vec<u8>)>>;
+
+/// Checks that `pool` holds exactly the model's objects: each one's bytes, and no
+/// other allocation.
+fn check_model(pool: &Pool, model: &Model) {
+    let mut expected = Vec::new();
+    for (slot, (home, data)) in model
+        .iter()
+        .enumerate()
+        .filter_map(|(k, m)| Some((k, m.as_ref()?)))
+    {
+        let mut buf = vec![0u8; data.len()];
+        pool.read(|tx| tx.read_bytes(*home, &mut buf)).unwrap();
+        assert_eq!(&buf, data, "slot {slot}");
+        expected.push((*home, data.len() as u64));
+    }
+    expected.sort_unstable();
+    assert_eq!(pool.allocations(), expected, "allocations");
+}
+
 /// A model test: random updates, allocations and frees of objects of random sizes in a
 /// 256 KiB pool, with a crash reopen or a clean reopen every 4,000 transactions,
 /// compared with a model after every reopen and at the end. Updates write over ten
-/// times the pool's size; allocations and frees are rarer (their records stay in the
-/// allocation and deallocation logs, which are not cleaned yet: issue 10).
+/// times the pool's size; allocations and frees are rarer.
 #[test]
 fn random_updates_allocations_and_frees_across_reopens_match_a_model() {
     use rand::{Rng, SeedableRng};
@@ -284,19 +304,7 @@ fn random_updates_allocations_and_frees_across_reopens_match_a_model() {
     let config = small(256);
     let mut pool = Pool::create(&path, &config).unwrap();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
-    let mut model: Vec<Option<(u64, Vec<u8>)>> = vec![None; SLOTS];
-    let check = |pool: &Pool, model: &[Option<(u64, Vec<u8>)>]| {
-        let mut allocations = 0;
-        for (slot, m) in model.iter().enumerate() {
-            if let Some((home, data)) = m {
-                allocations += 1;
-                let mut buf = vec![0u8; data.len()];
-                pool.read(|tx| tx.read_bytes(*home, &mut buf)).unwrap();
-                assert_eq!(&buf, data, "slot {slot}");
-            }
-        }
-        assert_eq!(pool.allocations().len(), allocations, "allocations");
-    };
+    let mut model: Model = vec![None; SLOTS];
     let mut written = 0u64;
     let mut cleaned = 0;
     for i in 0..80_000u64 {
@@ -344,10 +352,10 @@ fn random_updates_allocations_and_frees_across_reopens_match_a_model() {
                 pool.close().unwrap();
             }
             pool = Pool::open(&path).unwrap();
-            check(&pool, &model);
+            check_model(&pool, &model);
         }
     }
-    check(&pool, &model);
+    check_model(&pool, &model);
     cleaned += pool.stats().log.chunks_cleaned;
     assert!(cleaned > 100, "the cleaner reclaimed only {cleaned} chunks");
     assert!(
@@ -507,22 +515,7 @@ fn allocation_churn_runs_far_beyond_the_pool_size_across_reopens() {
     let config = small(256);
     let mut pool = Pool::create(&path, &config).unwrap();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
-    let mut model: Vec<Option<(u64, Vec<u8>)>> = vec![None; SLOTS];
-    let check = |pool: &Pool, model: &[Option<(u64, Vec<u8>)>]| {
-        let mut expected: Vec<(u64, u64)> = model
-            .iter()
-            .flatten()
-            .map(|(home, data)| (*home, data.len() as u64))
-            .collect();
-        expected.sort_unstable();
-        for (home, data) in model.iter().flatten() {
-            let mut buf = vec![0u8; data.len()];
-            pool.read(|tx| tx.read_bytes(*home, &mut buf)).unwrap();
-            assert_eq!(&buf, data);
-        }
-        let allocations: Vec<(u64, u64)> = pool.allocations();
-        assert_eq!(allocations.len(), expected.len());
-    };
+    let mut model: Model = vec![None; SLOTS];
     for i in 0..60_000u64 {
         let slot = rng.random_range(0..SLOTS);
         match model[slot].take() {
@@ -550,10 +543,10 @@ fn allocation_churn_runs_far_beyond_the_pool_size_across_reopens() {
                 pool.close().unwrap();
             }
             pool = Pool::open(&path).unwrap();
-            check(&pool, &model);
+            check_model(&pool, &model);
         }
     }
-    check(&pool, &model);
+    check_model(&pool, &model);
 }
 
 /// Crash images at every fence of allocation and free transactions that make the

@@ -144,6 +144,29 @@ pub(crate) struct SnapshotLocator {
     pub crc: u32,
 }
 
+impl SnapshotLocator {
+    /// Encoded size: first chunk (4), chunks (4), payload bytes (8), CRC (4).
+    const BYTES: usize = 20;
+
+    /// Writes it into `b` (exactly [`BYTES`](Self::BYTES) long).
+    fn encode(&self, b: &mut [u8]) {
+        b[0..4].copy_from_slice(&self.first.to_le_bytes());
+        b[4..8].copy_from_slice(&self.chunks.to_le_bytes());
+        b[8..16].copy_from_slice(&self.bytes.to_le_bytes());
+        b[16..20].copy_from_slice(&self.crc.to_le_bytes());
+    }
+
+    /// Reads one from the start of `b` (at least [`BYTES`](Self::BYTES) long).
+    fn decode(b: &[u8]) -> SnapshotLocator {
+        SnapshotLocator {
+            first: u32_at(b, 0),
+            chunks: u32_at(b, 4),
+            bytes: u64_at(b, 8),
+            crc: u32_at(b, 16),
+        }
+    }
+}
+
 /// The superblock of one pool.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Superblock {
@@ -326,10 +349,7 @@ impl Superblock {
     pub(crate) fn write_snapshot_locator(&self, media: &Media, locator: &SnapshotLocator) {
         let mut b = [0u8; LOCATOR_LEN];
         b[..8].copy_from_slice(&LOCATOR_MAGIC);
-        b[8..12].copy_from_slice(&locator.first.to_le_bytes());
-        b[12..16].copy_from_slice(&locator.chunks.to_le_bytes());
-        b[16..24].copy_from_slice(&locator.bytes.to_le_bytes());
-        b[24..28].copy_from_slice(&locator.crc.to_le_bytes());
+        locator.encode(&mut b[8..8 + SnapshotLocator::BYTES]);
         let crc = crc32c::crc32c(&b[..LOCATOR_CRC_AT]);
         b[LOCATOR_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         media.write(self.at + LOCATOR, &b);
@@ -350,12 +370,7 @@ impl Superblock {
         if b[..8] != LOCATOR_MAGIC || crc32c::crc32c(&b[..LOCATOR_CRC_AT]) != u32_at(&b, 60) {
             return Err("the snapshot locator is damaged".into());
         }
-        Ok(Some(SnapshotLocator {
-            first: u32_at(&b, 8),
-            chunks: u32_at(&b, 12),
-            bytes: u64_at(&b, 16),
-            crc: u32_at(&b, 24),
-        }))
+        Ok(Some(SnapshotLocator::decode(&b[8..])))
     }
 
     /// Durably writes `slot` into the slot its sequence number picks (the one the
@@ -365,11 +380,7 @@ impl Superblock {
         b[..8].copy_from_slice(&CHECKPOINT_MAGIC);
         b[8..16].copy_from_slice(&slot.seq.to_le_bytes());
         b[16..24].copy_from_slice(&slot.version.to_le_bytes());
-        let l = &slot.locator;
-        b[24..28].copy_from_slice(&l.first.to_le_bytes());
-        b[28..32].copy_from_slice(&l.chunks.to_le_bytes());
-        b[32..40].copy_from_slice(&l.bytes.to_le_bytes());
-        b[40..44].copy_from_slice(&l.crc.to_le_bytes());
+        slot.locator.encode(&mut b[24..24 + SnapshotLocator::BYTES]);
         let crc = crc32c::crc32c(&b[..CHECKPOINT_CRC_AT]);
         b[CHECKPOINT_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         let at = self.at + CHECKPOINT_SLOTS[(slot.seq % 2) as usize];
@@ -406,12 +417,7 @@ impl Superblock {
             Ok(Some(CheckpointSlot {
                 seq: u64_at(&b, 8),
                 version: u64_at(&b, 16),
-                locator: SnapshotLocator {
-                    first: u32_at(&b, 24),
-                    chunks: u32_at(&b, 28),
-                    bytes: u64_at(&b, 32),
-                    crc: u32_at(&b, 40),
-                },
+                locator: SnapshotLocator::decode(&b[24..]),
             }))
         });
         match slots {
