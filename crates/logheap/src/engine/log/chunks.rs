@@ -71,6 +71,10 @@ pub(crate) struct ChunkPool {
     records: Box<[AtomicBool]>,
     /// Sealed chunks of allocation and deallocation logs.
     sealed_records: AtomicU64,
+    /// Chunks in a log (taken and not given back or reclaimed; an allocation
+    /// checkpoint's too): kept apart from the free-chunk state so that committers check
+    /// how many are free without taking a lock.
+    in_log: AtomicU64,
     next_generation: AtomicU64,
 }
 
@@ -135,8 +139,6 @@ struct FreeChunks {
     free: Vec<u32>,
     /// Chunks below this index are formatted (their headers are valid or zero).
     formatted: u32,
-    /// Chunks in a log.
-    in_use: u32,
 }
 
 /// A chunk taken from the pool.
@@ -179,11 +181,7 @@ impl ChunkPool {
             media,
             superblock,
             geometry,
-            state: Mutex::new(FreeChunks {
-                free,
-                formatted,
-                in_use,
-            }),
+            state: Mutex::new(FreeChunks { free, formatted }),
             live: (0..geometry.count).map(|_| AtomicI64::new(0)).collect(),
             sealed: (0..geometry.count)
                 .map(|_| AtomicBool::new(false))
@@ -194,6 +192,7 @@ impl ChunkPool {
                 .map(|_| AtomicBool::new(false))
                 .collect(),
             sealed_records: AtomicU64::new(0),
+            in_log: AtomicU64::new(in_use as u64),
             links: Mutex::new(Links {
                 prev: vec![NO_LINK; geometry.count as usize].into(),
                 next: vec![NO_LINK; geometry.count as usize].into(),
@@ -227,7 +226,6 @@ impl ChunkPool {
         let chunk = {
             let mut st = self.lock();
             let ready = std::mem::take(&mut *lock(&self.released.ready));
-            st.in_use -= ready.len() as u32;
             st.free.extend(ready);
             let available = st.free.len() as u64 + (self.geometry.count - st.formatted) as u64;
             if !cleaner && available <= self.reserve() {
@@ -237,7 +235,7 @@ impl ChunkPool {
                 self.format_more(&mut st);
             }
             let chunk = st.free.pop()?;
-            st.in_use += 1;
+            self.in_log.fetch_add(1, Ordering::Relaxed);
             chunk
         };
         self.sealed[chunk as usize].store(false, Ordering::Relaxed);
@@ -295,7 +293,8 @@ impl ChunkPool {
     pub(crate) fn give_back_unlogged(&self, chunks: &[u32]) {
         let mut st = self.lock();
         st.free.extend_from_slice(chunks);
-        st.in_use -= chunks.len() as u32;
+        self.in_log
+            .fetch_sub(chunks.len() as u64, Ordering::Relaxed);
     }
 
     /// Returns chunks that were taken but never written.
@@ -303,7 +302,8 @@ impl ChunkPool {
         let mut st = self.lock();
         let before = st.free.len();
         st.free.extend(chunks.into_iter().map(|t| t.chunk));
-        st.in_use -= (st.free.len() - before) as u32;
+        let returned = st.free.len() - before;
+        self.in_log.fetch_sub(returned as u64, Ordering::Relaxed);
     }
 
     /// Every chunk in no log: the formatted ones (lowest first), then those not yet
@@ -311,7 +311,6 @@ impl ChunkPool {
     pub(crate) fn unused(&self) -> Vec<u32> {
         let mut st = self.lock();
         let ready = std::mem::take(&mut *lock(&self.released.ready));
-        st.in_use -= ready.len() as u32;
         st.free.extend(ready);
         let mut out: Vec<u32> = st.free.iter().rev().copied().collect();
         out.extend(st.formatted..self.geometry.count);
@@ -334,10 +333,7 @@ impl ChunkPool {
     /// Chunks in a log (a chunk the cleaner reclaimed leaves its log at once, though it
     /// is taken again only after its grace period).
     pub(crate) fn in_use(&self) -> u64 {
-        let st = self.lock();
-        let ready = lock(&self.released.ready);
-        let waiting = self.released.waiting.load(Ordering::Relaxed);
-        st.in_use as u64 - waiting - ready.len() as u64
+        self.in_log.load(Ordering::Relaxed)
     }
 
     /// Reclaimed chunks still in their grace period.
@@ -483,6 +479,7 @@ impl ChunkPool {
         }
         self.books[c as usize].clear();
         self.live[c as usize].store(0, Ordering::Relaxed);
+        self.in_log.fetch_sub(1, Ordering::Relaxed);
         self.released.waiting.fetch_add(1, Ordering::Relaxed);
         let released = self.released.clone();
         guard.defer(move || {
