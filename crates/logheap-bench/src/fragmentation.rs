@@ -87,9 +87,8 @@ pub struct FragSpec {
     /// Allocations per transaction (log engine).
     pub batch: u64,
     /// Pool size for the log engine; `None`: the smallest of the sizes tried in which
-    /// the workload runs to its end without [`Error::PoolFull`], starting from a lower
-    /// bound (the live bytes plus the allocation and free records the workload leaves
-    /// in the log, which is not cleaned of them) and 10% more each time.
+    /// the workload runs to its end without [`Error::PoolFull`], starting from the live
+    /// bytes and 5% more each time.
     pub pool_size: Option<u64>,
     /// Seed of the sizes and of the objects freed.
     pub seed: u64,
@@ -293,24 +292,16 @@ fn run_log(spec: &FragSpec) -> Result<FragOutcome, Box<dyn std::error::Error>> {
             }
             None => {
                 tried.push(size);
-                size += size / 10;
+                size += size / 20;
             }
         }
     }
 }
 
-/// A lower bound of the log engine's pool for `spec`: the live bytes, plus the 16-byte
-/// allocation record of every allocation and the 16-byte free record of every free,
-/// which stay in the log (its allocation and deallocation logs are not cleaned).
+/// A lower bound of the log engine's pool for `spec`: the live bytes (allocation and
+/// free records fold into allocation checkpoints, so they take little room for long).
 fn least_pool(spec: &FragSpec) -> u64 {
-    let Some(phases) = phases(spec.workload) else {
-        return spec.live;
-    };
-    let allocations: u64 = phases
-        .iter()
-        .map(|p| spec.total / ((p.sizes.0 + p.sizes.1) / 2))
-        .sum();
-    spec.live + 2 * 16 * allocations
+    spec.live
 }
 
 /// One log-engine run in a pool of `size` bytes; `None` when it filled up.

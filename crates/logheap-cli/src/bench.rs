@@ -72,7 +72,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     frag_batch: u64,
     /// Fragmentation workloads: the log engine's pool size (default: the smallest,
-    /// searched in steps of 10%, in which the workload runs without PoolFull).
+    /// searched in steps of 5% from the live bytes, in which the workload runs without PoolFull).
     #[arg(long, value_parser = parse_size)]
     frag_pool: Option<u64>,
     /// Also draw the figures of the cleaning benchmarks (Fig. 9, Fig. 11, LSNVMM-Cleaning

@@ -230,7 +230,7 @@ impl super::LogEngine {
         let held = current
             .as_ref()
             .map_or(0, |(_, chunks)| chunks.len() as u64);
-        if self.chunks.sealed_record_chunks() < (2 * held).max(4) {
+        if self.chunks.sealed_record_chunks() < held.max(4) {
             return 0;
         }
         let version = self
@@ -286,9 +286,13 @@ impl super::LogEngine {
             .then(|| checkpoint.write(&self.media, &self.geometry, &chunks))
             .flatten()
         else {
+            // Too few free chunks: committers leave the next ones alone (cleaning
+            // instead) until the checkpoint, which frees more than it takes, fits.
             self.chunks.give_back(taken);
+            self.chunks.hold_for_checkpoint(needed as u64);
             return 0;
         };
+        self.chunks.hold_for_checkpoint(0);
         let seq = current.as_ref().map_or(1, |(slot, _)| slot.seq + 1);
         let slot = CheckpointSlot {
             seq,
@@ -363,7 +367,7 @@ mod tests {
         let media = Media::sim(8 * 4096, &MediaConfig::default(), SimConfig::default()).unwrap();
         let checkpoint = Checkpoint {
             version: 42,
-            allocations: (0..400).map(|k| (4096 + k * 64, 48)).collect(),
+            allocations: (0..4000).map(|k| (4096 + k * 64, 48)).collect(),
         };
         let needed = checkpoint.chunks_needed(&geometry);
         assert!(needed >= 2, "{needed}");

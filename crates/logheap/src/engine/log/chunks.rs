@@ -71,6 +71,9 @@ pub(crate) struct ChunkPool {
     records: Box<[AtomicBool]>,
     /// Sealed chunks of allocation and deallocation logs.
     sealed_records: AtomicU64,
+    /// Free chunks kept from committers for an allocation checkpoint
+    /// ([`hold_for_checkpoint`](Self::hold_for_checkpoint)).
+    checkpoint_reserve: AtomicU64,
     /// Chunks in a log (taken and not given back or reclaimed; an allocation
     /// checkpoint's too): kept apart from the free-chunk state so that committers check
     /// how many are free without taking a lock.
@@ -192,6 +195,7 @@ impl ChunkPool {
                 .map(|_| AtomicBool::new(false))
                 .collect(),
             sealed_records: AtomicU64::new(0),
+            checkpoint_reserve: AtomicU64::new(0),
             in_log: AtomicU64::new(in_use as u64),
             links: Mutex::new(Links {
                 prev: vec![NO_LINK; geometry.count as usize].into(),
@@ -211,6 +215,21 @@ impl ChunkPool {
         (self.geometry.count as u64 / 8).min(CLEANER_RESERVE)
     }
 
+    /// Chunks committers leave alone: the cleaner's [`reserve`](Self::reserve), and
+    /// those an allocation checkpoint waits for.
+    fn held_back(&self) -> u64 {
+        self.reserve() + self.checkpoint_reserve.load(Ordering::Relaxed)
+    }
+
+    /// Keeps `chunks` free chunks (beyond the cleaner's reserve, at most a quarter of
+    /// the pool) from committers, for an allocation checkpoint that found too few: they
+    /// then clean until the free chunks are there (0: none kept).
+    pub(crate) fn hold_for_checkpoint(&self, chunks: u64) {
+        let most = self.geometry.count as u64 / 4;
+        self.checkpoint_reserve
+            .store(chunks.min(most), Ordering::Relaxed);
+    }
+
     /// Takes a free chunk for a committer, formatting more chunks when none is left;
     /// `None` when only the cleaner's reserve is left.
     pub(crate) fn take(&self) -> Option<TakenChunk> {
@@ -228,7 +247,7 @@ impl ChunkPool {
             let ready = std::mem::take(&mut *lock(&self.released.ready));
             st.free.extend(ready);
             let available = st.free.len() as u64 + (self.geometry.count - st.formatted) as u64;
-            if !cleaner && available <= self.reserve() {
+            if !cleaner && available <= self.held_back() {
                 return None;
             }
             if st.free.is_empty() {
@@ -327,7 +346,7 @@ impl ChunkPool {
         let waiting = self.released.waiting.load(Ordering::Relaxed);
         self.free_count()
             .saturating_sub(waiting)
-            .saturating_sub(self.reserve())
+            .saturating_sub(self.held_back())
     }
 
     /// Chunks in a log (a chunk the cleaner reclaimed leaves its log at once, though it
@@ -573,4 +592,52 @@ impl LogSet {
 /// Bytes of a chunk available to blocks.
 pub(crate) fn payload_start() -> u32 {
     CHUNK_HEADER as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::media::{MediaConfig, SimConfig};
+
+    /// A pool of 64 formatted chunks of 4 KiB, all free.
+    fn pool() -> ChunkPool {
+        let geometry = ChunkGeometry::new(4096, 4096 + 64 * 4096, 4096);
+        let media =
+            Arc::new(Media::sim(66 * 4096, &MediaConfig::default(), SimConfig::default()).unwrap());
+        ChunkPool::new(
+            media,
+            Superblock { at: 0 },
+            geometry,
+            (0..64).collect(),
+            64,
+            1,
+        )
+    }
+
+    #[test]
+    fn chunks_held_for_a_checkpoint_are_left_to_the_cleaner() {
+        let chunks = pool();
+        assert_eq!(chunks.available(), 64 - chunks.reserve());
+        chunks.hold_for_checkpoint(10);
+        assert_eq!(chunks.available(), 64 - chunks.reserve() - 10);
+        let mut taken = Vec::new();
+        while let Some(t) = chunks.take() {
+            taken.push(t.chunk);
+        }
+        // Committers stop short of the reserve and the checkpoint's chunks...
+        assert_eq!(taken.len() as u64, 64 - chunks.reserve() - 10);
+        // ...which the cleaner may take.
+        let checkpoint: Vec<_> = (0..10).map_while(|_| chunks.take_for_cleaner()).collect();
+        assert_eq!(checkpoint.len(), 10);
+        chunks.give_back(checkpoint);
+        // Held no more: committers take them again. At most a quarter of the pool is held.
+        chunks.hold_for_checkpoint(0);
+        assert_eq!(chunks.take().map(|_| ()), Some(()));
+        // 13 free: held back are the reserve and a quarter of the pool, not 1,000.
+        chunks.hold_for_checkpoint(1000);
+        assert_eq!(chunks.available(), 0);
+        assert!(chunks.take().is_none());
+        chunks.hold_for_checkpoint(5);
+        assert_eq!(chunks.available(), 13 - chunks.reserve() - 5);
+    }
 }

@@ -9,9 +9,11 @@
 //! quasi-transaction takes the STM stripe locks of the victim's entries, looks each
 //! entry up again (its bytes are live where the mapping still points into the victim:
 //! a transaction may have overwritten them since), copies the live pieces into the
-//! cleaner's own update log — each source block's pieces as blocks of *the source
-//! block's version* whose peer pointer is the block itself (a transaction of one block,
-//! complete by itself), written and fenced one at a time — remaps them, and releases
+//! cleaner's own update log — packed many to a block (one preamble for all, as the
+//! paper's recalculated block preambles), each block of *the largest version of its
+//! pieces' source blocks*, whose peer pointer is the block itself (a transaction of
+//! one block, complete by itself), written and fenced one at a time — remaps them, and
+//! releases
 //! the locks with the versions they had (the data did not change, so no reader needs
 //! to retry).
 //!
@@ -23,8 +25,9 @@
 //! (a reader that found the old place in the mapping may still be copying from it).
 //!
 //! Why recovery stays right is said in the recovery rules ([`super::recovery`]).
-//! Allocation and deallocation logs are not cleaned (their records stay in the log);
-//! allocations' initial data is in the update logs, so it is cleaned like any update.
+//! Allocation and deallocation logs are not cleaned chunk by chunk: their records fold
+//! into allocation checkpoints ([`super::checkpoint`]), which a pass writes when they
+//! pile up. Allocations' initial data is in the update logs, cleaned like any update.
 //! A pass works on buffers kept from the last one ([`Work`]), so cleaning allocates
 //! only while they grow (and crossbeam-epoch's deferred-function bags, for the grace
 //! periods).
@@ -267,6 +270,8 @@ struct LivePiece {
     home: u64,
     len: u64,
     from: u64,
+    /// The version of the block it was found in.
+    version: u64,
 }
 
 impl LogEngine {
@@ -489,9 +494,9 @@ impl LogEngine {
         // nobody appends to would keep its three tail chunks unsealed, never cleaned.
         let set = set.get_or_insert_with(|| self.checkout_log_set());
         placed.clear();
+        pieces.clear();
         let mut first = 0;
         for &(version, end) in blocks.iter() {
-            pieces.clear();
             for &(home, len, log) in &entries[first..end] {
                 self.mapping.lookup(home, len, |x| {
                     if x.log == Some(log + (x.home - home)) {
@@ -499,75 +504,77 @@ impl LogEngine {
                             home: x.home,
                             len: x.len,
                             from: log + (x.home - home),
+                            version,
                         });
                     }
                 });
             }
             first = end;
-            // Blocks of this version, each as large as the room of the tail allows.
-            let mut rest = &pieces[..];
-            while !rest.is_empty() {
-                let Some((tail, room)) = self.cleaner_tail(set, rest[0].len as usize, to_seal)
-                else {
-                    return false;
-                };
-                let mut n = 0;
-                let mut bytes = 0;
-                while n < rest.len()
-                    && n < super::layout::MAX_BLOCK_ENTRIES
-                    && block_size(n + 1, bytes + rest[n].len as usize) <= room
-                {
-                    bytes += rest[n].len as usize;
-                    n += 1;
-                }
-                if n == 0 {
-                    return false; // cannot happen: a piece came out of a block of a chunk
-                }
-                let (now, later) = rest.split_at(n);
-                rest = later;
-                data.clear();
-                offsets.clear();
-                for p in now {
-                    let at = data.len();
-                    offsets.push(at);
-                    data.resize(at + p.len as usize, 0);
-                    self.media.read(p.from as usize, &mut data[at..]);
-                }
-                let data = &data[..];
-                let chunk_at = self.geometry.offset(tail.chunk);
-                let block_at = chunk_at + tail.offset as u64;
-                encode_block(
-                    &mut set.scratch,
-                    tail.chunk,
-                    tail.generation,
-                    version,
-                    block_at,
-                    now.iter().zip(offsets.iter()).map(|(p, &at)| EntryRef {
-                        home: p.home,
-                        tombstone: false,
-                        data: &data[at..at + p.len as usize],
-                    }),
-                );
-                let block_len = set.scratch.len();
-                let end = tail.offset as usize + block_len;
-                if !tail.zero_rest && end + END_MARK <= self.geometry.size as usize {
-                    set.scratch.extend_from_slice(&[0u8; END_MARK]);
-                }
-                let digest = block_digest(tail.chunk, tail.offset, stored_crc(&set.scratch));
-                self.media.write_nt(block_at as usize, &set.scratch);
-                self.media.fence();
-                self.chunks.record_block(tail.chunk, version, digest);
-                let mut to = block_at + super::layout::PREAMBLE as u64;
-                for p in now {
-                    to += super::layout::ENTRY_HEADER as u64;
-                    placed.push((*p, to));
-                    to += p.len;
-                }
-                let Some(t) = set.tails[LogKind::Update.index()].current.as_mut() else {
-                    return false; // cannot happen: the cleaner's tail was just ensured
-                };
-                t.offset = end as u32;
+        }
+        // Blocks of as many pieces as the room of the tail allows, each of the largest
+        // version among its pieces.
+        let mut rest = &pieces[..];
+        while !rest.is_empty() {
+            let Some((tail, room)) = self.cleaner_tail(set, rest[0].len as usize, to_seal) else {
+                return false;
+            };
+            let mut n = 0;
+            let mut bytes = 0;
+            while n < rest.len()
+                && n < super::layout::MAX_BLOCK_ENTRIES
+                && block_size(n + 1, bytes + rest[n].len as usize) <= room
+            {
+                bytes += rest[n].len as usize;
+                n += 1;
             }
+            if n == 0 {
+                return false; // cannot happen: a piece came out of a block of a chunk
+            }
+            let (now, later) = rest.split_at(n);
+            rest = later;
+            let version = now.iter().map(|p| p.version).max().unwrap_or(0);
+            data.clear();
+            offsets.clear();
+            for p in now {
+                let at = data.len();
+                offsets.push(at);
+                data.resize(at + p.len as usize, 0);
+                self.media.read(p.from as usize, &mut data[at..]);
+            }
+            let data = &data[..];
+            let chunk_at = self.geometry.offset(tail.chunk);
+            let block_at = chunk_at + tail.offset as u64;
+            encode_block(
+                &mut set.scratch,
+                tail.chunk,
+                tail.generation,
+                version,
+                block_at,
+                now.iter().zip(offsets.iter()).map(|(p, &at)| EntryRef {
+                    home: p.home,
+                    tombstone: false,
+                    data: &data[at..at + p.len as usize],
+                }),
+            );
+            let block_len = set.scratch.len();
+            let end = tail.offset as usize + block_len;
+            if !tail.zero_rest && end + END_MARK <= self.geometry.size as usize {
+                set.scratch.extend_from_slice(&[0u8; END_MARK]);
+            }
+            let digest = block_digest(tail.chunk, tail.offset, stored_crc(&set.scratch));
+            self.media.write_nt(block_at as usize, &set.scratch);
+            self.media.fence();
+            self.chunks.record_block(tail.chunk, version, digest);
+            let mut to = block_at + super::layout::PREAMBLE as u64;
+            for p in now {
+                to += super::layout::ENTRY_HEADER as u64;
+                placed.push((*p, to));
+                to += p.len;
+            }
+            let Some(t) = set.tails[LogKind::Update.index()].current.as_mut() else {
+                return false; // cannot happen: the cleaner's tail was just ensured
+            };
+            t.offset = end as u32;
         }
         true
     }

@@ -44,8 +44,12 @@ use super::layout::{CHUNK_HEADER, HOME_LIMIT, u32_at, u64_at};
 use super::mapping::Piece;
 use super::superblock::{CloseRecord, SnapshotLocator};
 use crate::media::Media;
+use integer_encoding::VarInt;
 
-const PAYLOAD_MAGIC: [u8; 8] = *b"LHSNAP01";
+/// The payload magic of the varint format written now.
+const PAYLOAD_MAGIC: [u8; 8] = *b"LHSNAP02";
+/// The payload magic of the first format (fixed little-endian words), still read.
+const PAYLOAD_MAGIC_FIXED: [u8; 8] = *b"LHSNAP01";
 const CHUNK_MAGIC: [u8; 8] = *b"LHSNAPCH";
 /// Bytes of a snapshot chunk's own header (after the chunk header area): magic,
 /// sequence number, next chunk, payload bytes in this chunk, four zero bytes.
@@ -55,18 +59,105 @@ const LAST: u32 = u32::MAX;
 /// Payload bytes before the pieces: magic, close record, log fingerprint, piece and
 /// allocation counts.
 const PAYLOAD_HEADER: usize = 8 + 32 + 8 + 16;
+/// Bytes of a piece and of an allocation in the fixed format (`LHSNAP01`).
 const PIECE_BYTES: usize = 24;
 const ALLOCATION_BYTES: usize = 16;
 
 /// What a clean close leaves for the next open: the state replay would rebuild, kept
-/// as its encoded payload (a header: magic, the clean-close record, the log's
-/// fingerprint, the piece and allocation counts; then every mapped piece sorted by home
-/// as (home, length, log address), then every live allocation sorted by home as (home,
-/// size); little-endian u64s). Reading one decodes nothing up front: the pieces and
-/// allocations are read from the payload as they are used.
-#[derive(Debug, PartialEq, Eq)]
+/// as its encoded payload: a header (magic, the clean-close record, the log's
+/// fingerprint, the piece and allocation counts; little-endian u64s), then every mapped
+/// piece sorted by home, then every live allocation sorted by home, as LEB128 varints
+/// of differences ([`Encoder`]): a piece is (home less the previous piece's end, zigzag;
+/// length; log address less the previous piece's log end, zigzag), an allocation (home
+/// less the previous allocation's end, zigzag; size). Pieces and allocations lie close
+/// together, so each takes 3-8 bytes rather than the 24 and 16 of fixed words (the
+/// `LHSNAP01` format, still read): an allocation checkpoint, rewritten often, holding
+/// one per live allocation, is then a few percent of the data it describes rather than
+/// a tenth of it. The shape is checked once, when a payload is read; the pieces and
+/// allocations are decoded again as they are used.
+#[derive(Debug)]
 pub(crate) struct Snapshot {
     payload: Vec<u8>,
+    /// Where the allocations start in the payload.
+    allocations_at: usize,
+    /// The encoder's state for the next piece or allocation pushed.
+    next: Encoder,
+}
+
+/// Two snapshots are equal when their payloads are (the rest follows from it).
+impl PartialEq for Snapshot {
+    fn eq(&self, other: &Snapshot) -> bool {
+        self.payload == other.payload
+    }
+}
+
+impl Eq for Snapshot {}
+
+/// The running state of the difference encoding: the end of the last piece (home and
+/// log) or allocation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Encoder {
+    home_end: u64,
+    log_end: u64,
+}
+
+impl Encoder {
+    fn push_piece(&mut self, out: &mut Vec<u8>, p: Piece) {
+        push_signed(out, p.home.wrapping_sub(self.home_end) as i64);
+        push_varint(out, p.len);
+        push_signed(out, p.log.wrapping_sub(self.log_end) as i64);
+        self.home_end = p.home.wrapping_add(p.len);
+        self.log_end = p.log.wrapping_add(p.len);
+    }
+
+    fn push_allocation(&mut self, out: &mut Vec<u8>, home: u64, size: u64) {
+        push_signed(out, home.wrapping_sub(self.home_end) as i64);
+        push_varint(out, size);
+        self.home_end = home.wrapping_add(size);
+    }
+
+    /// The piece at `*at` in `b` (moving `at` past it); `None` when the bytes end or
+    /// are not varints.
+    fn next_piece(&mut self, b: &[u8], at: &mut usize) -> Option<Piece> {
+        let home = self.home_end.wrapping_add(read_signed(b, at)? as u64);
+        let len = read_varint(b, at)?;
+        let log = self.log_end.wrapping_add(read_signed(b, at)? as u64);
+        self.home_end = home.wrapping_add(len);
+        self.log_end = log.wrapping_add(len);
+        Some(Piece { home, len, log })
+    }
+
+    /// The allocation at `*at` in `b`, as [`next_piece`](Self::next_piece).
+    fn next_allocation(&mut self, b: &[u8], at: &mut usize) -> Option<(u64, u64)> {
+        let home = self.home_end.wrapping_add(read_signed(b, at)? as u64);
+        let size = read_varint(b, at)?;
+        self.home_end = home.wrapping_add(size);
+        Some((home, size))
+    }
+}
+
+fn push_varint(out: &mut Vec<u8>, v: u64) {
+    let mut buf = [0u8; 10];
+    let n = v.encode_var(&mut buf);
+    out.extend_from_slice(&buf[..n]);
+}
+
+fn push_signed(out: &mut Vec<u8>, v: i64) {
+    let mut buf = [0u8; 10];
+    let n = v.encode_var(&mut buf);
+    out.extend_from_slice(&buf[..n]);
+}
+
+fn read_varint(b: &[u8], at: &mut usize) -> Option<u64> {
+    let (v, n) = u64::decode_var(b.get(*at..)?)?;
+    *at += n;
+    Some(v)
+}
+
+fn read_signed(b: &[u8], at: &mut usize) -> Option<i64> {
+    let (v, n) = i64::decode_var(b.get(*at..)?)?;
+    *at += n;
+    Some(v)
 }
 
 /// Payload bytes one snapshot chunk holds.
@@ -90,7 +181,11 @@ impl Snapshot {
         }
         payload.extend_from_slice(&log_digest.to_le_bytes());
         payload.extend_from_slice(&[0u8; 16]);
-        Snapshot { payload }
+        Snapshot {
+            allocations_at: payload.len(),
+            payload,
+            next: Encoder::default(),
+        }
     }
 
     fn bump_count(&mut self, at: usize) {
@@ -101,16 +196,17 @@ impl Snapshot {
     /// Adds a mapped piece (pieces come in home order, before any allocation).
     pub(crate) fn push_piece(&mut self, p: Piece) {
         debug_assert_eq!(self.allocation_count(), 0, "pieces go before allocations");
-        for v in [p.home, p.len, p.log] {
-            self.payload.extend_from_slice(&v.to_le_bytes());
-        }
+        self.next.push_piece(&mut self.payload, p);
+        self.allocations_at = self.payload.len();
         self.bump_count(PIECES_AT);
     }
 
     /// Adds a live allocation (in home order).
     pub(crate) fn push_allocation(&mut self, home: u64, size: u64) {
-        self.payload.extend_from_slice(&home.to_le_bytes());
-        self.payload.extend_from_slice(&size.to_le_bytes());
+        if self.allocation_count() == 0 {
+            self.next = Encoder::default();
+        }
+        self.next.push_allocation(&mut self.payload, home, size);
         self.bump_count(ALLOCATIONS_AT);
     }
 
@@ -135,31 +231,66 @@ impl Snapshot {
 
     /// Every mapped piece, in the order written (home order).
     pub(crate) fn pieces(&self) -> impl Iterator<Item = Piece> + Clone + '_ {
-        let end = PAYLOAD_HEADER + self.piece_count() * PIECE_BYTES;
-        self.payload[PAYLOAD_HEADER..end]
-            .chunks_exact(PIECE_BYTES)
-            .map(|p| Piece {
-                home: u64_at(p, 0),
-                len: u64_at(p, 8),
-                log: u64_at(p, 16),
-            })
+        let (mut at, mut state) = (PAYLOAD_HEADER, Encoder::default());
+        let b = &self.payload[..self.allocations_at];
+        // The shape was checked when the payload was made or read: every piece decodes.
+        (0..self.piece_count()).map_while(move |_| state.next_piece(b, &mut at))
     }
 
     /// Every live allocation (home, size), in the order written (home order).
     pub(crate) fn allocations(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        let start = PAYLOAD_HEADER + self.piece_count() * PIECE_BYTES;
-        self.payload[start..]
-            .chunks_exact(ALLOCATION_BYTES)
-            .map(|a| (u64_at(a, 0), u64_at(a, 8)))
+        let (mut at, mut state) = (self.allocations_at, Encoder::default());
+        let b = &self.payload[..];
+        (0..self.allocation_count()).map_while(move |_| state.next_allocation(b, &mut at))
     }
 
-    /// Takes a payload whose checksum matched, checking its shape (not its contents).
+    /// Takes a payload whose checksum matched, checking its shape (not its contents):
+    /// the header, and that its counts of pieces and allocations decode to exactly its
+    /// bytes. A payload of the fixed format is converted.
     fn decode(payload: Vec<u8>) -> Result<Snapshot, String> {
         let b = &payload;
+        if b.len() >= PAYLOAD_HEADER && b[..8] == PAYLOAD_MAGIC_FIXED {
+            return Snapshot::decode_fixed(payload);
+        }
         if b.len() < PAYLOAD_HEADER || b[..8] != PAYLOAD_MAGIC {
             return Err("the snapshot payload has no valid header".into());
         }
         let (pieces, allocations) = (u64_at(b, PIECES_AT), u64_at(b, ALLOCATIONS_AT));
+        // Each takes two bytes at least: counts the bytes cannot hold are damage (and
+        // are not looped over).
+        if pieces.saturating_add(allocations) > b.len() as u64 {
+            return Err("the snapshot payload's counts exceed its bytes".into());
+        }
+        let mut at = PAYLOAD_HEADER;
+        let mut state = Encoder::default();
+        for i in 0..pieces {
+            if state.next_piece(b, &mut at).is_none() {
+                return Err(format!("snapshot piece {i} does not decode"));
+            }
+        }
+        let allocations_at = at;
+        let mut state = Encoder::default();
+        for i in 0..allocations {
+            if state.next_allocation(b, &mut at).is_none() {
+                return Err(format!("snapshot allocation {i} does not decode"));
+            }
+        }
+        if at != b.len() {
+            return Err(format!(
+                "the snapshot payload holds {} bytes, not the {at} its counts need",
+                b.len()
+            ));
+        }
+        Ok(Snapshot {
+            payload,
+            allocations_at,
+            next: state,
+        })
+    }
+
+    /// [`decode`](Self::decode) of a payload of the fixed format (`LHSNAP01`).
+    fn decode_fixed(b: Vec<u8>) -> Result<Snapshot, String> {
+        let (pieces, allocations) = (u64_at(&b, PIECES_AT), u64_at(&b, ALLOCATIONS_AT));
         let expected = (pieces as u128) * PIECE_BYTES as u128
             + (allocations as u128) * ALLOCATION_BYTES as u128
             + PAYLOAD_HEADER as u128;
@@ -169,7 +300,23 @@ impl Snapshot {
                 b.len()
             ));
         }
-        Ok(Snapshot { payload })
+        let mut converted = Snapshot::new(
+            CloseRecord::from_words([8, 16, 24, 32].map(|at| u64_at(&b, at))),
+            u64_at(&b, 40),
+        );
+        let words = &b[PAYLOAD_HEADER..];
+        let (piece_bytes, allocation_bytes) = words.split_at(pieces as usize * PIECE_BYTES);
+        for p in piece_bytes.chunks_exact(PIECE_BYTES) {
+            converted.push_piece(Piece {
+                home: u64_at(p, 0),
+                len: u64_at(p, 8),
+                log: u64_at(p, 16),
+            });
+        }
+        for a in allocation_bytes.chunks_exact(ALLOCATION_BYTES) {
+            converted.push_allocation(u64_at(a, 0), u64_at(a, 8));
+        }
+        Ok(converted)
     }
 
     /// Chunks the snapshot takes when written.
@@ -364,7 +511,7 @@ mod tests {
     #[test]
     fn a_snapshot_round_trips_across_chunks_in_any_order() {
         let (media, geometry) = setup();
-        let snap = sample(500);
+        let snap = sample(5000);
         let free = [40, 3, 17, 9, 60, 61, 62];
         let locator = snap.write(&media, &geometry, &free).unwrap();
         assert!(locator.chunks > 3, "spans several chunks");
@@ -380,6 +527,78 @@ mod tests {
         let locator = empty.write(&media, &geometry, &free).unwrap();
         assert_eq!(locator.chunks, 1);
         assert_eq!(Snapshot::read(&media, &geometry, &locator).unwrap(), empty);
+    }
+
+    /// The payload of `s` in the fixed format (`LHSNAP01`).
+    fn fixed_payload(s: &Snapshot) -> Vec<u8> {
+        let mut b = s.payload[..PAYLOAD_HEADER].to_vec();
+        b[..8].copy_from_slice(&PAYLOAD_MAGIC_FIXED);
+        for p in s.pieces() {
+            for v in [p.home, p.len, p.log] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        for (home, size) in s.allocations() {
+            b.extend_from_slice(&home.to_le_bytes());
+            b.extend_from_slice(&size.to_le_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn the_varint_payload_is_compact_and_the_fixed_format_is_still_read() {
+        let s = sample(1000);
+        let fixed = fixed_payload(&s);
+        assert!(
+            s.payload.len() * 4 < fixed.len(),
+            "{} bytes against {} fixed",
+            s.payload.len(),
+            fixed.len()
+        );
+        assert_eq!(Snapshot::decode(fixed).unwrap(), s);
+        assert_eq!(Snapshot::decode(s.payload.clone()).unwrap(), s);
+        // Far apart, backwards and at the ends of the address space: differences wrap.
+        let mut odd = Snapshot::new(CloseRecord::default(), 0);
+        for (home, len, log) in [(8, 1, u64::MAX - 9), (u64::MAX - 100, 50, 16)] {
+            odd.push_piece(Piece { home, len, log });
+        }
+        odd.push_allocation(u64::MAX - 8, 8);
+        odd.push_allocation(0, 1);
+        let back = Snapshot::decode(odd.payload.clone()).unwrap();
+        assert_eq!(
+            back.pieces().collect::<Vec<_>>(),
+            odd.pieces().collect::<Vec<_>>()
+        );
+        assert_eq!(
+            back.allocations().collect::<Vec<_>>(),
+            vec![(u64::MAX - 8, 8), (0, 1)]
+        );
+    }
+
+    #[test]
+    fn counts_that_do_not_match_the_payload_are_refused() {
+        let s = sample(100);
+        let with_counts = |pieces: u64, allocations: u64, cut: usize| {
+            let mut b = s.payload.clone();
+            b[PIECES_AT..PIECES_AT + 8].copy_from_slice(&pieces.to_le_bytes());
+            b[ALLOCATIONS_AT..ALLOCATIONS_AT + 8].copy_from_slice(&allocations.to_le_bytes());
+            b.truncate(b.len() - cut);
+            Snapshot::decode(b)
+        };
+        assert!(with_counts(100, 50, 0).is_ok());
+        assert!(with_counts(100, 49, 0).is_err(), "bytes left over");
+        assert!(with_counts(101, 50, 0).is_err(), "one piece too many");
+        assert!(with_counts(100, 50, 1).is_err(), "cut short");
+        assert!(
+            with_counts(u64::MAX, u64::MAX, 0).is_err(),
+            "counts past the bytes"
+        );
+        // A varint that never ends.
+        let mut b = s.payload[..PAYLOAD_HEADER].to_vec();
+        b[PIECES_AT..PIECES_AT + 8].copy_from_slice(&1u64.to_le_bytes());
+        b[ALLOCATIONS_AT..ALLOCATIONS_AT + 8].copy_from_slice(&0u64.to_le_bytes());
+        b.extend_from_slice(&[0xff; 12]);
+        assert!(Snapshot::decode(b).is_err());
     }
 
     #[test]
@@ -399,7 +618,7 @@ mod tests {
     fn too_few_free_chunks_write_nothing() {
         let (media, geometry) = setup();
         let before = media.counters();
-        assert!(sample(500).write(&media, &geometry, &[1, 2]).is_none());
+        assert!(sample(5000).write(&media, &geometry, &[1, 2]).is_none());
         assert_eq!(media.counters(), before);
     }
 

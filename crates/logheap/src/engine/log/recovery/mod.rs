@@ -45,15 +45,18 @@
 //! ([`RecoveryReport::snapshot`] says whether it was, or why not).
 //!
 //! *Moved data* ([`cleaner`](super::cleaner)). The cleaner re-appends the live pieces of
-//! a source block as blocks of **the source block's version** whose peer pointer is the
-//! block itself: each is complete on its own, so the rule above takes it as committed
-//! once it is valid. Replaying in version order then puts a moved piece exactly where
-//! its original stood: a later write (higher version) still wins over it, and a free of
-//! its range comes after it (the cleaner moves only what the mapping maps, under the
-//! STM locks of the range, so the data was not freed; allocation and deallocation logs,
-//! with their allocation and free records, are never cleaned, so no freed range loses
-//! its free record). A crash between the copy and the reclaim leaves both copies, of one
-//! version with the same bytes: either may be mapped. The cleaner reclaims a chunk only
+//! a victim chunk, many to a block, as blocks whose version is **the largest version of
+//! the source blocks of their pieces** and whose peer pointer is the block itself: each
+//! is complete on its own, so the rule above takes it as committed once it is valid.
+//! Replaying in version order then maps a moved piece as its original was mapped: the
+//! cleaner moves only what the mapping maps, under the STM locks of the range, and only
+//! data of versions at most `W` (below every transaction still committing), so no write
+//! or free of the piece's bytes has a version between the piece's own and the moved
+//! block's (it would have left the piece unmapped), and every later one has a higher
+//! version than the moved block and still wins over it. Free records that fold into an
+//! allocation checkpoint leave the log with their ranges' data pruned at replay
+//! ([`super::checkpoint`]). A crash between the copy and the reclaim leaves both copies,
+//! with the same bytes: either may be mapped. The cleaner reclaims a chunk only
 //! when all its blocks are at or below the **cleaned-through version** `W` it has made
 //! durable in the superblock, and `W` is below every transaction still committing; so
 //! blocks of version `W` or lower are committed whatever their peer pointers say (a peer
@@ -537,7 +540,17 @@ pub(crate) fn examine(
         (threads, seed),
         true,
     );
-    let replayed = replayed.expect("replayed whatever the problems");
+    let mut replayed = replayed.expect("replayed whatever the problems");
+    if seed.is_some() {
+        // As an open does: data of ranges freed at or below the checkpoint's version
+        // is no longer live.
+        prune(
+            mapping,
+            &replayed.allocator.allocations(),
+            geometry,
+            &mut replayed.live,
+        );
+    }
     // The mapping the log implies: pieces that do not overlap, each inside the payload
     // of a chunk in a log, adding up to each chunk's live bytes.
     let mut pieces = Vec::new();
