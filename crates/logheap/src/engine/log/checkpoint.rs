@@ -210,7 +210,9 @@ pub(crate) fn read_current(
 
 impl super::LogEngine {
     /// When sealed allocation and deallocation chunks have piled up (at least four, and
-    /// twice the chunks the current checkpoint takes), writes a new allocation
+    /// as many as the current checkpoint takes) and their space is wanted (free chunks
+    /// are below twice the committers' low-water mark, or the records fill an eighth of
+    /// the pool), writes a new allocation
     /// checkpoint and reclaims the chunks of those logs whose blocks are all at or below
     /// its version; returns how many. Does nothing when another checkpoint is being
     /// written.
@@ -230,7 +232,12 @@ impl super::LogEngine {
         let held = current
             .as_ref()
             .map_or(0, |(_, chunks)| chunks.len() as u64);
-        if self.chunks.sealed_record_chunks() < held.max(4) {
+        let records = self.chunks.sealed_record_chunks();
+        // Worth its cost (every live allocation rewritten) only when the space is
+        // wanted: free chunks are running low, or the records hold an eighth of the pool.
+        let wanted = self.chunks.available() < 2 * self.low_water()
+            || records >= self.geometry.count as u64 / 8;
+        if records < held.max(4) || !wanted {
             return 0;
         }
         let version = self

@@ -769,7 +769,7 @@ impl LogEngine {
     }
 
     /// Free chunks below which committing threads clean inline.
-    fn low_water(&self) -> u64 {
+    pub(super) fn low_water(&self) -> u64 {
         (self.geometry.count as u64 / 16).clamp(2, 64)
     }
 
