@@ -88,7 +88,8 @@ pub struct FragSpec {
     pub batch: u64,
     /// Pool size for the log engine; `None`: the smallest of the sizes tried in which
     /// the workload runs to its end without [`Error::PoolFull`], starting from the live
-    /// bytes and 5% more each time.
+    /// bytes (allocation and free records fold into allocation checkpoints, so they
+    /// take little room for long; 16 chunks at least) and 5% more each time.
     pub pool_size: Option<u64>,
     /// Seed of the sizes and of the objects freed.
     pub seed: u64,
@@ -267,9 +268,7 @@ impl Heap for LogHeap<'_> {
 fn run_log(spec: &FragSpec) -> Result<FragOutcome, Box<dyn std::error::Error>> {
     let chunk = Config::default().chunk_size;
     let mut tried = Vec::new();
-    let mut size = spec
-        .pool_size
-        .unwrap_or_else(|| least_pool(spec).max(16 * chunk));
+    let mut size = spec.pool_size.unwrap_or_else(|| spec.live.max(16 * chunk));
     loop {
         match run_log_in(spec, size)? {
             Some(mut outcome) => {
@@ -298,20 +297,13 @@ fn run_log(spec: &FragSpec) -> Result<FragOutcome, Box<dyn std::error::Error>> {
     }
 }
 
-/// A lower bound of the log engine's pool for `spec`: the live bytes (allocation and
-/// free records fold into allocation checkpoints, so they take little room for long).
-fn least_pool(spec: &FragSpec) -> u64 {
-    spec.live
-}
-
 /// One log-engine run in a pool of `size` bytes; `None` when it filled up.
 fn run_log_in(
     spec: &FragSpec,
     size: u64,
 ) -> Result<Option<FragOutcome>, Box<dyn std::error::Error>> {
     let dir = crate::harness::pool_dir_in(spec.dir.as_deref())?;
-    let mut config = Config::default()
-        .engine_name(&spec.engine)?
+    let mut config = crate::harness::config_for(&spec.engine)?
         .size(size)
         .reserve_space(false);
     if let Some(e) = spec.emulation {
@@ -400,9 +392,8 @@ fn run_glibc(spec: &FragSpec) -> Result<FragOutcome, Box<dyn std::error::Error>>
     let seconds = start.elapsed().as_secs_f64();
     let (held_after, in_use_after) = mallinfo();
     let live_bytes: u64 = objects.iter().map(|&(_, s)| s).sum();
-    let mut victims: Vec<usize> = objects.iter().map(|&(p, _)| p).collect();
+    let victims: Vec<usize> = objects.iter().map(|&(p, _)| p).collect();
     Glibc.step(&[], &victims, &mut Vec::new())?;
-    victims.clear();
     let (allocations, frees) = result?;
     let allocator_bytes = in_use_after.saturating_sub(in_use_before);
     if allocator_bytes < live_bytes {

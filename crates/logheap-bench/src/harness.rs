@@ -480,8 +480,9 @@ fn sized_for(
     Ok(chunks.max(16) * chunk + overhead)
 }
 
-/// A fragmentation workload ([`crate::fragmentation`]) as a bench run: one
-/// "transaction" is one allocation step (an allocation and the frees it caused).
+/// A fragmentation workload ([`crate::fragmentation`]) as a bench run: its
+/// `ops`, `tx_per_s` and per-"transaction" figures count allocations (with the frees
+/// each caused), whatever `--frag-batch` puts in one transaction.
 fn run_fragmentation(
     spec: &RunSpec,
     phase: &dyn Fn(&str),

@@ -28,7 +28,8 @@ use crate::size::parse_size;
 /// Options of `logheap bench`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Workloads to run (repeat the option; default: all).
+    /// Workloads to run (repeat the option; default: every workload but the
+    /// fragmentation ones, frag-w1 to frag-w3, which run only when named).
     #[arg(long = "workload")]
     workloads: Vec<Workload>,
     /// Engines to run (repeat; default: log-base, log-2l, log-2l-gu, log-2l-gu-c, log,
@@ -38,7 +39,8 @@ pub struct Args {
     #[arg(long = "engine")]
     engines: Vec<String>,
     /// Thread counts (repeat; default: 1, plus 2 threads for the update workloads of
-    /// log-2l-gu-c, log and pmdk).
+    /// log-2l-gu-c, log, log-cleaning and pmdk, without --utilisation). The
+    /// fragmentation workloads always run on one thread.
     #[arg(long = "threads")]
     threads: Vec<usize>,
     /// Transactions per run.
@@ -53,7 +55,7 @@ pub struct Args {
     /// Run each workload in a pool its preload fills to this share of the log (repeat,
     /// e.g. 0.5 to 0.9), so the cleaner works throughout (Fig. 11); transactions the
     /// engine refuses for want of space are counted. Default: a pool with room for
-    /// everything, never cleaned.
+    /// everything, which only `log-cleaning` cleans.
     #[arg(long = "utilisation")]
     utilisations: Vec<f64>,
     /// End each measured phase after this many seconds even when transactions are left
@@ -72,7 +74,8 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     frag_batch: u64,
     /// Fragmentation workloads: the log engine's pool size (default: the smallest,
-    /// searched in steps of 5% from the live bytes, in which the workload runs without PoolFull).
+    /// searched from the live bytes in steps of 5%, in which the workload runs without
+    /// PoolFull).
     #[arg(long, value_parser = parse_size)]
     frag_pool: Option<u64>,
     /// Also draw the figures of the cleaning benchmarks (Fig. 9, Fig. 11, LSNVMM-Cleaning

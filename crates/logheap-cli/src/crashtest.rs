@@ -48,7 +48,7 @@ pub struct Args {
     #[arg(long, hide = true)]
     fault: Option<String>,
     /// Background cleaner threads of the log engine (their passes' fences come at any
-    /// moment between the workload's; 0: committers clean inline).
+    /// moment between the workload's), besides the committers' inline cleaning.
     #[arg(long, default_value_t = 0)]
     cleaner_threads: usize,
     /// Write the crash image of the first violation to this file (a pool file that

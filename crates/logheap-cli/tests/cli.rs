@@ -493,7 +493,7 @@ fn bench_utilisation_sizes_the_pool_so_the_cleaner_works() {
         assert!(r["pool_full"].is_u64(), "{r}");
     }
     // The smaller pool (higher utilisation) is the one at 60%.
-    assert!(runs[1]["pool_bytes"].as_u64() < runs[0]["pool_bytes"].as_u64());
+    assert!(runs[1]["pool_bytes"].as_u64().unwrap() < runs[0]["pool_bytes"].as_u64().unwrap());
     let table = std::fs::read_to_string(dir.path().join("results/results.md")).unwrap();
     assert!(
         table.contains("### Throughput against log utilisation"),

@@ -39,8 +39,8 @@ pub struct Config {
     /// The log engine's cleaner takes a chunk when its live (still mapped) bytes are
     /// below this fraction of its payload (default 0.2, as in "Log-structured
     /// Non-volatile Main Memory", USENIX ATC 2017, §3.4); committing threads clean when
-    /// free chunks run low, and take any chunk that is not wholly live when none is
-    /// left. Not stored in the pool: each open chooses.
+    /// free chunks run low, and take any chunk up to 90% live when none is left. Not
+    /// stored in the pool: each open chooses.
     pub clean_threshold: f64,
     /// Background threads of the log engine's cleaner (default 0). They clean when
     /// committers find free chunks running low, each pass on chunks of its own, so that
@@ -57,8 +57,10 @@ pub struct Config {
     /// Commits between cleaning passes that run whatever the free chunks (0, the
     /// default: none; the cleaner then runs only when free chunks run low). The
     /// "LSNVMM-Cleaning" setting of "Log-structured Non-volatile Main Memory", USENIX
-    /// ATC 2017, §5.3, is about 1,000 commits with a `clean_threshold` of 0.5. Not
-    /// stored in the pool: each open chooses.
+    /// ATC 2017, §5.3, is about 1,000 commits with a `clean_threshold` of 0.5. The
+    /// passes run in the committing thread, so only with
+    /// [`inline_cleaning`](Self::inline_cleaning). Not stored in the pool: each open
+    /// chooses.
     pub clean_every: u64,
     /// A deliberate defect, for showing that crash tests catch one. Never set it in
     /// production code.

@@ -291,6 +291,19 @@ fn check_model(pool: &Pool, model: &Model) {
     assert_eq!(pool.allocations(), expected, "allocations");
 }
 
+/// Allocates an object holding `data` in one transaction, which also frees `free`
+/// first when given; returns the new object's home.
+fn put_object(pool: &Pool, free: Option<u64>, data: &[u8]) -> logheap::Result<u64> {
+    pool.transaction(|tx| {
+        if let Some(home) = free {
+            tx.free(PPtr::<u8>::from_offset(home))?;
+        }
+        let home = tx.alloc_bytes(data.len() as u64)?;
+        tx.write_bytes(home, data)?;
+        Ok(home)
+    })
+}
+
 /// A model test: random updates, allocations and frees of objects of random sizes in a
 /// 256 KiB pool, with a crash reopen or a clean reopen every 4,000 transactions,
 /// compared with a model after every reopen and at the end. Updates write over ten
@@ -314,13 +327,7 @@ fn random_updates_allocations_and_frees_across_reopens_match_a_model() {
             None => {
                 let len = rng.random_range(16..=256usize);
                 let data: Vec<u8> = (0..len).map(|_| rng.random()).collect();
-                let home = pool
-                    .transaction(|tx| {
-                        let home = tx.alloc_bytes(len as u64)?;
-                        tx.write_bytes(home, &data)?;
-                        Ok::<_, logheap::Error>(home)
-                    })
-                    .unwrap();
+                let home = put_object(&pool, None, &data).unwrap();
                 written += len as u64;
                 model[slot] = Some((home, data));
             }
@@ -516,6 +523,7 @@ fn allocation_churn_runs_far_beyond_the_pool_size_across_reopens() {
     let mut pool = Pool::create(&path, &config).unwrap();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
     let mut model: Model = vec![None; SLOTS];
+    let mut checkpoints = 0;
     for i in 0..60_000u64 {
         let slot = rng.random_range(0..SLOTS);
         match model[slot].take() {
@@ -526,17 +534,13 @@ fn allocation_churn_runs_far_beyond_the_pool_size_across_reopens() {
             None => {
                 let len = rng.random_range(16..=200usize);
                 let data: Vec<u8> = (0..len).map(|_| rng.random()).collect();
-                let home = pool
-                    .transaction(|tx| {
-                        let home = tx.alloc_bytes(len as u64)?;
-                        tx.write_bytes(home, &data)?;
-                        Ok::<_, logheap::Error>(home)
-                    })
+                let home = put_object(&pool, None, &data)
                     .unwrap_or_else(|e| panic!("transaction {i}: {e}"));
                 model[slot] = Some((home, data));
             }
         }
         if i % 10_000 == 9_999 {
+            checkpoints += pool.stats().log.allocation_checkpoints;
             if (i / 10_000) % 2 == 0 {
                 drop(pool); // crash
             } else {
@@ -550,7 +554,7 @@ fn allocation_churn_runs_far_beyond_the_pool_size_across_reopens() {
             check_model(&pool, &model);
         }
     }
-    check_model(&pool, &model);
+    assert!(checkpoints > 5, "{checkpoints} allocation checkpoints");
 }
 
 /// Many live allocations churned in a pool with few free chunks: an allocation
@@ -569,16 +573,7 @@ fn a_large_checkpoint_gets_its_chunks_in_a_nearly_full_pool() {
     let alloc = |pool: &Pool, rng: &mut rand_chacha::ChaCha8Rng, free: Option<u64>| {
         let len = rng.random_range(40..=80usize);
         let data: Vec<u8> = (0..len).map(|_| rng.random()).collect();
-        let home = pool
-            .transaction(|tx| {
-                if let Some(h) = free {
-                    tx.free(PPtr::<u8>::from_offset(h))?;
-                }
-                let home = tx.alloc_bytes(len as u64)?;
-                tx.write_bytes(home, &data)?;
-                Ok::<_, logheap::Error>(home)
-            })
-            .unwrap();
+        let home = put_object(pool, free, &data).unwrap();
         Some((home, data))
     };
     for _ in 0..LIVE {
@@ -656,9 +651,16 @@ fn crash_images_while_checkpointing_hold_states_the_model_went_through() {
         })
         .unwrap();
     };
-    while pool.stats().log.allocation_checkpoints == 0 {
+    for _ in 0..100_000 {
+        if pool.stats().log.allocation_checkpoints > 0 {
+            break;
+        }
         step(&pool);
     }
+    assert!(
+        pool.stats().log.allocation_checkpoints > 0,
+        "no checkpoint at all"
+    );
     let before = pool.stats().log.allocation_checkpoints;
     let mut seen: HashSet<Vec<Option<Vec<u8>>>> = HashSet::new();
     seen.insert(state(&pool));
@@ -676,9 +678,10 @@ fn crash_images_while_checkpointing_hold_states_the_model_went_through() {
     sim.take_fence_hook();
     assert!(
         pool.stats().log.allocation_checkpoints > before + 1,
-        "no checkpoint while images were taken"
+        "fewer than two checkpoints while images were taken"
     );
     let images = std::mem::take(&mut *images.lock().unwrap());
+    assert!(images.len() > 300, "only {} images", images.len());
     for (n, image) in images.into_iter().enumerate() {
         let p = Pool::open_image(image, &config, Default::default())
             .unwrap_or_else(|e| panic!("image {n} does not open: {e}"));
@@ -709,13 +712,7 @@ fn skewed_updates_across_crashes_never_bring_back_an_older_value() {
     let mut model: Model = Vec::with_capacity(OBJECTS);
     for k in 0..OBJECTS {
         let data = vec![k as u8; 48];
-        let home = pool
-            .transaction(|tx| {
-                let home = tx.alloc_bytes(48)?;
-                tx.write_bytes(home, &data)?;
-                Ok::<_, logheap::Error>(home)
-            })
-            .unwrap();
+        let home = put_object(&pool, None, &data).unwrap();
         model.push(Some((home, data)));
     }
     let mut cleaned = 0;

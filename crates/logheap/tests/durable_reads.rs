@@ -164,7 +164,7 @@ fn splitting_a_node_never_hides_its_tail_from_readers() {
             });
             // The writer starts once the reader runs (on a loaded machine it may not
             // get a core before the writes are done).
-            while !reading.load(Ordering::Relaxed) {
+            while !reading.load(Ordering::Relaxed) && !reader.is_finished() {
                 std::thread::yield_now();
             }
             for i in 0..3000u64 {

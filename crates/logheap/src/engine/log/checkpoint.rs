@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 use super::chunks::{ChunkGeometry, payload_start};
 use super::layout::{BlockScan, ChunkHeader, DecodedEntry, LogKind, decode_block_into, u64_at};
 use super::snapshot::Snapshot;
-use super::superblock::{CheckpointSlot, CloseRecord, SnapshotLocator};
+use super::superblock::{CheckpointSlot, CloseRecord};
 use crate::media::Media;
 
 /// The live allocations (home, size; sorted by home, disjoint) as of `version`.
@@ -124,7 +124,10 @@ pub(crate) fn fold(
 }
 
 impl Checkpoint {
-    fn snapshot(&self) -> Snapshot {
+    /// Its payload: the snapshot format with no pieces, the allocations, and its
+    /// version as the record's largest version ([`Snapshot::chunks_needed`] and
+    /// [`Snapshot::write`] then place it).
+    pub(crate) fn encode(&self) -> Snapshot {
         let record = CloseRecord {
             max_version: self.version,
             ..CloseRecord::default()
@@ -134,22 +137,6 @@ impl Checkpoint {
             snapshot.push_allocation(home, size);
         }
         snapshot
-    }
-
-    /// Chunks it takes when written.
-    pub(crate) fn chunks_needed(&self, geometry: &ChunkGeometry) -> usize {
-        self.snapshot().chunks_needed(geometry)
-    }
-
-    /// Writes it durably into `chunks` (in no log, at least
-    /// [`chunks_needed`](Self::chunks_needed) of them); `None` when they are too few.
-    pub(crate) fn write(
-        &self,
-        media: &Media,
-        geometry: &ChunkGeometry,
-        chunks: &[u32],
-    ) -> Option<SnapshotLocator> {
-        self.snapshot().write(media, geometry, chunks)
     }
 
     /// Reads the checkpoint `slot` names, with the chunks it is written in; the error
@@ -237,7 +224,8 @@ impl super::LogEngine {
         // wanted: free chunks are running low, or the records hold an eighth of the pool.
         let wanted = self.chunks.available() < 2 * self.low_water()
             || records >= self.geometry.count as u64 / 8;
-        if records < held.max(4) || !wanted {
+        // One that found too few free chunks is tried again once they are there.
+        if records < held.max(4) || !wanted || !self.chunks.checkpoint_fits() {
             return 0;
         }
         let version = self
@@ -246,7 +234,10 @@ impl super::LogEngine {
         let (above, previous) = match &*current {
             Some((slot, _)) => match Checkpoint::read(&self.media, &self.geometry, slot) {
                 Ok((previous, _)) => (slot.version, previous.allocations),
-                Err(_) => return 0,
+                Err(_) => {
+                    self.chunks.hold_for_checkpoint(0);
+                    return 0;
+                }
             },
             None => (0, Vec::new()),
         };
@@ -278,29 +269,33 @@ impl super::LogEngine {
             return 0;
         }
         let Ok(allocations) = fold(&previous, records) else {
+            self.chunks.hold_for_checkpoint(0);
             return 0;
         };
         let checkpoint = Checkpoint {
             version,
             allocations,
         };
-        let needed = checkpoint.chunks_needed(&self.geometry);
+        let payload = checkpoint.encode();
+        let needed = payload.chunks_needed(&self.geometry);
         let taken: Vec<_> = (0..needed)
             .map_while(|_| self.chunks.take_for_cleaner())
             .collect();
         let chunks: Vec<u32> = taken.iter().map(|t| t.chunk).collect();
         let Some(locator) = (taken.len() == needed)
-            .then(|| checkpoint.write(&self.media, &self.geometry, &chunks))
+            .then(|| payload.write(&self.media, &self.geometry, &chunks))
             .flatten()
         else {
             // Too few free chunks: committers leave the next ones alone (cleaning
             // instead) until the checkpoint, which frees more than it takes, fits.
-            self.chunks.give_back(taken);
+            self.chunks.give_back(chunks);
             self.chunks.hold_for_checkpoint(needed as u64);
             return 0;
         };
         self.chunks.hold_for_checkpoint(0);
-        let seq = current.as_ref().map_or(1, |(slot, _)| slot.seq + 1);
+        let seq = current
+            .as_ref()
+            .map_or(1, |(slot, _)| slot.seq.wrapping_add(1));
         let slot = CheckpointSlot {
             seq,
             version,
@@ -318,9 +313,11 @@ impl super::LogEngine {
             .unwrap_or(0);
         self.raise_cleaned_through(newest, version);
         if let Some((_, old)) = current.replace((slot, chunks)) {
-            self.chunks.give_back_unlogged(&old);
+            self.chunks.give_back(old);
         }
-        drop(current);
+        // Still under the checkpoint's lock: a pass that took it in between would see
+        // the replaced chunks as due again and could unlink one already reclaimed and
+        // taken by another log.
         let mut reclaimed = 0;
         for c in replaced {
             if self.chunks.unlink(c) {
@@ -328,6 +325,7 @@ impl super::LogEngine {
                 reclaimed += 1;
             }
         }
+        drop(current);
         reclaimed
     }
 }
@@ -376,10 +374,13 @@ mod tests {
             version: 42,
             allocations: (0..4000).map(|k| (4096 + k * 64, 48)).collect(),
         };
-        let needed = checkpoint.chunks_needed(&geometry);
+        let needed = checkpoint.encode().chunks_needed(&geometry);
         assert!(needed >= 2, "{needed}");
         let chunks: Vec<u32> = (2..2 + needed as u32).collect();
-        let locator = checkpoint.write(&media, &geometry, &chunks).unwrap();
+        let locator = checkpoint
+            .encode()
+            .write(&media, &geometry, &chunks)
+            .unwrap();
         let slot = CheckpointSlot {
             seq: 1,
             version: 42,

@@ -306,21 +306,12 @@ impl ChunkPool {
         st.formatted = end;
     }
 
-    /// Returns chunks taken and written outside any log (an allocation checkpoint's,
-    /// once a newer checkpoint replaced it), to the free chunks at once: nothing reads
-    /// them while the pool is open.
-    pub(crate) fn give_back_unlogged(&self, chunks: &[u32]) {
-        let mut st = self.lock();
-        st.free.extend_from_slice(chunks);
-        self.in_log
-            .fetch_sub(chunks.len() as u64, Ordering::Relaxed);
-    }
-
-    /// Returns chunks that were taken but never written.
-    pub(crate) fn give_back(&self, chunks: impl IntoIterator<Item = TakenChunk>) {
+    /// Returns chunks that were taken and are in no log (never written, or holding
+    /// an allocation checkpoint no longer current) to the free chunks.
+    pub(crate) fn give_back(&self, chunks: impl IntoIterator<Item = u32>) {
         let mut st = self.lock();
         let before = st.free.len();
-        st.free.extend(chunks.into_iter().map(|t| t.chunk));
+        st.free.extend(chunks);
         let returned = st.free.len() - before;
         self.in_log.fetch_sub(returned as u64, Ordering::Relaxed);
     }
@@ -339,6 +330,13 @@ impl ChunkPool {
     /// Chunks in no log (formatted or not), including those in their grace period.
     pub(crate) fn free_count(&self) -> u64 {
         self.geometry.count as u64 - self.in_use()
+    }
+
+    /// Whether the cleaner could take the free chunks an allocation checkpoint waits
+    /// for ([`hold_for_checkpoint`](Self::hold_for_checkpoint); true when none is held).
+    pub(crate) fn checkpoint_fits(&self) -> bool {
+        let held = self.checkpoint_reserve.load(Ordering::Relaxed);
+        self.free_count().saturating_sub(self.waiting()) >= held
     }
 
     /// Chunks a committer can take now (past their grace period, beyond the reserve).
@@ -626,10 +624,11 @@ mod tests {
         }
         // Committers stop short of the reserve and the checkpoint's chunks...
         assert_eq!(taken.len() as u64, 64 - chunks.reserve() - 10);
+        assert!(chunks.checkpoint_fits());
         // ...which the cleaner may take.
         let checkpoint: Vec<_> = (0..10).map_while(|_| chunks.take_for_cleaner()).collect();
         assert_eq!(checkpoint.len(), 10);
-        chunks.give_back(checkpoint);
+        chunks.give_back(checkpoint.iter().map(|t| t.chunk));
         // Held no more: committers take them again. At most a quarter of the pool is held.
         chunks.hold_for_checkpoint(0);
         assert_eq!(chunks.take().map(|_| ()), Some(()));
@@ -637,6 +636,7 @@ mod tests {
         chunks.hold_for_checkpoint(1000);
         assert_eq!(chunks.available(), 0);
         assert!(chunks.take().is_none());
+        assert!(!chunks.checkpoint_fits(), "16 held, 13 free");
         chunks.hold_for_checkpoint(5);
         assert_eq!(chunks.available(), 13 - chunks.reserve() - 5);
     }

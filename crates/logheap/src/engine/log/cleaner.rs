@@ -241,17 +241,15 @@ struct Work {
     victims: Vec<(i64, u32)>,
     /// The victim's bytes.
     bytes: Vec<u8>,
-    /// The victim's source blocks: (version, the end of its entries in `entries`).
-    blocks: Vec<(u64, usize)>,
-    /// Their entries: (home, length, pool offset).
-    entries: Vec<(u64, u64, u64)>,
+    /// The victim's entries: (home, length, pool offset, version of their block).
+    entries: Vec<(u64, u64, u64, u64)>,
     /// Entries of a decoded block.
     decoded: Vec<DecodedEntry>,
     /// Lock indices of the entries' stripes.
     indices: Vec<usize>,
     /// The lock words held.
     held: Vec<(usize, u64)>,
-    /// Live pieces of one source block.
+    /// Live pieces of the victim.
     pieces: Vec<LivePiece>,
     /// Moved pieces and their new places.
     placed: Vec<(LivePiece, u64)>,
@@ -329,14 +327,16 @@ impl LogEngine {
         }
     }
 
-    /// Runs one cleaning pass: takes up to [`VICTIMS_PER_PASS`] victims whose live
-    /// bytes are below `threshold` (a fraction of a chunk's payload) and that no other
-    /// pass is working on, and reclaims them. Returns the number reclaimed; 0 as well
-    /// when as many passes as there are cleaners run already.
+    /// Runs one cleaning pass: writes an allocation checkpoint when one is due
+    /// ([`checkpoint_if_due`](Self::checkpoint_if_due)), then takes up to
+    /// [`VICTIMS_PER_PASS`] victims whose live bytes are below `threshold` (a fraction of
+    /// a chunk's payload) and that no other pass is working on, and reclaims them.
+    /// Returns the number of chunks reclaimed (the checkpoint's included); no victim is
+    /// taken when as many passes as there are cleaners run already.
     pub(crate) fn clean(&self, threshold: f64) -> usize {
         let records = self.checkpoint_if_due();
         let Some(mut work) = self.cleaner.works.iter().find_map(|w| w.try_lock().ok()) else {
-            return 0;
+            return records;
         };
         let work = &mut *work;
         let w = self
@@ -347,17 +347,16 @@ impl LogEngine {
         let mut victims = std::mem::take(&mut work.victims);
         victims.clear();
         for c in 0..self.geometry.count {
-            if !self.chunks.is_sealed(c) || self.cleaner.claimed[c as usize].load(Ordering::Relaxed)
+            // Allocation and deallocation chunks leave through checkpoints.
+            if !self.chunks.is_sealed(c)
+                || self.chunks.holds_records(c)
+                || self.cleaner.claimed[c as usize].load(Ordering::Relaxed)
             {
                 continue;
             }
             let live = self.chunks.live_of(c);
-            if live > limit || self.chunks.max_version_in(c) > w {
-                continue;
-            }
-            match self.header_of(c) {
-                Some(h) if h.kind == LogKind::Update => victims.push((live, c)),
-                _ => {}
+            if live <= limit && self.chunks.max_version_in(c) <= w {
+                victims.push((live, c));
             }
         }
         victims.sort_unstable();
@@ -389,9 +388,14 @@ impl LogEngine {
     }
 
     /// Moves the live data out of `victim` and reclaims it; `false` when it could not
-    /// (a lock was busy, or the cleaner has no room).
+    /// (a lock was busy, or the cleaner has no room) or it is no victim now: between
+    /// its choice and its claim another pass may have reclaimed it, and a log taken it
+    /// again, holding records or versions above `w`.
     fn clean_victim(&self, work: &mut Work, victim: u32, w: u64) -> bool {
-        let Some(header) = self.header_of(victim) else {
+        let Some(header) = self
+            .header_of(victim)
+            .filter(|h| h.kind == LogKind::Update && self.chunks.max_version_in(victim) <= w)
+        else {
             return false;
         };
         let base = self.geometry.offset(victim);
@@ -399,7 +403,6 @@ impl LogEngine {
         if !fast {
             work.bytes.resize(self.geometry.size as usize, 0);
             self.media.read(base as usize, &mut work.bytes);
-            work.blocks.clear();
             work.entries.clear();
             let mut at = payload_start() as usize;
             while let BlockScan::Block(b) = decode_block_into(
@@ -414,12 +417,11 @@ impl LogEngine {
                     work.decoded
                         .iter()
                         .filter(|e| !e.tombstone && e.size > 0)
-                        .map(|e| (e.home, e.size as u64, base + e.data as u64)),
+                        .map(|e| (e.home, e.size as u64, base + e.data as u64, b.version)),
                 );
-                work.blocks.push((b.version, work.entries.len()));
             }
             work.indices.clear();
-            for &(home, len, _) in &work.entries {
+            for &(home, len, _, _) in &work.entries {
                 for s in stripes(home, len) {
                     work.indices.push(self.locks.index(s));
                 }
@@ -470,8 +472,7 @@ impl LogEngine {
         true
     }
 
-    /// Copies the live pieces of the victim's source blocks (`work.blocks` and
-    /// `work.entries`, with the STM locks of their ranges held) into the cleaner's update
+    /// Copies the live pieces of the victim's entries (`work.entries`, with the STM locks of their ranges held) into the cleaner's update
     /// log, durably, leaving each piece with its new place in `work.placed`; `false` when
     /// the cleaner has no room (then nothing written is mapped: the copies are harmless
     /// duplicates of what the victim holds). Each block is fenced before the next is
@@ -480,7 +481,6 @@ impl LogEngine {
     fn move_live(&self, work: &mut Work) -> bool {
         let Work {
             set,
-            blocks,
             entries,
             pieces,
             placed,
@@ -495,21 +495,17 @@ impl LogEngine {
         let set = set.get_or_insert_with(|| self.checkout_log_set());
         placed.clear();
         pieces.clear();
-        let mut first = 0;
-        for &(version, end) in blocks.iter() {
-            for &(home, len, log) in &entries[first..end] {
-                self.mapping.lookup(home, len, |x| {
-                    if x.log == Some(log + (x.home - home)) {
-                        pieces.push(LivePiece {
-                            home: x.home,
-                            len: x.len,
-                            from: log + (x.home - home),
-                            version,
-                        });
-                    }
-                });
-            }
-            first = end;
+        for &(home, len, log, version) in entries.iter() {
+            self.mapping.lookup(home, len, |x| {
+                if x.log == Some(log + (x.home - home)) {
+                    pieces.push(LivePiece {
+                        home: x.home,
+                        len: x.len,
+                        from: log + (x.home - home),
+                        version,
+                    });
+                }
+            });
         }
         // Blocks of as many pieces as the room of the tail allows, each of the largest
         // version among its pieces.

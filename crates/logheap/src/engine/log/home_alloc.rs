@@ -120,10 +120,11 @@ impl HomeAllocator {
             return None;
         }
         let sb = home - (home - HEAP_START) % SUPERBLOCK;
-        let size = CLASSES[self.superblocks.get(&sb)?.class];
-        (home - sb)
-            .is_multiple_of(size)
-            .then_some((sb, ((home - sb) / size) as usize))
+        let superblock = self.superblocks.get(&sb)?;
+        let size = CLASSES[superblock.class];
+        let slot = ((home - sb) / size) as usize;
+        // A class that does not divide the superblock leaves a tail with no slot.
+        ((home - sb).is_multiple_of(size) && slot < superblock.sizes.len()).then_some((sb, slot))
     }
 
     /// The size of the live allocation starting at `home`.
@@ -419,6 +420,17 @@ mod tests {
         assert_eq!(a.free(h), Ok(s));
         assert_eq!(a.free(h), Err(AllocError::NotAllocated(h)));
         assert_eq!(a.alloc(s).unwrap(), h, "a freed extent is reused best-fit");
+    }
+
+    #[test]
+    fn the_tail_past_the_last_slot_of_a_superblock_is_no_allocation() {
+        let mut a = HomeAllocator::new();
+        let home = a.alloc(3000).unwrap(); // class 3072: 21 slots, 1,024 bytes left over
+        let sb = home - (home - HEAP_START) % SUPERBLOCK;
+        let tail = sb + (SUPERBLOCK / 3072) * 3072;
+        assert_eq!(a.size_of(tail), None);
+        assert!(a.free(tail).is_err());
+        assert_eq!(a.size_of(home), Some(3000));
     }
 
     #[test]

@@ -30,8 +30,8 @@
 //! **Entry**: a header word — home offset (47 bits), tombstone bit, data size (16 bits) —
 //! then `size` data bytes. In the update log entries carry data. In the allocation log an
 //! entry with the tombstone bit set is an *allocation record* (8 data bytes: the object's
-//! length) and is followed by the object's initial data entries; in the deallocation log
-//! every entry is a *free record* (tombstone bit, 8 data bytes: the length freed).
+//! length; the object's initial data goes to the update log, as any store); in the
+//! deallocation log every entry is a *free record* (tombstone bit, 8 data bytes: the length freed).
 
 /// Size of a chunk header.
 pub(crate) const CHUNK_HEADER: usize = 64;
@@ -61,7 +61,7 @@ const HEADER_WORDS: usize = CHUNK_HEADER / 8;
 pub(crate) enum LogKind {
     /// Stores to existing data.
     Update = 1,
-    /// Allocations with their initial data.
+    /// Allocation records.
     Alloc = 2,
     /// Free records (tombstones).
     Dealloc = 3,

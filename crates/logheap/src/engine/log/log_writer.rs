@@ -203,7 +203,7 @@ impl LogWriter<'_> {
             }
             let tail = &mut tails[kind.index()];
             if let Err(e) = self.plan_log(kind, set, tail, entries, &mut plan) {
-                pool.give_back(plan.taken.drain(..));
+                pool.give_back(plan.taken.drain(..).map(|t| t.chunk));
                 set.plan = plan;
                 return Err(e);
             }

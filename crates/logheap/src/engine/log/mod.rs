@@ -729,6 +729,7 @@ impl LogEngine {
                 self.clean_inline(tx, false);
             }
         } else if self.cleaner.settings.every > 0
+            && self.cleaner.settings.inline
             && self
                 .cleaner
                 .commits
@@ -775,8 +776,8 @@ impl LogEngine {
 
     /// Runs the cleaner in a committing thread (which holds no stripe lock), without the
     /// transaction's epoch pin so that reclaimed chunks can pass their grace period.
-    /// `urgent`: the commit found no free chunk, so any chunk not wholly live may be
-    /// cleaned, and the thread waits for grace periods (and for the background cleaners,
+    /// `urgent`: the commit found no free chunk, so any chunk up to
+    /// [`URGENT_THRESHOLD`] live may be cleaned, and the thread waits for grace periods (and for the background cleaners,
     /// which it wakes; it cleans itself only with inline cleaning on); returns whether
     /// a chunk could be taken (at some moment: another committer may have taken it).
     fn clean_inline(&self, tx: &mut TxState, urgent: bool) -> bool {

@@ -103,25 +103,25 @@ struct Encoder {
 
 impl Encoder {
     fn push_piece(&mut self, out: &mut Vec<u8>, p: Piece) {
-        push_signed(out, p.home.wrapping_sub(self.home_end) as i64);
-        push_varint(out, p.len);
-        push_signed(out, p.log.wrapping_sub(self.log_end) as i64);
+        push_var(out, p.home.wrapping_sub(self.home_end) as i64);
+        push_var(out, p.len);
+        push_var(out, p.log.wrapping_sub(self.log_end) as i64);
         self.home_end = p.home.wrapping_add(p.len);
         self.log_end = p.log.wrapping_add(p.len);
     }
 
     fn push_allocation(&mut self, out: &mut Vec<u8>, home: u64, size: u64) {
-        push_signed(out, home.wrapping_sub(self.home_end) as i64);
-        push_varint(out, size);
+        push_var(out, home.wrapping_sub(self.home_end) as i64);
+        push_var(out, size);
         self.home_end = home.wrapping_add(size);
     }
 
     /// The piece at `*at` in `b` (moving `at` past it); `None` when the bytes end or
     /// are not varints.
     fn next_piece(&mut self, b: &[u8], at: &mut usize) -> Option<Piece> {
-        let home = self.home_end.wrapping_add(read_signed(b, at)? as u64);
-        let len = read_varint(b, at)?;
-        let log = self.log_end.wrapping_add(read_signed(b, at)? as u64);
+        let home = self.home_end.wrapping_add(read_var::<i64>(b, at)? as u64);
+        let len = read_var::<u64>(b, at)?;
+        let log = self.log_end.wrapping_add(read_var::<i64>(b, at)? as u64);
         self.home_end = home.wrapping_add(len);
         self.log_end = log.wrapping_add(len);
         Some(Piece { home, len, log })
@@ -129,33 +129,23 @@ impl Encoder {
 
     /// The allocation at `*at` in `b`, as [`next_piece`](Self::next_piece).
     fn next_allocation(&mut self, b: &[u8], at: &mut usize) -> Option<(u64, u64)> {
-        let home = self.home_end.wrapping_add(read_signed(b, at)? as u64);
-        let size = read_varint(b, at)?;
+        let home = self.home_end.wrapping_add(read_var::<i64>(b, at)? as u64);
+        let size = read_var::<u64>(b, at)?;
         self.home_end = home.wrapping_add(size);
         Some((home, size))
     }
 }
 
-fn push_varint(out: &mut Vec<u8>, v: u64) {
+/// Appends `v` as a LEB128 varint (zigzag-encoded when signed).
+fn push_var<V: VarInt>(out: &mut Vec<u8>, v: V) {
     let mut buf = [0u8; 10];
     let n = v.encode_var(&mut buf);
     out.extend_from_slice(&buf[..n]);
 }
 
-fn push_signed(out: &mut Vec<u8>, v: i64) {
-    let mut buf = [0u8; 10];
-    let n = v.encode_var(&mut buf);
-    out.extend_from_slice(&buf[..n]);
-}
-
-fn read_varint(b: &[u8], at: &mut usize) -> Option<u64> {
-    let (v, n) = u64::decode_var(b.get(*at..)?)?;
-    *at += n;
-    Some(v)
-}
-
-fn read_signed(b: &[u8], at: &mut usize) -> Option<i64> {
-    let (v, n) = i64::decode_var(b.get(*at..)?)?;
+/// The varint at `*at` in `b` (moving `at` past it); `None` when the bytes end first.
+fn read_var<V: VarInt>(b: &[u8], at: &mut usize) -> Option<V> {
+    let (v, n) = V::decode_var(b.get(*at..)?)?;
     *at += n;
     Some(v)
 }
@@ -256,8 +246,8 @@ impl Snapshot {
             return Err("the snapshot payload has no valid header".into());
         }
         let (pieces, allocations) = (u64_at(b, PIECES_AT), u64_at(b, ALLOCATIONS_AT));
-        // Each takes two bytes at least: counts the bytes cannot hold are damage (and
-        // are not looped over).
+        // A piece takes three bytes at least and an allocation two: counts the bytes
+        // cannot hold are damage (and are not looped over).
         if pieces.saturating_add(allocations) > b.len() as u64 {
             return Err("the snapshot payload's counts exceed its bytes".into());
         }
@@ -269,9 +259,13 @@ impl Snapshot {
             }
         }
         let allocations_at = at;
-        let mut state = Encoder::default();
+        // What the next push goes on from: the last piece while there is no allocation.
+        let mut next = state;
+        if allocations > 0 {
+            next = Encoder::default();
+        }
         for i in 0..allocations {
-            if state.next_allocation(b, &mut at).is_none() {
+            if next.next_allocation(b, &mut at).is_none() {
                 return Err(format!("snapshot allocation {i} does not decode"));
             }
         }
@@ -284,7 +278,7 @@ impl Snapshot {
         Ok(Snapshot {
             payload,
             allocations_at,
-            next: state,
+            next,
         })
     }
 

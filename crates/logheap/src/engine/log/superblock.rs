@@ -391,7 +391,7 @@ impl Superblock {
     /// Durably erases the slot that checkpoint `seq` is not in (once checkpoint `seq`
     /// is durable, the one before it no longer counts).
     pub(crate) fn erase_other_checkpoint(&self, media: &Media, seq: u64) {
-        let at = self.at + CHECKPOINT_SLOTS[((seq + 1) % 2) as usize];
+        let at = self.at + CHECKPOINT_SLOTS[(seq.wrapping_add(1) % 2) as usize];
         media.write(at, &[0u8; CHECKPOINT_LEN]);
         media.persist(at, CHECKPOINT_LEN);
     }

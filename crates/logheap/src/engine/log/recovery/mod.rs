@@ -125,7 +125,8 @@ pub struct RecoveryReport {
     pub dropped_transactions: u64,
     /// The transactions dropped.
     pub dropped: Vec<DroppedTransaction>,
-    /// Chunks returned to the free pool because they held nothing committed.
+    /// Chunks returned to the free pool because they held nothing committed, or were
+    /// orphans of an interrupted reclaim (whose data the cleaner had moved).
     pub chunks_reclaimed: u64,
     /// Largest version seen.
     pub max_version: u64,
@@ -236,7 +237,7 @@ pub(crate) struct Recovery {
     pub report: RecoveryReport,
     /// What the log holds after the repair: the committed transactions.
     pub in_log: CloseRecord,
-    /// The fingerprint of the committed blocks ([`log_digest`]).
+    /// The fingerprint of the committed blocks ([`Committed`]).
     pub log_digest: u64,
     /// The committed blocks, as (chunk, version, fingerprint share), for the chunk
     /// books.
@@ -245,7 +246,8 @@ pub(crate) struct Recovery {
     pub chains: Vec<(LogKind, Vec<u32>)>,
     /// Byte ranges (pool offsets) to zero: what the dropped transactions left.
     erase: Vec<(u64, u64)>,
-    /// Chunks whose header is erased: they held nothing committed.
+    /// Chunks whose header is erased: they held nothing committed, or are orphans
+    /// (whose data the cleaner had moved).
     reclaim: Vec<u32>,
 }
 
@@ -366,7 +368,6 @@ pub(crate) fn recover(
             }
         }
     }
-    let from_snapshot = loaded.is_some();
     let (scan, verdict, problems, replayed) = loaded.unwrap_or_else(|| {
         read_judge_replay(
             media,
@@ -378,17 +379,9 @@ pub(crate) fn recover(
             false,
         )
     });
-    let Some(mut replayed) = replayed.filter(|_| problems.is_empty()) else {
+    let Some(replayed) = replayed.filter(|_| problems.is_empty()) else {
         return Err(problems);
     };
-    if seed.is_some() && !from_snapshot {
-        prune(
-            mapping,
-            &replayed.allocator.allocations(),
-            geometry,
-            &mut replayed.live,
-        );
-    }
 
     let mut report = RecoveryReport::of(close.is_some(), &scan, &verdict);
     report.snapshot = snapshot_use;
@@ -516,12 +509,12 @@ impl Recovery {
     }
 }
 
-/// Examines the log read-only and collects every problem (up to a bound), for checking
-/// tools: the recovery rules, the replay, and the consistency of the mapping it implies.
-/// `threads` as for [`recover`] (the result is the same whatever the number).
 /// Examines the log read-only (for `logheap check` and `inspect`), collecting every
-/// problem; after a clean close (`close`) also whether the snapshot at `snapshot` would
-/// be loaded, and whether it holds exactly what replaying the log rebuilds.
+/// problem (up to a bound): the recovery rules, the replay (from the allocation
+/// checkpoint `seed`, as an open does), and the consistency of the mapping it implies;
+/// after a clean close (`close`) also whether the snapshot at `snapshot` would be
+/// loaded, and whether it holds exactly what replaying the log rebuilds. `threads` as
+/// for [`recover`] (the result is the same whatever the number).
 pub(crate) fn examine(
     media: &Media,
     geometry: &ChunkGeometry,
@@ -540,17 +533,7 @@ pub(crate) fn examine(
         (threads, seed),
         true,
     );
-    let mut replayed = replayed.expect("replayed whatever the problems");
-    if seed.is_some() {
-        // As an open does: data of ranges freed at or below the checkpoint's version
-        // is no longer live.
-        prune(
-            mapping,
-            &replayed.allocator.allocations(),
-            geometry,
-            &mut replayed.live,
-        );
-    }
+    let replayed = replayed.expect("replayed whatever the problems");
     // The mapping the log implies: pieces that do not overlap, each inside the payload
     // of a chunk in a log, adding up to each chunk's live bytes.
     let mut pieces = Vec::new();
@@ -642,9 +625,6 @@ pub(crate) fn examine(
     }
 }
 
-/// Reads the log, judges it and, when nothing is wrong or `replay_anyway`, replays the
-/// committed transactions into `mapping`: on this thread alone when `threads` is 1, else
-/// with a crew of threads ([`parallel`]), with the same result.
 /// Why a snapshot whose log fingerprint does not match is not loaded.
 const STALE_LOG: &str = "the log is not the one the snapshot was written for";
 
@@ -848,6 +828,11 @@ fn joined(pieces: impl Iterator<Item = super::mapping::Piece>) -> Vec<super::map
     out
 }
 
+/// Reads the log, judges it and, when nothing is wrong or `replay_anyway`, replays the
+/// committed transactions into `mapping`: on this thread alone when `threads` is 1 or
+/// replay starts from an allocation checkpoint (`seed`), else with a crew of threads
+/// ([`parallel`]), with the same result. After replay from a checkpoint, what lies
+/// outside every final allocation is pruned from the mapping ([`prune`]).
 fn read_judge_replay(
     media: &Media,
     geometry: &ChunkGeometry,
@@ -878,8 +863,11 @@ fn read_judge_replay(
     }
     let (scan, mut verdict, mut problems) = read_judge(media, geometry, marks, close, 1);
     verdict.seed = seed.map(|s| s.checkpoint.clone());
-    let replayed = (replay_anyway || problems.is_empty())
+    let mut replayed = (replay_anyway || problems.is_empty())
         .then(|| replay::replay(media, geometry, &scan, &verdict, mapping, &mut problems));
+    if let Some(r) = replayed.as_mut().filter(|_| seed.is_some()) {
+        prune(mapping, &r.allocator.allocations(), geometry, &mut r.live);
+    }
     (scan, verdict, problems, replayed)
 }
 
