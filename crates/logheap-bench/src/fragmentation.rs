@@ -97,6 +97,8 @@ pub struct FragSpec {
     pub emulation: Option<Emulation>,
     /// Directory for the pool file (default: `/dev/shm` when present).
     pub dir: Option<std::path::PathBuf>,
+    /// Background cleaner threads (log engine; 0: cleaning inline only).
+    pub cleaner_threads: usize,
 }
 
 /// What one fragmentation run measured.
@@ -120,6 +122,9 @@ pub struct FragOutcome {
     pub pool_bytes: Option<u64>,
     /// Log engine: the pool sizes that ended in `PoolFull` before it.
     pub pools_too_small: Vec<u64>,
+    /// Log engine: the bytes held after [`Pool::compact`] at the end (the chunks in
+    /// use times the chunk size, as `held_bytes`).
+    pub compacted_held_bytes: Option<u64>,
     /// Log engine: the engine's figures at the end.
     pub log: Option<logheap::engine::LogEngineStats>,
     /// Log engine: the persistence counters over the run.
@@ -134,6 +139,13 @@ impl FragOutcome {
         } else {
             1.0 - self.live_bytes as f64 / self.held_bytes as f64
         }
+    }
+
+    /// Log engine: 1 - live bytes / bytes held after compaction.
+    pub fn compacted_fragmentation(&self) -> Option<f64> {
+        self.compacted_held_bytes
+            .filter(|&h| h > 0)
+            .map(|h| 1.0 - self.live_bytes as f64 / h as f64)
     }
 }
 
@@ -303,7 +315,7 @@ fn run_log_in(
     size: u64,
 ) -> Result<Option<FragOutcome>, Box<dyn std::error::Error>> {
     let dir = crate::harness::pool_dir_in(spec.dir.as_deref())?;
-    let mut config = crate::harness::config_for(&spec.engine)?
+    let mut config = crate::harness::config_with_cleaners(&spec.engine, spec.cleaner_threads)?
         .size(size)
         .reserve_space(false);
     if let Some(e) = spec.emulation {
@@ -326,6 +338,7 @@ fn run_log_in(
     let after = pool.stats();
     let chunk = pool.header().chunk_size;
     let live_bytes: u64 = objects.iter().map(|&(_, s)| s).sum();
+    let compacted = pool.compact();
     let outcome = FragOutcome {
         allocations,
         frees,
@@ -336,6 +349,7 @@ fn run_log_in(
         resident_bytes: None,
         pool_bytes: Some(size),
         pools_too_small: Vec::new(),
+        compacted_held_bytes: Some(compacted.chunks_after * chunk),
         media: Some(after.media.since(&before.media)),
         log: Some(after.log),
     };
@@ -412,6 +426,7 @@ fn run_glibc(spec: &FragSpec) -> Result<FragOutcome, Box<dyn std::error::Error>>
         resident_bytes: None,
         pool_bytes: None,
         pools_too_small: Vec::new(),
+        compacted_held_bytes: None,
         log: None,
         media: None,
     })
@@ -489,6 +504,7 @@ fn run_jemalloc(spec: &FragSpec) -> Result<FragOutcome, Box<dyn std::error::Erro
         resident_bytes: Some(resident.saturating_sub(resident_before)),
         pool_bytes: None,
         pools_too_small: Vec::new(),
+        compacted_held_bytes: None,
         log: None,
         media: None,
     })
@@ -509,6 +525,7 @@ mod tests {
             seed: 3,
             emulation: None,
             dir: Some(std::env::temp_dir()),
+            cleaner_threads: 0,
         }
     }
 

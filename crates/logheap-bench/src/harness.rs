@@ -48,6 +48,9 @@ pub struct RunSpec {
     /// Ends the measured phase after this long even when transactions are left (the
     /// figures then cover the transactions run; `SpaceFigures::time_limited` says so).
     pub time_limit: Option<std::time::Duration>,
+    /// Background cleaner threads of a log engine (0: the cleaner runs only inline, in
+    /// committing threads; otherwise committers still help when free chunks run out).
+    pub cleaner_threads: usize,
 }
 
 /// Sizes of the fragmentation workloads ([`crate::fragmentation`]).
@@ -93,6 +96,12 @@ pub fn config_for(engine: &str) -> Result<Config, String> {
             .clean_every(CLEAN_EVERY));
     }
     Config::default().engine_name(engine)
+}
+
+/// The configuration of `engine` with `cleaner_threads` background cleaner threads
+/// ([`config_for`], then [`Config::cleaner_threads`]).
+pub fn config_with_cleaners(engine: &str, cleaner_threads: usize) -> Result<Config, String> {
+    Ok(config_for(engine)?.cleaner_threads(cleaner_threads))
 }
 
 /// The figures of one run's measured phase.
@@ -174,6 +183,13 @@ pub struct SpaceFigures {
     /// glibc's `arena + hblkhd` (less what others used), jemalloc's `stats.active`.
     #[serde(default)]
     pub held_bytes: Option<u64>,
+    /// Log engine: 1 - live bytes / bytes held after compacting the log at the end
+    /// ([`logheap::Pool::compact`]).
+    #[serde(default)]
+    pub compacted_fragmentation: Option<f64>,
+    /// Log engine: the bytes held after compacting the log at the end.
+    #[serde(default)]
+    pub compacted_held_bytes: Option<u64>,
     /// The allocator's own count of bytes in use: glibc's `uordblks`, jemalloc's
     /// `stats.allocated`, the log engine's live (mapped) log bytes.
     #[serde(default)]
@@ -218,6 +234,10 @@ pub struct SpaceFigures {
     /// The measured phase ended at its time limit before all its transactions ran.
     #[serde(default)]
     pub time_limited: Option<bool>,
+    /// Background cleaner threads of a log-engine run (`None`: not a log engine, or a
+    /// result written before this was recorded).
+    #[serde(default)]
+    pub cleaner_threads: Option<usize>,
 }
 
 /// Pool size for a run: room for the preload and every measured transaction's log
@@ -307,7 +327,9 @@ pub fn run_reporting(
         None => pool_size(spec),
         Some(u) => sized_for(spec, u, phase)?,
     };
-    let mut config = config_for(&spec.engine)?.size(size).reserve_space(false);
+    let mut config = config_with_cleaners(&spec.engine, spec.cleaner_threads)?
+        .size(size)
+        .reserve_space(false);
     if let Some(e) = spec.emulation {
         config = config.emulation(e);
     }
@@ -390,6 +412,7 @@ pub fn run_reporting(
         reclaimed_mb_per_s: Some(per_s(cleaned * chunk)),
         moved_mb_per_s: Some(per_s(moved)),
         time_limited: spec.time_limit.map(|_| limited.load(Ordering::Relaxed)),
+        cleaner_threads: Some(spec.cleaner_threads),
         ..SpaceFigures::default()
     };
     let result = RunResult {
@@ -505,6 +528,7 @@ fn run_fragmentation(
         seed: spec.seed,
         emulation: spec.emulation,
         dir: spec.dir.clone(),
+        cleaner_threads: spec.cleaner_threads,
     };
     phase(&format!(
         "allocating {} MiB per phase, {} MiB live at most",
@@ -546,6 +570,8 @@ fn run_fragmentation(
             fragmentation: Some(out.fragmentation()),
             live_bytes: Some(out.live_bytes),
             held_bytes: Some(out.held_bytes),
+            compacted_fragmentation: out.compacted_fragmentation(),
+            compacted_held_bytes: out.compacted_held_bytes,
             allocator_bytes: Some(out.allocator_bytes),
             resident_bytes: out.resident_bytes,
             allocations: Some(out.allocations),
@@ -554,6 +580,7 @@ fn run_fragmentation(
             chunks_cleaned: log.map(|l| l.chunks_cleaned),
             chunks_fast_cleaned: log.map(|l| l.chunks_fast_cleaned),
             cleaner_bytes_moved: log.map(|l| l.cleaner_bytes_moved),
+            cleaner_threads: log.map(|_| spec.cleaner_threads),
             ..SpaceFigures::default()
         },
     })

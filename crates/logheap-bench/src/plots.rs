@@ -342,6 +342,28 @@ pub fn draw_all(
     Ok(files)
 }
 
+/// One line of the Fig. 11 plots: the runs that differ only in utilisation.
+#[derive(Debug, Clone, PartialEq)]
+struct SweepLine {
+    engine: String,
+    workload: Workload,
+    value_size: usize,
+    threads: usize,
+    cleaner_threads: Option<usize>,
+}
+
+impl SweepLine {
+    fn of(r: &RunResult) -> SweepLine {
+        SweepLine {
+            engine: r.engine.clone(),
+            workload: r.workload,
+            value_size: r.value_size,
+            threads: r.threads,
+            cleaner_threads: r.space.cleaner_threads,
+        }
+    }
+}
+
 /// The utilisation point of a run in a pool sized to one, in whole percent.
 fn percent(u: f64) -> u32 {
     (100.0 * u).round() as u32
@@ -377,21 +399,28 @@ pub fn draw_cleaning(
                 engines.push(r.engine.clone());
             }
         }
-        let series = engines
-            .iter()
-            .map(|e| {
-                let v = workloads
-                    .iter()
-                    .map(|&w| {
-                        frag.iter()
-                            .find(|r| &r.engine == e && r.workload == w)
-                            .and_then(|r| r.space.fragmentation)
-                            .map(|f| 100.0 * f)
-                    })
-                    .collect();
-                (e.clone(), v)
-            })
-            .collect();
+        let value_of = |e: &String, w: Workload, figure: &dyn Fn(&RunResult) -> Option<f64>| {
+            frag.iter()
+                .find(|r| &r.engine == e && r.workload == w)
+                .and_then(|r| figure(r))
+                .map(|f| 100.0 * f)
+        };
+        let mut series: Vec<(String, Vec<Option<f64>>)> = Vec::new();
+        for e in &engines {
+            let at_end = |r: &RunResult| r.space.fragmentation;
+            series.push((
+                e.clone(),
+                workloads.iter().map(|&w| value_of(e, w, &at_end)).collect(),
+            ));
+            let compacted = |r: &RunResult| r.space.compacted_fragmentation;
+            let after: Vec<Option<f64>> = workloads
+                .iter()
+                .map(|&w| value_of(e, w, &compacted))
+                .collect();
+            if after.iter().any(Option::is_some) {
+                series.push((format!("{e}, compacted"), after));
+            }
+        }
         files.extend(save(
             dir,
             "fig9-fragmentation",
@@ -418,16 +447,22 @@ pub fn draw_cleaning(
             .collect();
         points.sort_unstable();
         points.dedup();
-        let mut lines: Vec<(String, Workload, usize, usize)> = Vec::new();
+        let mut lines: Vec<SweepLine> = Vec::new();
         for r in &swept {
-            let key = (r.engine.clone(), r.workload, r.value_size, r.threads);
+            let key = SweepLine::of(r);
             if !lines.contains(&key) {
                 lines.push(key);
             }
         }
-        let several_engines = lines.iter().any(|l| l.0 != lines[0].0);
-        let several_workloads = lines.iter().any(|l| l.1 != lines[0].1);
-        let label = |kind: &str, (e, w, v, t): &(String, Workload, usize, usize)| {
+        let several_engines = lines.iter().any(|l| l.engine != lines[0].engine);
+        let several_workloads = lines.iter().any(|l| l.workload != lines[0].workload);
+        let label = |kind: &str, line: &SweepLine| {
+            let (e, w, v, t) = (
+                &line.engine,
+                &line.workload,
+                &line.value_size,
+                &line.threads,
+            );
             let mut s = format!(
                 "{kind}-{}",
                 if *v >= 1024 && v % 1024 == 0 {
@@ -445,6 +480,11 @@ pub fn draw_cleaning(
             if *t != 1 {
                 s.push_str(&format!(" ({t} threads)"));
             }
+            match line.cleaner_threads {
+                Some(1) => s.push_str(" (1 cleaner thread)"),
+                Some(c) if c > 1 => s.push_str(&format!(" ({c} cleaner threads)")),
+                _ => {}
+            }
             s
         };
         let series_of = |kind: &str, value: &dyn Fn(&RunResult) -> Option<f64>| {
@@ -457,7 +497,7 @@ pub fn draw_cleaning(
                             swept
                                 .iter()
                                 .find(|r| {
-                                    (r.engine.clone(), r.workload, r.value_size, r.threads) == *line
+                                    SweepLine::of(r) == *line
                                         && r.space.utilisation.map(percent) == Some(p)
                                 })
                                 .and_then(|r| value(r))

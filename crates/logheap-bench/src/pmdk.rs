@@ -564,6 +564,7 @@ mod tests {
                 utilisation: None,
                 frag: Default::default(),
                 time_limit: None,
+                cleaner_threads: 0,
             };
             let r = crate::run(&spec).unwrap();
             assert_eq!((r.engine.as_str(), r.config.as_str()), ("pmdk", "pmdk"));

@@ -139,24 +139,26 @@ fn cleaning_tables(results: &[RunResult]) -> String {
     if !frag.is_empty() {
         let _ = writeln!(
             out,
-            "\n### Fragmentation (Fig. 9): 1 - live bytes / bytes held\n\n| workload | engine | fragmentation | live MiB | held MiB | allocator's in-use MiB | allocations | frees | log pool MiB | chunks cleaned (fast) | MiB moved | seconds |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+            "\n### Fragmentation (Fig. 9): 1 - live bytes / bytes held\n\nLog engine, compacted: the same after `Pool::compact` at the end.\n\n| workload | engine | fragmentation | compacted | live MiB | held MiB | held compacted MiB | allocator's in-use MiB | allocations | frees | log pool MiB | chunks cleaned (fast) | MiB moved | seconds |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         );
         let mib_of = |x: Option<u64>| {
             x.map_or("-".into(), |b| {
                 format!("{:.1}", b as f64 / (1 << 20) as f64)
             })
         };
+        let percent = |f: Option<f64>| f.map_or("-".into(), |f| format!("{:.1}%", 100.0 * f));
         for r in frag {
             let s = &r.space;
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} |",
                 r.workload,
                 r.engine,
-                s.fragmentation
-                    .map_or("-".into(), |f| format!("{:.1}%", 100.0 * f)),
+                percent(s.fragmentation),
+                percent(s.compacted_fragmentation),
                 mib_of(s.live_bytes),
                 mib_of(s.held_bytes),
+                mib_of(s.compacted_held_bytes),
                 mib_of(s.allocator_bytes),
                 s.allocations.map_or("-".into(), |x| x.to_string()),
                 s.frees.map_or("-".into(), |x| x.to_string()),
@@ -176,8 +178,20 @@ fn cleaning_tables(results: &[RunResult]) -> String {
         .collect();
     if !swept.is_empty() {
         swept.sort_by(|a, b| {
-            (&a.engine, a.workload.name(), a.value_size, a.threads)
-                .cmp(&(&b.engine, b.workload.name(), b.value_size, b.threads))
+            (
+                &a.engine,
+                a.workload.name(),
+                a.value_size,
+                a.threads,
+                a.space.cleaner_threads,
+            )
+                .cmp(&(
+                    &b.engine,
+                    b.workload.name(),
+                    b.value_size,
+                    b.threads,
+                    b.space.cleaner_threads,
+                ))
                 .then(
                     a.space
                         .utilisation
@@ -187,15 +201,26 @@ fn cleaning_tables(results: &[RunResult]) -> String {
         });
         let _ = writeln!(
             out,
-            "\n### Throughput against log utilisation (Fig. 11)\n\nUtilisation: live log bytes after the preload / (chunks x chunk size). Relative: to the lowest utilisation of the same engine, workload, value size and threads. Turnover: bytes written to the log in the measured phase / the log's size.\n\n| engine | workload | value B | threads | utilisation | transactions | tx/s | relative | chunks cleaned (fast) | moved MB/s | reclaimed MB/s | refused (PoolFull) | turnover | pool MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+            "\n### Throughput against log utilisation (Fig. 11)\n\nUtilisation: live log bytes after the preload / (chunks x chunk size). Relative: to the lowest utilisation of the same engine, workload, value size, threads and background cleaner threads. Turnover: bytes written to the log in the measured phase / the log's size.\n\n| engine | workload | value B | threads | cleaner threads | utilisation | transactions | tx/s | relative | chunks cleaned (fast) | moved MB/s | reclaimed MB/s | refused (PoolFull) | turnover | pool MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         );
         for r in &swept {
             let s = &r.space;
             let lowest = swept
                 .iter()
                 .filter(|o| {
-                    (&o.engine, o.workload, o.value_size, o.threads)
-                        == (&r.engine, r.workload, r.value_size, r.threads)
+                    (
+                        &o.engine,
+                        o.workload,
+                        o.value_size,
+                        o.threads,
+                        o.space.cleaner_threads,
+                    ) == (
+                        &r.engine,
+                        r.workload,
+                        r.value_size,
+                        r.threads,
+                        r.space.cleaner_threads,
+                    )
                 })
                 .min_by(|a, b| {
                     a.space
@@ -206,11 +231,12 @@ fn cleaning_tables(results: &[RunResult]) -> String {
                 .map_or(r.tx_per_s, |o| o.tx_per_s);
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {:.1}% | {}{} | {:.0} | {:.2}x | {} ({}) | {} | {} | {} | {} | {:.1} |",
+                "| {} | {} | {} | {} | {} | {:.1}% | {}{} | {:.0} | {:.2}x | {} ({}) | {} | {} | {} | {} | {:.1} |",
                 r.engine,
                 r.workload,
                 r.value_size,
                 r.threads,
+                s.cleaner_threads.map_or("-".into(), |t| t.to_string()),
                 100.0 * s.utilisation.unwrap_or(0.0),
                 r.ops,
                 if s.time_limited == Some(true) {

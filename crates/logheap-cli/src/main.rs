@@ -3,6 +3,7 @@
 mod bench;
 mod calibrate;
 mod check;
+mod compact;
 mod crashtest;
 mod create;
 mod inspect;
@@ -33,6 +34,9 @@ enum Command {
     /// Verify a pool read-only: header, every chunk and block, allocations, mapping.
     /// Exits 0 when sound, 1 when damaged, 2 when the pool cannot be checked.
     Check(check::Args),
+    /// Compact a pool's log (copy its live data into as few chunks as it fits) and
+    /// close it cleanly.
+    Compact(compact::Args),
     /// Print a pool file's header, state and logs without opening it.
     Inspect(inspect::Args),
     /// Kill tests: kill a child running transactions on a pool file with SIGKILL, again
@@ -53,6 +57,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Check(args) => return check::run(&args),
         Command::Create(args) => create::run(&args),
+        Command::Compact(args) => compact::run(&args),
         Command::Bench(args) => bench::run_bench(&args),
         Command::Calibrate(args) => calibrate::run(&args),
         Command::Inspect(args) => inspect::run(&args),

@@ -437,6 +437,23 @@ fn bench_fragmentation_runs_on_log_glibc_and_jemalloc() {
         runs[0]
     );
     assert!(runs[0]["pool_bytes"].as_u64().unwrap() < 2 * 4 * (256 << 10));
+    // Compacted at the end, the log holds less, and still all the live data.
+    let compacted = runs[0]["compacted_held_bytes"].as_u64().unwrap();
+    assert!(
+        compacted >= runs[0]["live_bytes"].as_u64().unwrap(),
+        "{}",
+        runs[0]
+    );
+    assert!(
+        compacted < runs[0]["held_bytes"].as_u64().unwrap(),
+        "{}",
+        runs[0]
+    );
+    assert!(
+        runs[0]["compacted_fragmentation"].as_f64().unwrap()
+            < runs[0]["fragmentation"].as_f64().unwrap()
+    );
+    assert!(runs[1]["compacted_fragmentation"].is_null(), "{}", runs[1]);
     assert!(runs[2]["resident_bytes"].as_u64().is_some(), "{}", runs[2]);
     let table = std::fs::read_to_string(dir.path().join("results/results.md")).unwrap();
     assert!(table.contains("### Fragmentation (Fig. 9)"), "{table}");

@@ -281,3 +281,53 @@ fn bench_refuses_bad_plans_before_running_and_never_shares_a_results_directory()
         2
     );
 }
+
+#[test]
+fn compact_shrinks_a_pool_full_of_stale_data_and_keeps_its_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stale.pool");
+    let config = Config::default().size(1 << 20).chunk_size(4096);
+    let pool = Pool::create(&path, &config).unwrap();
+    let objs: Vec<PPtr<[u8; 200]>> = (0..20u8)
+        .map(|i| pool.transaction(|tx| tx.alloc([i; 200])).unwrap())
+        .collect();
+    for n in 0..3_000u32 {
+        let k = n as usize % objs.len();
+        pool.transaction(|tx| tx.write(objs[k], &[(n % 251) as u8; 200]))
+            .unwrap();
+    }
+    pool.close().unwrap();
+    let out = run(&["compact", "--json"], &path);
+    assert!(out.status.success(), "{out:?}");
+    let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (before, after) = (
+        c["chunks_before"].as_u64().unwrap(),
+        c["chunks_after"].as_u64().unwrap(),
+    );
+    assert!(after < before, "{c}");
+    assert!(run(&["check"], &path).status.success());
+    let pool = Pool::open(&path).unwrap();
+    assert!(pool.was_clean());
+    for (k, &o) in objs.iter().enumerate() {
+        let last = (0..3_000u32)
+            .rev()
+            .find(|n| *n as usize % objs.len() == k)
+            .unwrap();
+        let v = pool.read(|tx| tx.read(o)).unwrap();
+        assert_eq!(v, [(last % 251) as u8; 200], "object {k}");
+    }
+    drop(pool);
+    let out = run(&["compact"], &path);
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("chunks in use"));
+    // Not a pool: a clear error, the file untouched.
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, vec![7u8; 8192]).unwrap();
+    let out = run(&["compact"], &junk);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("logheap:"),
+        "{out:?}"
+    );
+    assert_eq!(std::fs::read(&junk).unwrap(), vec![7u8; 8192]);
+}

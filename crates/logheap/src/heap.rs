@@ -7,7 +7,7 @@ use bytemuck::Pod;
 
 use crate::config::Config;
 use crate::engine::log::{CleanerSettings, CleanerThreads, LogEngine};
-use crate::engine::{EngineKind, LogEngineStats};
+use crate::engine::{Compaction, EngineKind, LogEngineStats};
 use crate::error::{Error, Result};
 use crate::media::{Media, MediaCounters, SimConfig};
 use crate::pool::{Header, PoolFile};
@@ -212,6 +212,22 @@ impl Pool {
             media,
             log: self.engine.stats(),
         }
+    }
+
+    /// Compacts the log: folds allocation and free records into an allocation
+    /// checkpoint, then copies the live data of every sealed update chunk, least live
+    /// first, packed into new chunks, and gives the old ones back to the free chunks, so
+    /// that the log holds little more than its live data and their entry headers. It
+    /// copies all the live data once (chunks already full of live data too), so it
+    /// costs about as much as writing the live data again; the cleaner, which runs
+    /// when free chunks run low, leaves chunks fuller than its threshold alone.
+    ///
+    /// Transactions may run meanwhile: a chunk whose data one holds locks on, or
+    /// holding a version not yet committed through, is left as it is
+    /// ([`Compaction::chunks_skipped`](crate::Compaction::chunks_skipped)). Crash-safe as
+    /// the cleaner is: a crash during compaction loses nothing committed.
+    pub fn compact(&self) -> Compaction {
+        self.engine.compact()
     }
 
     /// Every live allocation `(home offset, size)`, sorted (for checking tools).

@@ -61,8 +61,8 @@ pub use bytemuck;
 pub use bytemuck::{Pod, Zeroable};
 pub use config::{Config, Fault};
 pub use engine::{
-    Damage, DroppedTransaction, EngineKind, MappingConfig, PartitionIndex, RecoveryReport,
-    SnapshotUse,
+    Compaction, Damage, DroppedTransaction, EngineKind, MappingConfig, PartitionIndex,
+    RecoveryReport, SnapshotUse,
 };
 pub use error::{Error, Result};
 pub use heap::{Pool, Stats};

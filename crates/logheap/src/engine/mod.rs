@@ -6,6 +6,6 @@ pub(crate) mod log;
 
 pub use kind::EngineKind;
 pub use log::{
-    Damage, DroppedTransaction, LogEngineStats, LogSummary, MappingConfig, PartitionIndex,
-    RecoveryReport, SnapshotUse,
+    Compaction, Damage, DroppedTransaction, LogEngineStats, LogSummary, MappingConfig,
+    PartitionIndex, RecoveryReport, SnapshotUse,
 };

@@ -213,8 +213,24 @@ impl super::LogEngine {
     ///
     /// [`ChunkPool::unlink`]: super::chunks::ChunkPool::unlink
     pub(super) fn checkpoint_if_due(&self) -> usize {
-        let Ok(mut current) = self.checkpoint.try_lock() else {
-            return 0;
+        self.write_checkpoint(false)
+    }
+
+    /// Writes an allocation checkpoint now if any allocation or deallocation chunk is
+    /// sealed, whatever [`checkpoint_if_due`](Self::checkpoint_if_due) would decide
+    /// (waiting for a checkpoint being written); returns the chunks it reclaimed.
+    pub(super) fn checkpoint_now(&self) -> usize {
+        self.write_checkpoint(true)
+    }
+
+    fn write_checkpoint(&self, forced: bool) -> usize {
+        let mut current = if forced {
+            super::lock(&self.checkpoint)
+        } else {
+            let Ok(current) = self.checkpoint.try_lock() else {
+                return 0;
+            };
+            current
         };
         let held = current
             .as_ref()
@@ -224,8 +240,13 @@ impl super::LogEngine {
         // wanted: free chunks are running low, or the records hold an eighth of the pool.
         let wanted = self.chunks.available() < 2 * self.low_water()
             || records >= self.geometry.count as u64 / 8;
+        let due = if forced {
+            records > 0
+        } else {
+            records >= held.max(4) && wanted
+        };
         // One that found too few free chunks is tried again once they are there.
-        if records < held.max(4) || !wanted || !self.chunks.checkpoint_fits() {
+        if !due || !self.chunks.checkpoint_fits() {
             return 0;
         }
         let version = self

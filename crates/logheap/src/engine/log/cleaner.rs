@@ -39,12 +39,16 @@ use std::time::Duration;
 use super::LogEngine;
 use super::chunks::{LogSet, TailChunk, payload_start};
 use super::layout::{
-    BlockScan, CHUNK_HEADER, ChunkHeader, DecodedEntry, END_MARK, EntryRef, LogKind, block_digest,
-    block_size, decode_block_into, encode_block, stored_crc,
+    BLOCK_ALIGN, BlockScan, CHUNK_HEADER, ChunkHeader, DecodedEntry, END_MARK, ENTRY_HEADER,
+    EntryRef, LogKind, PREAMBLE, block_digest, block_size, decode_block_into, encode_block,
+    stored_crc,
 };
 use super::mapping::AddressMap;
 use crate::stm::{StripeLocks, stripes};
 
+/// Data bytes below which the cleaner does not split a moved piece to fill the end of
+/// a chunk (the next chunk takes it whole).
+const MIN_SPLIT: usize = 64;
 /// Victims taken by one cleaning pass at most.
 const VICTIMS_PER_PASS: usize = 8;
 /// Most background cleaner threads started.
@@ -251,6 +255,8 @@ struct Work {
     held: Vec<(usize, u64)>,
     /// Live pieces of the victim.
     pieces: Vec<LivePiece>,
+    /// The pieces of the block being written.
+    batch: Vec<LivePiece>,
     /// Moved pieces and their new places.
     placed: Vec<(LivePiece, u64)>,
     /// Chunks of the cleaner's log it has moved on from, sealed (so that passes may
@@ -270,6 +276,35 @@ struct LivePiece {
     from: u64,
     /// The version of the block it was found in.
     version: u64,
+}
+
+/// What [`Pool::compact`](crate::Pool::compact) did: the log's chunks in use before and
+/// after, what it reclaimed and what it copied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct Compaction {
+    /// Chunks in use (in any log, allocation checkpoints included) before.
+    pub chunks_before: u64,
+    /// Chunks in use after.
+    pub chunks_after: u64,
+    /// Chunks reclaimed (some of which the moved data then filled again).
+    pub chunks_reclaimed: u64,
+    /// Live bytes copied to new places.
+    pub bytes_moved: u64,
+    /// Chunks left as they were because a transaction held locks on their data or
+    /// was still committing into them, or because no free chunk came to copy into.
+    pub chunks_skipped: u64,
+    /// Bytes per chunk.
+    pub chunk_size: u64,
+}
+
+/// How long [`LogEngine::compact`] waits for reclaimed chunks to come back when it has
+/// nothing left to copy into.
+const COMPACT_WAIT: Duration = Duration::from_secs(2);
+
+/// The most data bytes a block of `entries` entries, `bytes` of which are taken, can
+/// have for its last entry within `room` bytes.
+fn data_room(room: usize, entries: usize, bytes: usize) -> usize {
+    (room / BLOCK_ALIGN * BLOCK_ALIGN).saturating_sub(PREAMBLE + entries * ENTRY_HEADER + bytes)
 }
 
 impl LogEngine {
@@ -380,6 +415,76 @@ impl LogEngine {
         reclaimed + records
     }
 
+    /// Compacts the log ([`Pool::compact`](crate::Pool::compact)): writes an allocation
+    /// checkpoint when any allocation or deallocation chunk is sealed (folding their
+    /// records), then cleans every update chunk that is sealed when it starts, least
+    /// live first, whatever its live share: each is copied at most once, and the
+    /// chunks the copies fill are not taken again. Transactions may run meanwhile;
+    /// a chunk whose data one of them has locked, or that holds a version not yet
+    /// committed through, is left as it is (and counted).
+    pub(crate) fn compact(&self) -> Compaction {
+        let before = self.chunks.in_use();
+        let moved = self.cleaner.bytes_moved.load(Ordering::Relaxed);
+        let mut reclaimed = self.checkpoint_now() as u64;
+        let mut targets: Vec<(i64, u32)> = (0..self.geometry.count)
+            .filter(|&c| self.chunks.is_sealed(c) && !self.chunks.holds_records(c))
+            .map(|c| (self.chunks.live_of(c), c))
+            .collect();
+        targets.sort_unstable();
+        let mut skipped = 0;
+        // The last pass slot: background threads take the first ones.
+        let mut work = super::lock(&self.cleaner.works[self.cleaner.works.len() - 1]);
+        for (_, victim) in targets {
+            let claim = &self.cleaner.claimed[victim as usize];
+            if claim
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                skipped += 1;
+                continue;
+            }
+            let mut cleaned = false;
+            let start = std::time::Instant::now();
+            loop {
+                let w = self
+                    .committed_through()
+                    .min(super::superblock::CLEANED_LIMIT);
+                // Reclaimed meanwhile by a background pass (then nothing is left to do).
+                if !self.chunks.is_sealed(victim) {
+                    break;
+                }
+                if self.clean_victim(&mut work, victim, w) {
+                    cleaned = true;
+                    break;
+                }
+                // Out of room: chunks reclaimed so far come back after a grace period.
+                if self.chunks.available() > 0 || start.elapsed() > COMPACT_WAIT {
+                    break;
+                }
+                self.epoch.pin().flush();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            claim.store(false, Ordering::Release);
+            if cleaned {
+                reclaimed += 1;
+            } else if self.chunks.is_sealed(victim) {
+                skipped += 1;
+            }
+        }
+        drop(work);
+        // Let the reclaimed chunks pass their grace period (no reader of this thread
+        // holds them), so that what is in use is what the log holds.
+        self.epoch.pin().flush();
+        Compaction {
+            chunks_before: before,
+            chunks_after: self.chunks.in_use(),
+            chunks_reclaimed: reclaimed,
+            bytes_moved: self.cleaner.bytes_moved.load(Ordering::Relaxed) - moved,
+            chunks_skipped: skipped,
+            chunk_size: self.geometry.size,
+        }
+    }
+
     /// The valid header of chunk `c`, if it has one.
     fn header_of(&self, c: u32) -> Option<ChunkHeader> {
         let mut head = [0u8; CHUNK_HEADER];
@@ -483,6 +588,7 @@ impl LogEngine {
             set,
             entries,
             pieces,
+            batch,
             placed,
             data,
             offsets,
@@ -508,26 +614,41 @@ impl LogEngine {
             });
         }
         // Blocks of as many pieces as the room of the tail allows, each of the largest
-        // version among its pieces.
-        let mut rest = &pieces[..];
-        while !rest.is_empty() {
-            let Some((tail, room)) = self.cleaner_tail(set, rest[0].len as usize, to_seal) else {
+        // version among its pieces. The piece that does not fit whole is split, its
+        // head filling the chunk (a piece is a range of home bytes, which may be mapped
+        // in parts), unless the room is less than `MIN_SPLIT`.
+        let mut next = 0;
+        while next < pieces.len() {
+            let first = pieces[next].len as usize;
+            let Some((tail, room)) = self.cleaner_tail(set, first.min(MIN_SPLIT), to_seal) else {
                 return false;
             };
-            let mut n = 0;
+            batch.clear();
             let mut bytes = 0;
-            while n < rest.len()
-                && n < super::layout::MAX_BLOCK_ENTRIES
-                && block_size(n + 1, bytes + rest[n].len as usize) <= room
-            {
-                bytes += rest[n].len as usize;
-                n += 1;
+            while next < pieces.len() && batch.len() < super::layout::MAX_BLOCK_ENTRIES {
+                let p = pieces[next];
+                if block_size(batch.len() + 1, bytes + p.len as usize) <= room {
+                    batch.push(p);
+                    bytes += p.len as usize;
+                    next += 1;
+                    continue;
+                }
+                let fit = data_room(room, batch.len() + 1, bytes) as u64;
+                if fit >= (MIN_SPLIT as u64).min(p.len) {
+                    batch.push(LivePiece { len: fit, ..p });
+                    pieces[next] = LivePiece {
+                        home: p.home + fit,
+                        len: p.len - fit,
+                        from: p.from + fit,
+                        version: p.version,
+                    };
+                }
+                break;
             }
-            if n == 0 {
-                return false; // cannot happen: a piece came out of a block of a chunk
+            if batch.is_empty() {
+                return false; // cannot happen: the tail has room for `MIN_SPLIT` bytes
             }
-            let (now, later) = rest.split_at(n);
-            rest = later;
+            let now = &batch[..];
             let version = now.iter().map(|p| p.version).max().unwrap_or(0);
             data.clear();
             offsets.clear();
@@ -561,9 +682,9 @@ impl LogEngine {
             self.media.write_nt(block_at as usize, &set.scratch);
             self.media.fence();
             self.chunks.record_block(tail.chunk, version, digest);
-            let mut to = block_at + super::layout::PREAMBLE as u64;
+            let mut to = block_at + PREAMBLE as u64;
             for p in now {
-                to += super::layout::ENTRY_HEADER as u64;
+                to += ENTRY_HEADER as u64;
                 placed.push((*p, to));
                 to += p.len;
             }
@@ -575,8 +696,8 @@ impl LogEngine {
         true
     }
 
-    /// The cleaner's update-log tail with room for a block of at least one entry of
-    /// `min(len, 64)` bytes (taking a new chunk, whose header is written and made durable
+    /// The cleaner's update-log tail with room for a block of one entry of `len`
+    /// bytes (taking a new chunk, whose header is written and made durable
     /// at once, when the current one is short: the old tail goes to `to_seal`); and its
     /// room in bytes.
     fn cleaner_tail(

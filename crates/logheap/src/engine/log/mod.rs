@@ -30,6 +30,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+pub use cleaner::Compaction;
 pub(crate) use cleaner::{CleanerSettings, CleanerThreads};
 pub use mapping::{MappingConfig, PartitionIndex};
 pub(crate) use recovery::Examination;
