@@ -4,20 +4,12 @@
 //! checked (no such file, in use by another process, a format this build cannot read)
 //! or the command line is wrong.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use logheap::check::{CheckReport, check};
 
 /// Options of `logheap check`.
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    /// The pool file.
-    path: PathBuf,
-    /// Print one JSON object instead of text.
-    #[arg(long)]
-    json: bool,
-}
+pub use crate::PoolArgs as Args;
 
 /// Checks the pool and prints what was found.
 pub fn run(args: &Args) -> ExitCode {

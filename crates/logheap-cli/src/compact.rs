@@ -1,20 +1,10 @@
 //! `logheap compact`: compacts a pool's log ([`logheap::Pool::compact`]) and closes it
 //! cleanly, so that the log holds little more than its live data.
 
-use std::path::PathBuf;
-
 use logheap::Pool;
 
 /// Options of `logheap compact`.
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    /// The pool file (opened as it was created; recovered first if it was not closed
-    /// cleanly).
-    path: PathBuf,
-    /// Print one JSON object instead of text.
-    #[arg(long)]
-    json: bool,
-}
+pub use crate::PoolArgs as Args;
 
 /// Opens the pool, compacts it, closes it and prints what changed.
 pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {

@@ -1,19 +1,10 @@
 //! `logheap inspect`: a pool file's header, state and logs.
 
-use std::path::PathBuf;
-
 use logheap::PoolFile;
 use logheap::check::check;
 
 /// Options of `logheap inspect`.
-#[derive(Debug, clap::Args)]
-pub struct Args {
-    /// The pool file.
-    path: PathBuf,
-    /// Print one JSON object instead of text.
-    #[arg(long)]
-    json: bool,
-}
+pub use crate::PoolArgs as Args;
 
 /// Reads the header, validates it and prints it, with the logs when the pool is not in
 /// use by another process.

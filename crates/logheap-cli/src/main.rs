@@ -15,6 +15,16 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// Options of the commands that take one pool file (`check`, `compact`, `inspect`).
+#[derive(Debug, clap::Args)]
+pub struct PoolArgs {
+    /// The pool file.
+    path: std::path::PathBuf,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
 /// logheap: persistent transactional memory with a log-structured heap.
 #[derive(Debug, Parser)]
 #[command(name = "logheap", version, about)]
