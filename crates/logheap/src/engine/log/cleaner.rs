@@ -398,21 +398,28 @@ impl LogEngine {
         victims.truncate(VICTIMS_PER_PASS);
         let mut reclaimed = 0;
         for &(_, victim) in &victims {
-            let claim = &self.cleaner.claimed[victim as usize];
-            if claim
-                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
-            {
-                continue;
-            }
             // Another pass may have reclaimed it between the choice and the claim.
-            if self.chunks.is_sealed(victim) && self.clean_victim(work, victim, w) {
+            let cleaned = self.claimed(victim, || {
+                self.chunks.is_sealed(victim) && self.clean_victim(work, victim, w)
+            });
+            if cleaned == Some(true) {
                 reclaimed += 1;
             }
-            claim.store(false, Ordering::Release);
         }
         work.victims = victims;
         reclaimed + records
+    }
+
+    /// Runs `clean` with chunk `victim` claimed (so no other pass takes it meanwhile);
+    /// `None` when another pass has it claimed.
+    fn claimed(&self, victim: u32, clean: impl FnOnce() -> bool) -> Option<bool> {
+        let claim = &self.cleaner.claimed[victim as usize];
+        claim
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()?;
+        let cleaned = clean();
+        claim.store(false, Ordering::Release);
+        Some(cleaned)
     }
 
     /// Compacts the log ([`Pool::compact`](crate::Pool::compact)): writes an allocation
@@ -435,37 +442,29 @@ impl LogEngine {
         // The last pass slot: background threads take the first ones.
         let mut work = super::lock(&self.cleaner.works[self.cleaner.works.len() - 1]);
         for (_, victim) in targets {
-            let claim = &self.cleaner.claimed[victim as usize];
-            if claim
-                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
-            {
-                skipped += 1;
-                continue;
-            }
-            let mut cleaned = false;
-            let start = std::time::Instant::now();
-            loop {
-                let w = self
-                    .committed_through()
-                    .min(super::superblock::CLEANED_LIMIT);
-                // Reclaimed meanwhile by a background pass (then nothing is left to do).
-                if !self.chunks.is_sealed(victim) {
-                    break;
+            let cleaned = self.claimed(victim, || {
+                let start = std::time::Instant::now();
+                loop {
+                    let w = self
+                        .committed_through()
+                        .min(super::superblock::CLEANED_LIMIT);
+                    // Reclaimed meanwhile by a background pass: nothing is left to do.
+                    if !self.chunks.is_sealed(victim) {
+                        return false;
+                    }
+                    if self.clean_victim(&mut work, victim, w) {
+                        return true;
+                    }
+                    // Out of room: chunks reclaimed so far come back after a grace
+                    // period.
+                    if self.chunks.available() > 0 || start.elapsed() > COMPACT_WAIT {
+                        return false;
+                    }
+                    self.epoch.pin().flush();
+                    std::thread::sleep(Duration::from_millis(1));
                 }
-                if self.clean_victim(&mut work, victim, w) {
-                    cleaned = true;
-                    break;
-                }
-                // Out of room: chunks reclaimed so far come back after a grace period.
-                if self.chunks.available() > 0 || start.elapsed() > COMPACT_WAIT {
-                    break;
-                }
-                self.epoch.pin().flush();
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            claim.store(false, Ordering::Release);
-            if cleaned {
+            });
+            if cleaned == Some(true) {
                 reclaimed += 1;
             } else if self.chunks.is_sealed(victim) {
                 skipped += 1;
