@@ -11,11 +11,11 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::engine::EngineKind;
 pub use crate::engine::LogSummary;
 use crate::engine::log::LogEngine;
 use crate::engine::{Damage, RecoveryReport};
 use crate::error::{Error, Result};
+use crate::pool::EngineKind;
 use crate::pool::{Header, PoolFile, ReadOnlyPool};
 
 /// What [`check`] found.

@@ -1,7 +1,8 @@
 //! Pool configuration.
 
-use crate::engine::{EngineKind, MappingConfig};
+use crate::engine::MappingConfig;
 use crate::media::{Durability, Emulation, FlushInstruction, MediaConfig};
+use crate::pool::EngineKind;
 
 /// How to create (or open) a pool. Built with chained setters from `Config::default()`.
 #[derive(Debug, Clone, Copy)]
@@ -62,23 +63,6 @@ pub struct Config {
     /// [`inline_cleaning`](Self::inline_cleaning). Not stored in the pool: each open
     /// chooses.
     pub clean_every: u64,
-    /// A deliberate defect, for showing that crash tests catch one. Never set it in
-    /// production code.
-    #[doc(hidden)]
-    pub fault: Option<Fault>,
-}
-
-/// Deliberate defects a pool can be created with, so tests can show that the crash
-/// simulator catches a broken engine.
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
-    /// Commit without the fence that makes the transaction's log blocks durable.
-    SkipCommitFence,
-    /// Publish the mapping and release the locks before the fence: readers may see data
-    /// that is not yet durable. (A crash-simulation fence gate holds the committer
-    /// between the two to show it.)
-    PublishBeforeFence,
 }
 
 impl Default for Config {
@@ -96,7 +80,6 @@ impl Default for Config {
             cleaner_threads: 0,
             inline_cleaning: true,
             clean_every: 0,
-            fault: None,
         }
     }
 }

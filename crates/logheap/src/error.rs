@@ -173,7 +173,7 @@ pub enum Error {
     Conflict,
     /// The engine recorded in the pool is not built into this version.
     #[error("engine {0} is not available in this build")]
-    EngineUnavailable(crate::engine::EngineKind),
+    EngineUnavailable(crate::pool::EngineKind),
     /// An operating-system call on the pool file failed.
     #[error("{path}: {op}: {source}")]
     Io {

@@ -7,10 +7,10 @@ use bytemuck::Pod;
 
 use crate::config::Config;
 use crate::engine::log::{CleanerSettings, CleanerThreads, LogEngine};
-use crate::engine::{Compaction, EngineKind, LogEngineStats};
+use crate::engine::{Compaction, LogEngineStats};
 use crate::error::{Error, Result};
 use crate::media::{Media, MediaCounters, SimConfig};
-use crate::pool::{Header, PoolFile};
+use crate::pool::{EngineKind, Header, PoolFile};
 use crate::ptr::PPtr;
 use crate::tx::Tx;
 
@@ -100,11 +100,7 @@ impl Pool {
     /// running recovery as [`open`](Pool::open) would, with `config`'s media and mapping
     /// settings.
     pub fn open_image(image: Vec<u8>, config: &Config, sim: SimConfig) -> Result<Pool> {
-        let config = Config {
-            fault: None,
-            ..*config
-        };
-        Pool::start(PoolFile::open_image(image, &config.media, sim)?, &config)
+        Pool::start(PoolFile::open_image(image, &config.media, sim)?, config)
     }
 
     /// Starts the pool's engine on a pool file opened with [`PoolFile::open`] or
@@ -120,7 +116,6 @@ impl Pool {
         let engine = LogEngine::open(
             &file,
             config.mapping,
-            config.fault,
             config.recovery_threads,
             CleanerSettings {
                 threshold: config.clean_threshold,

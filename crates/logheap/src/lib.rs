@@ -59,14 +59,14 @@ mod tx;
 /// "logheap::bytemuck")]` on the type, or depend on `bytemuck` (feature `derive`).
 pub use bytemuck;
 pub use bytemuck::{Pod, Zeroable};
-pub use config::{Config, Fault};
+pub use config::Config;
 pub use engine::{
-    Compaction, Damage, DroppedTransaction, EngineKind, MappingConfig, PartitionIndex,
-    RecoveryReport, SnapshotUse,
+    Compaction, Damage, DroppedTransaction, MappingConfig, PartitionIndex, RecoveryReport,
+    SnapshotUse,
 };
 pub use error::{Error, Result};
 pub use heap::{Pool, Stats};
 pub use media::{Durability, Emulation, FlushInstruction, Media, MediaConfig, MediaCounters};
-pub use pool::{PoolFile, PoolOptions};
+pub use pool::{EngineKind, PoolFile, PoolOptions};
 pub use ptr::PPtr;
 pub use tx::Tx;

@@ -1,10 +1,8 @@
 //! Transaction engines. Every engine sits behind the same API; the pool header records
 //! which one formatted a pool.
 
-mod kind;
 pub(crate) mod log;
 
-pub use kind::EngineKind;
 pub use log::{
     Compaction, Damage, DroppedTransaction, LogEngineStats, LogSummary, MappingConfig,
     PartitionIndex, RecoveryReport, SnapshotUse,

@@ -31,7 +31,7 @@ pub use counters::MediaCounters;
 pub use cpu::{CACHE_LINE, FlushInstruction};
 pub use emulation::{Emulation, TscClock};
 pub use file_mapping::MapMode;
-pub use sim::{CrashPoint, CrashSimulator, FenceGate, FenceHook, SimConfig};
+pub use sim::{CrashPoint, CrashSimulator, FenceFilter, FenceGate, FenceHook, SimConfig};
 
 use counters::{CounterRegistry, ThreadCounters};
 use file_mapping::FileMapping;

@@ -79,6 +79,14 @@ pub type FenceHook = Box<dyn FnMut(&CrashPoint<'_>) + Send>;
 /// its stores and their fence, while other threads run.
 pub type FenceGate = std::sync::Arc<dyn Fn() + Send + Sync>;
 
+/// A callback run by every thread that fences, as it arrives at the fence (before the
+/// gate, outside the simulator's lock): when it returns false, the fence is dropped, as
+/// if the code had left it out. A dropped fence persists nothing, offers no crash point
+/// and is not counted by the simulator; the thread's flushed stores stay pending until
+/// its next fence that is kept. Tests inject a missing fence with it, into any engine,
+/// to show that the crash checks catch the defect.
+pub type FenceFilter = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
+
 pub(crate) struct SimState {
     persisted: Vec<u8>,
     pending: BTreeMap<usize, Vec<PendingWrite>>,
@@ -96,6 +104,7 @@ pub struct CrashSimulator {
     memory: Box<[AtomicU64]>,
     state: Mutex<SimState>,
     gate: Mutex<Option<FenceGate>>,
+    filter: Mutex<Option<FenceFilter>>,
 }
 
 impl std::fmt::Debug for CrashSimulator {
@@ -128,6 +137,7 @@ impl CrashSimulator {
                 config,
             }),
             gate: Mutex::new(None),
+            filter: Mutex::new(None),
         }
     }
 
@@ -187,9 +197,18 @@ impl CrashSimulator {
         }
     }
 
-    /// A fence by `thread`: passes the gate, offers the crash point to the hook, then
-    /// persists every line's stores up to the last one `thread` flushed.
+    /// A fence by `thread`: asks the filter whether the fence happens at all, passes the
+    /// gate, offers the crash point to the hook, then persists every line's stores up to
+    /// the last one `thread` flushed.
     pub(crate) fn fence(&self, thread: u64) {
+        let filter = self
+            .filter
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if filter.is_some_and(|keep| !keep()) {
+            return;
+        }
         let gate = self.gate.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if let Some(gate) = gate {
             gate();
@@ -241,6 +260,17 @@ impl CrashSimulator {
     /// Removes the fence gate.
     pub fn clear_fence_gate(&self) {
         *self.gate.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Installs `filter`, asked by every thread that fences whether its fence happens
+    /// (see [`FenceFilter`]).
+    pub fn set_fence_filter(&self, filter: FenceFilter) {
+        *self.filter.lock().unwrap_or_else(|p| p.into_inner()) = Some(filter);
+    }
+
+    /// Removes the fence filter.
+    pub fn clear_fence_filter(&self) {
+        *self.filter.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// Removes and returns the fence hook.
@@ -511,6 +541,26 @@ mod tests {
         s.fence(2);
         assert_eq!(s.persisted_image()[64], 8);
         assert_eq!(s.pending_lines(), 1);
+    }
+
+    #[test]
+    fn a_filtered_fence_persists_nothing_until_a_kept_one() {
+        let s = sim(128, SimConfig::default());
+        let keep = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let k = keep.clone();
+        s.set_fence_filter(std::sync::Arc::new(move || {
+            k.load(std::sync::atomic::Ordering::SeqCst)
+        }));
+        store_u64(&s, 0, 7);
+        s.flush(0, 8, 1);
+        s.fence(1);
+        assert_eq!(s.persisted_image()[0], 0, "the fence was dropped");
+        assert_eq!(s.fences(), 0);
+        keep.store(true, std::sync::atomic::Ordering::SeqCst);
+        s.fence(1);
+        assert_eq!(s.persisted_image()[0], 7, "the next kept fence persists it");
+        s.clear_fence_filter();
+        assert_eq!(s.fences(), 1);
     }
 
     #[test]

@@ -31,7 +31,7 @@
 use std::ops::Range;
 use std::path::Path;
 
-use crate::engine::EngineKind;
+use super::EngineKind;
 use crate::error::{Error, Result};
 
 /// First eight bytes of every pool file.

@@ -10,6 +10,7 @@
 //! against every crash image.
 
 pub mod header;
+mod kind;
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::os::unix::fs::FileExt;
@@ -17,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use header::{HEADER_SIZE, Header, PoolLayout, PoolState};
+pub use kind::EngineKind;
 
-use crate::engine::EngineKind;
 use crate::error::{Error, Result};
 use crate::media::{Media, MediaConfig, SimConfig};
 use header::{Geometry, STATE_OFFSET};

@@ -174,7 +174,7 @@ impl LogWriter<'_> {
 
     /// Writes one transaction's staged entries (per log: update, allocation,
     /// deallocation; their bytes in `staging`) at `version` and makes them durable with
-    /// one fence (`fence` is false only for fault injection). Puts where each data
+    /// one fence. Puts where each data
     /// entry's bytes went into `placed` (cleared first) and returns the number of blocks
     /// written and their share of the log's fingerprint
     /// ([`block_digest`](super::layout::block_digest)). On [`OutOfChunks`] nothing was
@@ -185,7 +185,6 @@ impl LogWriter<'_> {
         logs: [&[Staged]; 3],
         staging: &[u8],
         version: u64,
-        fence: bool,
         placed: &mut Vec<Placed>,
     ) -> Result<(usize, u64), OutOfChunks> {
         let (media, geometry, pool) = (self.media, self.geometry, self.pool);
@@ -253,9 +252,7 @@ impl LogWriter<'_> {
                 data_at += e.len as u64;
             }
         }
-        if fence {
-            media.fence();
-        }
+        media.fence();
         // The blocks are durable: book them, and let the cleaner have the chunks no log
         // appends to any more.
         for (b, &d) in plan.blocks.iter().zip(&plan.digests) {

@@ -45,7 +45,6 @@ use self::log_writer::LogWriter;
 use self::mapping::{AddressMap, Mapping};
 use self::snapshot::Snapshot;
 use self::superblock::{CloseRecord, Superblock};
-use crate::config::Fault;
 use crate::error::{Error, Result};
 use crate::media::Media;
 use crate::pool::{Header, PoolFile, PoolLayout};
@@ -203,7 +202,6 @@ pub(crate) struct LogEngine {
     /// found nothing to clean).
     quiet: AtomicU64,
     report: RecoveryReport,
-    fault: Option<Fault>,
     /// The pool's reclamation domain (the mapping's too): transactions pin it, and
     /// reclaimed chunks wait for its grace periods. Its deferred functions own what
     /// they touch, so the order in which the fields drop does not matter to them.
@@ -268,7 +266,6 @@ impl LogEngine {
     pub(crate) fn open(
         file: &PoolFile,
         mapping: MappingConfig,
-        fault: Option<Fault>,
         recovery_threads: usize,
         cleaning: CleanerSettings,
     ) -> Result<LogEngine> {
@@ -393,7 +390,6 @@ impl LogEngine {
             cleaner: cleaner::Cleaner::new(cleaning, geometry.count, marks.cleaned),
             quiet: AtomicU64::new(0),
             report: recovered.report,
-            fault,
             media,
             epoch,
         })
@@ -932,7 +928,6 @@ impl LogEngine {
             [update, alloc, dealloc],
             &b.staging,
             version,
-            self.fault.is_none(),
             &mut b.placed,
         );
         lock(&self.log_sets).push(set);
@@ -971,9 +966,6 @@ impl LogEngine {
             }
         }
         b.held = held.release(&self.locks, version);
-        if self.fault == Some(Fault::PublishBeforeFence) {
-            self.media.fence();
-        }
         // Published (and durable): the cleaner may take its chunks from now on.
         self.done_committing(version);
         tx.allocs.clear();
