@@ -344,14 +344,14 @@ fn run_log_in(
         frees,
         seconds,
         live_bytes,
-        held_bytes: (after.log.chunks_total - after.log.chunks_free) * chunk,
-        allocator_bytes: after.log.live_log_bytes,
+        held_bytes: after.pm_bytes_used,
+        allocator_bytes: after.log.as_ref().map_or(0, |l| l.live_log_bytes),
         resident_bytes: None,
         pool_bytes: Some(size),
         pools_too_small: Vec::new(),
         compacted_held_bytes: Some(compacted.chunks_after * chunk),
         media: Some(after.media.since(&before.media)),
-        log: Some(after.log),
+        log: after.log,
     };
     pool.close()?;
     Ok(Some(outcome))

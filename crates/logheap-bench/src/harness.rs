@@ -392,22 +392,28 @@ pub fn run_reporting(
     let after = pool.stats();
     let c = after.media.since(&before.media);
     let per_tx = |x: u64| x as f64 / c.transactions.max(1) as f64;
-    let hits = after.log.node_cache_hits - before.log.node_cache_hits;
-    let misses = after.log.node_cache_misses - before.log.node_cache_misses;
+    // The log engine's own figures (zeros for an engine without them).
+    let none = logheap::engine::LogEngineStats::default();
+    let (b, a) = (
+        before.log.as_ref().unwrap_or(&none),
+        after.log.as_ref().unwrap_or(&none),
+    );
+    let hits = a.node_cache_hits - b.node_cache_hits;
+    let misses = a.node_cache_misses - b.node_cache_misses;
     let chunk = pool.header().chunk_size;
-    let log_bytes = after.log.chunks_total * chunk;
-    let cleaned = after.log.chunks_cleaned - before.log.chunks_cleaned;
-    let moved = after.log.cleaner_bytes_moved - before.log.cleaner_bytes_moved;
+    let log_bytes = a.chunks_total * chunk;
+    let cleaned = a.chunks_cleaned - b.chunks_cleaned;
+    let moved = a.cleaner_bytes_moved - b.cleaner_bytes_moved;
     let per_s = |bytes: u64| bytes as f64 / seconds.max(1e-9) / 1e6;
     let space = SpaceFigures {
         utilisation: spec
             .utilisation
-            .map(|_| before.log.live_log_bytes as f64 / log_bytes.max(1) as f64),
+            .map(|_| b.live_log_bytes as f64 / log_bytes.max(1) as f64),
         pool_bytes: spec.utilisation.map(|_| size),
         pool_full: spec.utilisation.map(|_| refused.load(Ordering::Relaxed)),
         log_turnover: Some(c.nt_bytes as f64 / log_bytes.max(1) as f64),
         chunks_cleaned: Some(cleaned),
-        chunks_fast_cleaned: Some(after.log.chunks_fast_cleaned - before.log.chunks_fast_cleaned),
+        chunks_fast_cleaned: Some(a.chunks_fast_cleaned - b.chunks_fast_cleaned),
         cleaner_bytes_moved: Some(moved),
         reclaimed_mb_per_s: Some(per_s(cleaned * chunk)),
         moved_mb_per_s: Some(per_s(moved)),
@@ -435,8 +441,8 @@ pub fn run_reporting(
         write_amplification: c.write_amplification(),
         aborts_per_tx: per_tx(c.aborts),
         node_cache_hit_ratio: (hits + misses > 0).then(|| hits as f64 / (hits + misses) as f64),
-        dram_bytes: Some(after.log.mapping_dram_bytes),
-        pm_bytes_used: Some((after.log.chunks_total - after.log.chunks_free) * chunk),
+        dram_bytes: Some(after.dram_bytes),
+        pm_bytes_used: Some(after.pm_bytes_used),
         preload_seconds,
         space,
     };
@@ -485,10 +491,10 @@ fn sized_for(
                 value_size: spec.value_size,
             };
             Prepared::preload(&pool, spec.workload, shape, &mut preload_rng(spec.seed))?;
-            let s = pool.stats();
+            let s = pool.stats().log.unwrap_or_default();
             let c = (
-                s.log.live_log_bytes,
-                size - s.log.chunks_total * pool.header().chunk_size,
+                s.live_log_bytes,
+                size - s.chunks_total * pool.header().chunk_size,
             );
             pool.close()?;
             CALIBRATIONS

@@ -9,7 +9,7 @@ pub use crate::PoolArgs as Args;
 /// Opens the pool, compacts it, closes it and prints what changed.
 pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let pool = Pool::open(&args.path)?;
-    let live = pool.stats().log.live_log_bytes;
+    let live = pool.stats().log.unwrap_or_default().live_log_bytes;
     let c = pool.compact();
     pool.close()?;
     if args.json {

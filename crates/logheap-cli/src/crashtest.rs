@@ -298,7 +298,8 @@ fn crashtest(args: &Args) -> Result<Outcome, Box<dyn std::error::Error>> {
         aborted: run.aborted,
         pool_full: run.pool_full,
         reopened: run.reopened,
-        chunks_cleaned: run.chunks_cleaned + run.pool.stats().log.chunks_cleaned,
+        chunks_cleaned: run.chunks_cleaned
+            + run.pool.stats().log.unwrap_or_default().chunks_cleaned,
         images: e.images,
         violations: e.violations,
         first_violation: e.first_violation.clone(),
@@ -321,7 +322,9 @@ fn skip_every_second_fence_of_this_thread(pool: &Pool) -> Result<(), String> {
     let fences = std::sync::atomic::AtomicU64::new(0);
     simulator.set_fence_filter(Arc::new(move || {
         std::thread::current().id() != workload
-            || fences.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 2 == 0
+            || fences
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                .is_multiple_of(2)
     }));
     Ok(())
 }
@@ -404,7 +407,7 @@ fn workload(
                 after.clone()
             };
         }
-        let log_bytes = run.pool.stats().log.chunks_total * config.chunk_size;
+        let log_bytes = run.pool.stats().log.unwrap_or_default().chunks_total * config.chunk_size;
         let result = run.pool.transaction(|tx| {
             let made = apply_in_tx(tx, root, &ops)?;
             match abandon {
@@ -465,7 +468,7 @@ fn crash_mid_commit(
     run.model = state;
     run.ptrs = ptrs;
     install_hook(&pool, expected, config)?;
-    run.chunks_cleaned += run.pool.stats().log.chunks_cleaned;
+    run.chunks_cleaned += run.pool.stats().log.unwrap_or_default().chunks_cleaned;
     run.pool = pool;
     run.reopened += 1;
     lock(expected).session = run.reopened;
@@ -686,7 +689,7 @@ fn recovered_matches(image: Vec<u8>, config: &Config, e: &mut Expected) -> Resul
         simulator.take_fence_hook();
     }
     let state = matches_model(&pool, before, after)?;
-    let report = pool.stats().log.recovery;
+    let report = pool.stats().log.unwrap_or_default().recovery;
     let repaired = report.dropped_transactions + report.chunks_reclaimed > 0;
     e.repairs += repaired as u64;
     if repaired

@@ -36,14 +36,16 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         .chunk_size(args.chunk_size)
         .reserve_space(!args.sparse);
     let pool = Pool::create(&args.path, &config)?;
-    let chunks = pool.stats().log.chunks_total;
+    let chunks = match pool.stats().log {
+        Some(log) => format!(", {} chunks of {} bytes", log.chunks_total, args.chunk_size),
+        None => String::new(),
+    };
     pool.close()?;
     println!(
-        "created {} ({} bytes, {} engine, {chunks} chunks of {} bytes)",
+        "created {} ({} bytes, {} engine{chunks})",
         args.path.display(),
         args.size,
         config.engine,
-        args.chunk_size
     );
     Ok(())
 }

@@ -92,10 +92,10 @@ fn benches(c: &mut Criterion) {
             })
         });
         group.finish();
-        let s = f.pool.stats();
+        let s = f.pool.stats().log.unwrap();
         eprintln!(
             "{name}: mapping nodes {}, node-cache hit ratio {:?}, mapping DRAM {} bytes",
-            s.log.mapping_nodes, s.log.node_cache_hit_ratio, s.log.mapping_dram_bytes
+            s.mapping_nodes, s.node_cache_hit_ratio, s.mapping_dram_bytes
         );
     }
 }

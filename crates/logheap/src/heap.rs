@@ -49,8 +49,17 @@ pub struct Stats {
     pub fences_per_write_tx: f64,
     /// Media bytes per payload byte (`None` before any payload).
     pub write_amplification: Option<f64>,
-    /// The log engine's figures.
-    pub log: LogEngineStats,
+    /// Live allocations.
+    pub allocations: u64,
+    /// Bytes in live allocations (as requested).
+    pub allocated_bytes: u64,
+    /// DRAM the engine holds to find the data (the log engine: its address mapping).
+    pub dram_bytes: u64,
+    /// Bytes of the pool's data area in use (the log engine: chunks in a log or
+    /// holding its allocation checkpoint).
+    pub pm_bytes_used: u64,
+    /// The log engine's own figures (`None` for other engines).
+    pub log: Option<LogEngineStats>,
 }
 
 impl Pool {
@@ -196,6 +205,7 @@ impl Pool {
     /// Counters and figures.
     pub fn stats(&self) -> Stats {
         let media = self.engine.media().counters();
+        let log = self.engine.stats();
         Stats {
             engine: self.file.header().engine,
             fences_per_write_tx: if media.write_transactions == 0 {
@@ -205,7 +215,11 @@ impl Pool {
             },
             write_amplification: media.write_amplification(),
             media,
-            log: self.engine.stats(),
+            allocations: log.allocations,
+            allocated_bytes: log.allocated_bytes,
+            dram_bytes: log.mapping_dram_bytes,
+            pm_bytes_used: (log.chunks_total - log.chunks_free) * self.file.header().chunk_size,
+            log: Some(log),
         }
     }
 

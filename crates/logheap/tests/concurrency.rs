@@ -55,7 +55,10 @@ fn shared_counter_loses_no_increment() {
         )
         .unwrap();
         assert!(pool.was_clean());
-        assert_eq!(pool.stats().log.recovery.transactions, threads * per_thread);
+        assert_eq!(
+            pool.stats().log.unwrap().recovery.transactions,
+            threads * per_thread
+        );
         assert_eq!(
             pool.read(|tx| tx.read(counter)).unwrap(),
             threads * per_thread

@@ -90,7 +90,7 @@ fn state(pool: &Pool) -> Model {
 /// What the engine rebuilt at open, beyond the data: allocations, live log bytes,
 /// mapped ranges.
 fn rebuilt(pool: &Pool) -> (Vec<(u64, u64)>, u64, u64, u64) {
-    let s = pool.stats().log;
+    let s = pool.stats().log.unwrap();
     (
         pool.allocations(),
         s.live_log_bytes,
@@ -156,9 +156,12 @@ fn a_clean_open_loads_the_snapshot_and_rebuilds_what_a_replay_would() {
             assert_eq!(checked.recovery.unwrap().snapshot, SnapshotUse::Loaded);
             let loaded = open(image.clone(), &config);
             let replayed = open(without_snapshot(image), &config);
-            let report = loaded.stats().log.recovery;
+            let report = loaded.stats().log.unwrap().recovery;
             assert_eq!(report.snapshot, SnapshotUse::Loaded, "{name}/{threads}");
-            assert_eq!(replayed.stats().log.recovery.snapshot, SnapshotUse::None);
+            assert_eq!(
+                replayed.stats().log.unwrap().recovery.snapshot,
+                SnapshotUse::None
+            );
             assert!(report.was_clean);
             assert!(state(&loaded) == expected, "{name}/{threads}");
             assert!(state(&replayed) == expected);
@@ -169,7 +172,10 @@ fn a_clean_open_loads_the_snapshot_and_rebuilds_what_a_replay_would() {
             assert_eq!(rebuilt(&loaded), rebuilt(&replayed));
             // And the snapshot of the snapshot-loaded pool is sound too.
             let again = open(closed_image(loaded), &config);
-            assert_eq!(again.stats().log.recovery.snapshot, SnapshotUse::Loaded);
+            assert_eq!(
+                again.stats().log.unwrap().recovery.snapshot,
+                SnapshotUse::Loaded
+            );
             assert!(state(&again) == after);
             assert_eq!(rebuilt(&again), rebuilt(&replayed));
         }
@@ -197,7 +203,7 @@ fn a_damaged_snapshot_is_rejected_and_the_log_replayed() {
         .collect();
     for at in offsets {
         let pool = open(image_with_flip(&image, at), &config);
-        let report = pool.stats().log.recovery;
+        let report = pool.stats().log.unwrap().recovery;
         assert!(
             matches!(report.snapshot, SnapshotUse::Rejected(_)),
             "a flip at {at} was not noticed: {:?}",
@@ -223,7 +229,10 @@ fn a_snapshot_is_used_by_one_open_only() {
     run(&pool, 100, 1);
     let image = closed_image(pool);
     let reopened = open(image.clone(), &config);
-    assert_eq!(reopened.stats().log.recovery.snapshot, SnapshotUse::Loaded);
+    assert_eq!(
+        reopened.stats().log.unwrap().recovery.snapshot,
+        SnapshotUse::Loaded
+    );
     // Opening erased the locator before anything else was written.
     let media = reopened.media().clone();
     let persisted = media.crash_simulator().unwrap().persisted_image();
@@ -233,7 +242,10 @@ fn a_snapshot_is_used_by_one_open_only() {
     let crashed = media.crash_simulator().unwrap().persisted_image();
     drop(reopened);
     let recovered = open(crashed, &config);
-    assert_eq!(recovered.stats().log.recovery.snapshot, SnapshotUse::None);
+    assert_eq!(
+        recovered.stats().log.unwrap().recovery.snapshot,
+        SnapshotUse::None
+    );
     assert!(state(&recovered) == expected);
     // A stale locator (the first close's) put into a later clean close's image is not
     // trusted: its chunks hold other bytes by now.
@@ -244,7 +256,7 @@ fn a_snapshot_is_used_by_one_open_only() {
     if stale != later {
         let pool = open(stale, &config);
         assert!(matches!(
-            pool.stats().log.recovery.snapshot,
+            pool.stats().log.unwrap().recovery.snapshot,
             SnapshotUse::Rejected(_)
         ));
         assert!(state(&pool) == expected);
@@ -291,10 +303,13 @@ fn a_crash_at_any_fence_around_a_snapshot_loses_nothing() {
             "image {i}: a state never committed"
         );
         // Loaded: before the open marked the pool open, or after the close.
-        loaded += (pool.stats().log.recovery.snapshot == SnapshotUse::Loaded) as usize;
+        loaded += (pool.stats().log.unwrap().recovery.snapshot == SnapshotUse::Loaded) as usize;
     }
     let pool = open(sim.persisted_image(), &config);
-    assert_eq!(pool.stats().log.recovery.snapshot, SnapshotUse::Loaded);
+    assert_eq!(
+        pool.stats().log.unwrap().recovery.snapshot,
+        SnapshotUse::Loaded
+    );
     assert!(state(&pool) == *states.last().unwrap());
     assert!(
         loaded >= 1,
