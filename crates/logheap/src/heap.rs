@@ -5,13 +5,15 @@ use std::sync::Arc;
 
 use bytemuck::Pod;
 
+use crate::alloc::TxHeap;
 use crate::config::Config;
 use crate::engine::log::{CleanerSettings, CleanerThreads, LogEngine};
-use crate::engine::{Compaction, LogEngineStats};
+use crate::engine::{Compaction, Engine, LogEngineStats};
 use crate::error::{Error, Result};
 use crate::media::{Media, MediaCounters, SimConfig};
 use crate::pool::{EngineKind, Header, PoolFile};
 use crate::ptr::PPtr;
+use crate::stm::Stm;
 use crate::tx::Tx;
 
 /// An open pool: a memory-mapped file holding persistent objects changed by
@@ -34,8 +36,16 @@ use crate::tx::Tx;
 pub struct Pool {
     /// Dropped first: stops the background cleaners before the engine goes.
     cleaners: CleanerThreads,
-    engine: Arc<LogEngine>,
+    engine: PoolEngine,
     file: PoolFile,
+}
+
+/// The engine of an open pool, under its TL2 driver: one variant per engine, matched
+/// once per call (no dynamic dispatch on the transaction paths).
+#[derive(Debug)]
+pub(crate) enum PoolEngine {
+    /// The log-structured engine.
+    Log(Stm<LogEngine>),
 }
 
 /// Counters and figures of a pool, from [`Pool::stats`].
@@ -137,14 +147,16 @@ impl Pool {
         let cleaners = CleanerThreads::start(&engine);
         Ok(Pool {
             cleaners,
-            engine,
+            engine: PoolEngine::Log(Stm::new(engine)),
             file,
         })
     }
 
     /// The root object: a fixed `T` at a fixed place, all zeros until first written.
     pub fn root<T: Pod>(&self) -> Result<PPtr<T>> {
-        let root = self.engine.root();
+        let root = match &self.engine {
+            PoolEngine::Log(stm) => stm.engine().root(),
+        };
         let needed = std::mem::size_of::<T>() as u64;
         if needed > root.end - root.start {
             return Err(Error::RootTooLarge {
@@ -180,32 +192,34 @@ impl Pool {
         read_only: bool,
         mut f: impl FnMut(&mut Tx<'_>) -> Result<R, E>,
     ) -> Result<R, E> {
-        let mut tx = Tx::new(&self.engine, read_only);
+        let mut tx = Tx::begin(&self.engine, read_only);
         let mut attempt = 0u32;
         loop {
             let outcome = match f(&mut tx) {
-                Ok(value) => match self.engine.commit(&mut tx.state) {
+                Ok(value) => match tx.commit() {
                     Ok(()) => return Ok(value),
                     Err(Error::Conflict) => None,
                     Err(e) => Some(E::from(e)),
                 },
-                Err(_) if tx.state.conflicted() => None,
+                Err(_) if tx.conflicted() => None,
                 Err(e) => Some(e),
             };
-            self.engine.abort(&mut tx.state);
+            tx.abort();
             if let Some(e) = outcome {
                 return Err(e);
             }
             attempt += 1;
             backoff(attempt);
-            self.engine.restart(&mut tx.state);
+            tx.restart();
         }
     }
 
     /// Counters and figures.
     pub fn stats(&self) -> Stats {
-        let media = self.engine.media().counters();
-        let log = self.engine.stats();
+        let media = self.media().counters();
+        let log = match &self.engine {
+            PoolEngine::Log(stm) => stm.engine().stats(),
+        };
         Stats {
             engine: self.file.header().engine,
             fences_per_write_tx: if media.write_transactions == 0 {
@@ -236,17 +250,21 @@ impl Pool {
     /// ([`Compaction::chunks_skipped`](crate::Compaction::chunks_skipped)). Crash-safe as
     /// the cleaner is: a crash during compaction loses nothing committed.
     pub fn compact(&self) -> Compaction {
-        self.engine.compact()
+        match &self.engine {
+            PoolEngine::Log(stm) => stm.engine().compact(),
+        }
     }
 
     /// Every live allocation `(home offset, size)`, sorted (for checking tools).
     pub fn allocations(&self) -> Vec<(u64, u64)> {
-        self.engine.allocations()
+        match &self.engine {
+            PoolEngine::Log(stm) => stm.engine().heap().allocations(),
+        }
     }
 
     /// The pool's media (for counters and the crash simulator).
     pub fn media(&self) -> &Arc<Media> {
-        self.engine.media()
+        self.file.media()
     }
 
     /// The pool header.
@@ -256,7 +274,7 @@ impl Pool {
 
     /// The pool file's path.
     pub fn path(&self) -> &Path {
-        self.engine.path()
+        self.file.path()
     }
 
     /// Whether the pool was closed cleanly before this open.
@@ -273,7 +291,9 @@ impl Pool {
             file,
         } = self;
         drop(cleaners);
-        engine.close();
+        match engine {
+            PoolEngine::Log(stm) => stm.engine().close(),
+        }
         file.close()
     }
 }

@@ -43,6 +43,7 @@
 //! - [`Pool`], [`Tx`], [`PPtr`], [`Config`]: the public API.
 #![warn(missing_docs)]
 
+mod alloc;
 pub mod check;
 mod config;
 pub mod engine;

@@ -2,9 +2,11 @@
 
 use bytemuck::Pod;
 
-use crate::engine::log::{LogEngine, TxState};
+use crate::engine::log::{LogEngine, LogScratch};
 use crate::error::{Error, Result};
+use crate::heap::PoolEngine;
 use crate::ptr::PPtr;
+use crate::stm::{Stm, TxState};
 
 /// A transaction in progress, handed to the closure of
 /// [`Pool::transaction`](crate::Pool::transaction) or [`Pool::read`](crate::Pool::read).
@@ -14,27 +16,67 @@ use crate::ptr::PPtr;
 /// When an operation returns [`Error::Conflict`], return it from the closure (`?` does):
 /// the transaction is then retried from the start.
 pub struct Tx<'p> {
-    engine: &'p LogEngine,
-    pub(crate) state: TxState,
+    inner: TxInner<'p>,
+}
+
+/// A transaction on one engine: its driver and its state (one variant per engine, as
+/// [`PoolEngine`]).
+enum TxInner<'p> {
+    Log(&'p Stm<LogEngine>, TxState<LogScratch>),
+}
+
+/// Runs `$body` with `$stm` (the engine's driver) and `$state` (the transaction's
+/// state) of `$tx`, whichever engine it runs on.
+macro_rules! on_engine {
+    ($tx:expr, |$stm:ident, $state:ident| $body:expr) => {
+        match &mut $tx.inner {
+            TxInner::Log($stm, $state) => $body,
+        }
+    };
 }
 
 impl Drop for Tx<'_> {
     fn drop(&mut self) {
-        LogEngine::finish(std::mem::take(&mut self.state));
+        match &mut self.inner {
+            TxInner::Log(_, state) => Stm::<LogEngine>::finish(std::mem::take(state)),
+        }
     }
 }
 
 impl<'p> Tx<'p> {
-    pub(crate) fn new(engine: &'p LogEngine, read_only: bool) -> Tx<'p> {
-        Tx {
-            engine,
-            state: engine.begin(read_only),
-        }
+    /// Begins a transaction on `engine`.
+    pub(crate) fn begin(engine: &'p PoolEngine, read_only: bool) -> Tx<'p> {
+        let inner = match engine {
+            PoolEngine::Log(stm) => TxInner::Log(stm, stm.begin(read_only)),
+        };
+        Tx { inner }
+    }
+
+    /// Commits the attempt.
+    pub(crate) fn commit(&mut self) -> Result<()> {
+        on_engine!(self, |stm, state| stm.commit(state))
+    }
+
+    /// Ends an attempt that will not commit.
+    pub(crate) fn abort(&mut self) {
+        on_engine!(self, |stm, state| stm.abort(state))
+    }
+
+    /// Prepares another attempt after [`abort`](Self::abort).
+    pub(crate) fn restart(&mut self) {
+        on_engine!(self, |stm, state| stm.restart(state))
+    }
+
+    /// Whether the attempt hit a conflict.
+    pub(crate) fn conflicted(&mut self) -> bool {
+        on_engine!(self, |_stm, state| state.conflicted())
     }
 
     /// Whether this transaction can only read.
     pub fn is_read_only(&self) -> bool {
-        self.state.read_only()
+        match &self.inner {
+            TxInner::Log(_, state) => state.read_only(),
+        }
     }
 
     /// Reads the `T` at `p`.
@@ -51,21 +93,20 @@ impl<'p> Tx<'p> {
 
     /// Reads `buf.len()` bytes at home offset `home`. Bytes never written read as zero.
     pub fn read_bytes(&mut self, home: u64, buf: &mut [u8]) -> Result<()> {
-        self.engine.read(&mut self.state, home, buf)
+        on_engine!(self, |stm, state| stm.read(state, home, buf))
     }
 
     /// Writes `bytes` at home offset `home` (buffered until commit). The range may span
     /// objects; it must lie in the home space.
     pub fn write_bytes(&mut self, home: u64, bytes: &[u8]) -> Result<()> {
-        self.engine.write(&mut self.state, home, bytes)
+        on_engine!(self, |stm, state| stm.write(state, home, bytes))
     }
 
     /// Allocates a new object holding `value`.
     pub fn alloc<T: Pod>(&mut self, value: T) -> Result<PPtr<T>> {
         let bytes = bytemuck::bytes_of(&value);
-        let home = self
-            .engine
-            .alloc(&mut self.state, bytes.len() as u64, Some(bytes))?;
+        let len = bytes.len() as u64;
+        let home = on_engine!(self, |stm, state| stm.alloc(state, len, Some(bytes)))?;
         Ok(PPtr::from_offset(home))
     }
 
@@ -77,7 +118,7 @@ impl<'p> Tx<'p> {
 
     /// Allocates `len` zero-filled bytes and returns their home offset.
     pub fn alloc_bytes(&mut self, len: u64) -> Result<u64> {
-        self.engine.alloc(&mut self.state, len, None)
+        on_engine!(self, |stm, state| stm.alloc(state, len, None))
     }
 
     /// Frees the object at `p` when the transaction commits.
@@ -85,6 +126,7 @@ impl<'p> Tx<'p> {
         if p.is_null() {
             return Err(Error::InvalidFree { home: 0 });
         }
-        self.engine.free(&mut self.state, p.offset())
+        let home = p.offset();
+        on_engine!(self, |stm, state| stm.free(state, home))
     }
 }

@@ -7,11 +7,15 @@
 //! The commit version is the transaction's version in the log.
 
 mod clock;
+mod driver;
 mod locks;
+mod shared;
 mod write_set;
 
 pub(crate) use clock::VersionClock;
+pub(crate) use driver::{Stm, TxState};
 pub(crate) use locks::{LockTable, StripeLocks, is_locked, version_of};
+pub(crate) use shared::Shared;
 pub(crate) use write_set::{ResolveScratch, Span, WriteSet};
 
 /// Address stripe size covered by one versioned lock.

@@ -310,11 +310,7 @@ fn data_room(room: usize, entries: usize, bytes: usize) -> usize {
 impl LogEngine {
     /// The largest version up to which every transaction has finished its commit.
     pub(super) fn committed_through(&self) -> u64 {
-        let committing = super::lock(&self.committing);
-        committing
-            .iter()
-            .min()
-            .map_or_else(|| self.clock.now(), |&m| m - 1)
+        self.stm.committed_through()
     }
 
     /// Makes the durable cleaned-through version at least `needed` (the largest version
@@ -527,14 +523,15 @@ impl LogEngine {
             work.indices.clear();
             for &(home, len, _, _) in &work.entries {
                 for s in stripes(home, len) {
-                    work.indices.push(self.locks.index(s));
+                    work.indices.push(self.stm.locks.index(s));
                 }
             }
             work.indices.sort_unstable();
             work.indices.dedup();
-            let owner = self.next_tx_id.fetch_add(1, Ordering::Relaxed);
+            let owner = self.stm.new_owner();
             let buffer = std::mem::take(&mut work.held);
-            let Ok(held) = StripeLocks::acquire(&self.locks, &work.indices, owner, buffer) else {
+            let Ok(held) = StripeLocks::acquire(&self.stm.locks, &work.indices, owner, buffer)
+            else {
                 return false;
             };
             // Under the locks no transaction changes these ranges: what maps into the
@@ -551,7 +548,7 @@ impl LogEngine {
                     self.cleaner.bytes_moved.fetch_add(p.len, Ordering::Relaxed);
                 }
             }
-            work.held = held.restore(&self.locks);
+            work.held = held.restore(&self.stm.locks);
             for c in work.to_seal.drain(..) {
                 self.chunks.seal(c);
             }

@@ -59,10 +59,6 @@ pub(crate) struct CommitBuffers {
     pub staging: Vec<u8>,
     /// Entries of the update, allocation and deallocation logs (in [`LogKind`] order).
     pub logs: [Vec<Staged>; 3],
-    /// Lock indices of the stripes the transaction writes.
-    pub indices: Vec<usize>,
-    /// Lock words held during the commit.
-    pub held: Vec<(usize, u64)>,
     /// Where the logged data went.
     pub placed: Vec<Placed>,
 }

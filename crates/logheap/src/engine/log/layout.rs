@@ -47,8 +47,7 @@ pub(crate) const MAX_BLOCK_ENTRIES: usize = u16::MAX as usize;
 pub(crate) const BLOCK_ALIGN: usize = 16;
 /// Size of the end mark that follows the last block of a commit in a chunk.
 pub(crate) const END_MARK: usize = 16;
-/// Home offsets are 47-bit.
-pub(crate) const HOME_LIMIT: u64 = 1 << 47;
+pub(crate) use crate::alloc::home::HOME_LIMIT;
 
 const CHUNK_MAGIC: [u8; 4] = *b"LHC1";
 const CHUNK_END_MARK: [u8; 4] = *b"LHCT";

@@ -8,8 +8,7 @@
 //!
 //! Parts: [`layout`] (bytes on media), [`chunks`] (chunk pool, log tails), [`cleaner`]
 //! (reclaiming the space of stale log data), [`log_writer`]
-//! (commit-time append), [`mapping`] (home-to-log mapping), [`home_alloc`] (home-space
-//! allocator), [`recovery`], [`snapshot`] (what a clean close leaves so that the next
+//! (commit-time append), [`mapping`] (home-to-log mapping), [`recovery`], [`snapshot`] (what a clean close leaves so that the next
 //! open need not replay the log), [`epoch`] (the pool's own epoch-based reclamation
 //! domain, which the mapping's frees and the cleaner's reclaimed chunks wait on).
 
@@ -18,7 +17,6 @@ mod chunks;
 mod cleaner;
 mod commit_data;
 mod epoch;
-mod home_alloc;
 mod layout;
 mod log_writer;
 mod mapping;
@@ -26,9 +24,11 @@ mod recovery;
 mod snapshot;
 mod superblock;
 
+use std::cell::Cell;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::LocalKey;
 
 pub use cleaner::Compaction;
 pub(crate) use cleaner::{CleanerSettings, CleanerThreads};
@@ -39,26 +39,23 @@ pub use recovery::{Damage, DroppedTransaction, LogSummary, RecoveryReport, Snaps
 use self::chunks::{ChunkGeometry, ChunkPool, LogSet};
 use self::commit_data::CommitBuffers;
 use self::epoch::PoolEpoch;
-use self::home_alloc::{AllocError, HEAP_START, HomeAllocator};
 use self::layout::HOME_LIMIT;
 use self::log_writer::LogWriter;
 use self::mapping::{AddressMap, Mapping};
 use self::snapshot::Snapshot;
 use self::superblock::{CloseRecord, Superblock};
+use super::{CommitSet, Engine, Persisted};
+use crate::alloc::TxHeap;
+use crate::alloc::home::{HEAP_START, HomeHeap};
 use crate::error::{Error, Result};
 use crate::media::Media;
 use crate::pool::{Header, PoolFile, PoolLayout};
-use crate::stm::{LockTable, StripeLocks, VersionClock, WriteSet, stripes};
-use crate::stm::{is_locked, version_of};
+use crate::stm::{Shared, TxState};
 
 /// Home offset of the root object.
 pub(crate) const ROOT_HOME: u64 = 4096;
 /// Chunk generations reserved (durably) at each open; see [`LogEngine::open`].
 const GENERATION_RESERVATION: u64 = 1 << 40;
-/// log2 of the number of versioned locks: one lock per 256 bytes of pool (live data is
-/// at most the pool, so at most four of its 64-byte stripes share a lock), within these
-/// bounds.
-const LOCK_BITS: std::ops::RangeInclusive<u32> = 12..=20;
 /// Live bytes (as a fraction of a chunk's payload) below which a committer that found
 /// no free chunk cleans a chunk: a chunk more live than this costs more than ten bytes
 /// copied per byte gained, so a pool whose chunks are all that full is full
@@ -78,24 +75,10 @@ const GRACE_GIVE_UP: std::time::Duration = std::time::Duration::from_secs(1);
 /// waiting for their grace period past [`GRACE_GIVE_UP`].
 const GAINS_WAITED_FOR: usize = 64;
 
-/// Per-attempt state of one transaction. Its buffers are reused from one transaction
-/// of a thread to the next ([`LogEngine::begin`], [`LogEngine::finish`]).
+/// The log engine's part of a transaction's state, reused from one transaction of a
+/// thread to the next.
 #[derive(Debug, Default)]
-pub(crate) struct TxState {
-    id: u64,
-    rv: u64,
-    read_only: bool,
-    reads: Vec<u32>,
-    writes: WriteSet,
-    /// Objects allocated by this attempt: (home, size).
-    allocs: Vec<(u64, u64)>,
-    /// Objects allocated and freed by this attempt (released at the end).
-    alloc_then_freed: Vec<(u64, u64)>,
-    /// Objects this attempt frees: (home, size).
-    frees: Vec<(u64, u64)>,
-    /// A read or free found a conflict: the attempt must be retried.
-    conflicted: bool,
-    stripe_words: Vec<(usize, u64)>,
+pub(crate) struct LogScratch {
     /// Buffers of the commit path.
     buffers: CommitBuffers,
     /// The transaction's guard of its pool's epoch ([`epoch`]), held from begin to
@@ -107,32 +90,7 @@ pub(crate) struct TxState {
 
 thread_local! {
     /// A finished transaction's state, kept for the thread's next transaction.
-    static SPARE_STATE: std::cell::Cell<Option<TxState>> = const { std::cell::Cell::new(None) };
-}
-
-impl TxState {
-    /// Whether this is a read-only transaction.
-    pub(crate) fn read_only(&self) -> bool {
-        self.read_only
-    }
-
-    /// Whether the attempt hit a conflict.
-    pub(crate) fn conflicted(&self) -> bool {
-        self.conflicted
-    }
-
-    /// Forgets what the attempt read, wrote and freed (its allocations are released by
-    /// `abort` or kept by `commit`).
-    fn forget_attempt(&mut self) {
-        self.reads.clear();
-        self.writes.clear();
-        self.frees.clear();
-        self.conflicted = false;
-    }
-
-    fn wrote(&self) -> bool {
-        !(self.writes.is_empty() && self.allocs.is_empty() && self.frees.is_empty())
-    }
+    static SPARE_STATE: Cell<Option<TxState<LogScratch>>> = const { Cell::new(None) };
 }
 
 /// Figures of the log engine for [`Stats`](crate::Stats).
@@ -179,21 +137,16 @@ pub struct LogEngineStats {
 #[derive(Debug)]
 pub(crate) struct LogEngine {
     media: Arc<Media>,
-    path: std::path::PathBuf,
     geometry: ChunkGeometry,
     root: Range<u64>,
-    clock: VersionClock,
-    locks: LockTable,
+    /// The concurrency-control state (the cleaner takes stripe locks too).
+    stm: Arc<Shared>,
     mapping: Mapping,
-    allocator: Mutex<HomeAllocator>,
+    heap: HomeHeap,
     chunks: ChunkPool,
     log_sets: Mutex<Vec<LogSet>>,
     next_log_set: AtomicU32,
-    next_tx_id: AtomicU64,
     superblock: Superblock,
-    /// Versions of the transactions between their tick and the end of their publish
-    /// (the cleaner may not take their chunks; see [`cleaner`]).
-    committing: Mutex<Vec<u64>>,
     cleaner: cleaner::Cleaner,
     /// The current allocation checkpoint and its chunks ([`checkpoint`]); its lock is
     /// held while a checkpoint is written.
@@ -366,26 +319,20 @@ impl LogEngine {
             }
         }
         Ok(LogEngine {
-            path: file.path().into(),
             geometry,
             root: ROOT_HOME..ROOT_HOME + root_size,
             // Versions go on above every version seen and above the cleaned-through
             // version (a new transaction at or below it would count as committed).
-            clock: VersionClock::starting_after(recovered.report.max_version.max(marks.cleaned)),
-            locks: LockTable::new(
-                (file.header().pool_size / 256)
-                    .max(1)
-                    .ilog2()
-                    .clamp(*LOCK_BITS.start(), *LOCK_BITS.end()),
-            ),
+            stm: Arc::new(Shared::new(
+                file.header().pool_size,
+                recovered.report.max_version.max(marks.cleaned),
+            )),
             mapping,
-            allocator: Mutex::new(recovered.allocator),
+            heap: HomeHeap::new(recovered.allocator, geometry.count as u64 * geometry.size),
             chunks,
             log_sets: Mutex::new(log_sets),
             next_log_set: AtomicU32::new(recovered.max_owner + 1),
-            next_tx_id: AtomicU64::new(1),
             superblock,
-            committing: Mutex::new(Vec::new()),
             checkpoint: Mutex::new(checkpoint.map(|(slot, seed)| (slot, seed.chunks))),
             cleaner: cleaner::Cleaner::new(cleaning, geometry.count, marks.cleaned),
             quiet: AtomicU64::new(0),
@@ -480,7 +427,7 @@ impl LogEngine {
         // sorted); were they not, loading the snapshot would refuse it.
         let mut snapshot = Snapshot::new(record, log_digest);
         self.mapping.for_each_piece(|p| snapshot.push_piece(p));
-        for (home, size) in lock(&self.allocator).allocations() {
+        for (home, size) in self.heap.allocations() {
             snapshot.push_allocation(home, size);
         }
         if let Some(at) = snapshot.write(&self.media, &self.geometry, &self.chunks.unused()) {
@@ -494,265 +441,10 @@ impl LogEngine {
         self.root.clone()
     }
 
-    /// The media.
-    pub(crate) fn media(&self) -> &Arc<Media> {
-        &self.media
-    }
-
-    /// Starts a transaction (its first attempt), on the buffers the thread's last
-    /// transaction left if there are any.
-    pub(crate) fn begin(&self, read_only: bool) -> TxState {
-        let mut tx = SPARE_STATE.take().unwrap_or_default();
-        tx.pin = Some(self.epoch.pin());
-        tx.id = self.next_tx_id.fetch_add(1, Ordering::Relaxed);
-        tx.rv = self.clock.now();
-        tx.read_only = read_only;
-        tx
-    }
-
-    /// Ends a transaction: keeps its buffers, emptied, for the thread's next one.
-    pub(crate) fn finish(mut tx: TxState) {
-        tx.forget_attempt();
-        tx.allocs.clear();
-        tx.alloc_then_freed.clear();
-        tx.pin = None;
-        SPARE_STATE.set(Some(tx));
-    }
-
-    /// Ends an attempt that will not commit: releases its allocations.
-    pub(crate) fn abort(&self, tx: &mut TxState) {
-        let mut a = lock(&self.allocator);
-        for (home, _) in tx.allocs.drain(..).chain(tx.alloc_then_freed.drain(..)) {
-            let _ = a.free(home);
-        }
-        drop(a);
-        self.media.count_abort();
-    }
-
-    /// Prepares `tx` for another attempt after [`abort`](Self::abort).
-    pub(crate) fn restart(&self, tx: &mut TxState) {
-        tx.rv = self.clock.now();
-        tx.forget_attempt();
-    }
-
-    fn conflict(tx: &mut TxState) -> Error {
-        tx.conflicted = true;
-        Error::Conflict
-    }
-
-    fn check_range(home: u64, len: u64) -> Result<()> {
-        if home < ROOT_HOME || len == 0 || home.checked_add(len).is_none_or(|e| e > HOME_LIMIT) {
-            return Err(Error::InvalidRange { home, len });
-        }
-        Ok(())
-    }
-
-    /// Whether every stripe `tx` read still has a version within its snapshot.
-    fn reads_valid(&self, tx: &TxState, own: Option<&StripeLocks>) -> bool {
-        tx.reads.iter().all(|&i| {
-            let w = self.locks.load(i as usize);
-            if is_locked(w) {
-                own.and_then(|l| l.previous_version(i as usize))
-                    .is_some_and(|v| v <= tx.rv)
-            } else {
-                version_of(w) <= tx.rv
-            }
-        })
-    }
-
-    /// Moves `tx`'s snapshot to now if nothing it read has changed.
-    fn extend(&self, tx: &mut TxState) -> bool {
-        let now = self.clock.now();
-        if self.reads_valid(tx, None) {
-            tx.rv = now;
-            true
-        } else {
-            false
-        }
-    }
-
-    /// Reads `[home, home + buf.len())` as of `tx`'s snapshot, with `tx`'s own writes.
-    pub(crate) fn read(&self, tx: &mut TxState, home: u64, buf: &mut [u8]) -> Result<()> {
-        if buf.is_empty() {
-            return Ok(());
-        }
-        Self::check_range(home, buf.len() as u64)?;
-        if tx.conflicted {
-            return Err(Error::Conflict);
-        }
-        let mut words = std::mem::take(&mut tx.stripe_words);
-        'attempt: loop {
-            words.clear();
-            for s in stripes(home, buf.len() as u64) {
-                let i = self.locks.index(s);
-                let w = self.locks.load(i);
-                if is_locked(w) {
-                    tx.stripe_words = words;
-                    return Err(Self::conflict(tx));
-                }
-                if version_of(w) > tx.rv {
-                    if self.extend(tx) {
-                        continue 'attempt;
-                    }
-                    tx.stripe_words = words;
-                    return Err(Self::conflict(tx));
-                }
-                words.push((i, w));
-            }
-            self.read_committed(tx.pin.as_ref(), home, buf);
-            if words.iter().any(|&(i, w)| self.locks.load(i) != w) {
-                tx.stripe_words = words;
-                return Err(Self::conflict(tx));
-            }
-            break;
-        }
-        // Consecutive reads of one stripe (the fields of one object) are recorded once.
-        for &(i, _) in &words {
-            if tx.reads.last() != Some(&(i as u32)) {
-                tx.reads.push(i as u32);
-            }
-        }
-        tx.stripe_words = words;
-        tx.writes.overlay(home, buf);
-        Ok(())
-    }
-
-    /// Copies the committed bytes of `[home, home + buf.len())` (not empty); unmapped
-    /// bytes are zero. Under `pin`, the transaction's guard of the pool's epoch, when it
-    /// holds one (it always does outside [`clean_inline`](Self::clean_inline)): handed
-    /// down to the mapping, it spares the lookup a pin of its own.
-    fn read_committed(&self, pin: Option<&crossbeam_epoch::Guard>, home: u64, buf: &mut [u8]) {
-        let len = buf.len() as u64;
-        let copy = |x: mapping::Extent| {
-            let at = (x.home - home) as usize;
-            let dst = &mut buf[at..at + x.len as usize];
-            match x.log {
-                Some(log) => self.media.read(log as usize, dst),
-                None => dst.fill(0),
-            }
-        };
-        match pin {
-            Some(guard) => self.mapping.lookup_pinned(guard, home, len, copy),
-            None => self.mapping.lookup(home, len, copy),
-        }
-    }
-
-    /// Buffers a write.
-    pub(crate) fn write(&self, tx: &mut TxState, home: u64, bytes: &[u8]) -> Result<()> {
-        if tx.read_only {
-            return Err(Error::ReadOnly);
-        }
-        if bytes.is_empty() {
-            return Ok(());
-        }
-        Self::check_range(home, bytes.len() as u64)?;
-        tx.writes.push(home, bytes);
-        Ok(())
-    }
-
-    /// Allocates `size` bytes, initialised with `init` (zeros if `None`).
-    pub(crate) fn alloc(&self, tx: &mut TxState, size: u64, init: Option<&[u8]>) -> Result<u64> {
-        if tx.read_only {
-            return Err(Error::ReadOnly);
-        }
-        if size > self.geometry.count as u64 * self.geometry.size {
-            // It could never be logged: fail before building a huge image.
-            return Err(Error::PoolFull);
-        }
-        let home = lock(&self.allocator).alloc(size).map_err(|e| match e {
-            AllocError::HomeSpaceFull => Error::HomeSpaceFull,
-            _ => Error::InvalidSize(size),
-        })?;
-        tx.allocs.push((home, size));
-        if let Some(bytes) = init {
-            tx.writes.push(home, bytes);
-        }
-        Ok(home)
-    }
-
-    /// Frees the allocation at `home` when the transaction commits.
-    pub(crate) fn free(&self, tx: &mut TxState, home: u64) -> Result<()> {
-        if tx.read_only {
-            return Err(Error::ReadOnly);
-        }
-        if let Some(k) = tx.allocs.iter().position(|&(h, _)| h == home) {
-            let a = tx.allocs.swap_remove(k);
-            tx.alloc_then_freed.push(a);
-            return Ok(());
-        }
-        if tx
-            .frees
-            .iter()
-            .chain(&tx.alloc_then_freed)
-            .any(|&(h, _)| h == home)
-        {
-            return Err(Error::InvalidFree { home });
-        }
-        // Read the object's first byte, so that two transactions freeing it conflict.
-        let mut probe = [0u8];
-        self.read(tx, home, &mut probe)?;
-        match lock(&self.allocator).size_of(home) {
-            Some(size) => {
-                tx.frees.push((home, size));
-                Ok(())
-            }
-            None if !self.reads_valid(tx, None) => Err(Self::conflict(tx)),
-            None => Err(Error::InvalidFree { home }),
-        }
-    }
-
     pub(super) fn checkout_log_set(&self) -> LogSet {
         lock(&self.log_sets)
             .pop()
             .unwrap_or_else(|| LogSet::new(self.next_log_set.fetch_add(1, Ordering::Relaxed)))
-    }
-
-    /// Commits `tx`: validate, log with one fence, publish, release.
-    pub(crate) fn commit(&self, tx: &mut TxState) -> Result<()> {
-        if tx.conflicted {
-            return Err(Error::Conflict);
-        }
-        if !tx.wrote() {
-            // Every read was validated against one snapshot: nothing to do.
-            self.release_freed_allocs(tx);
-            self.media.count_transaction(false);
-            return Ok(());
-        }
-        if self.chunks.available() < self.low_water() {
-            if self.cleaner.settings.threads > 0 {
-                self.cleaner.wakeup.notify();
-            }
-            if self.cleaner.settings.inline {
-                self.clean_inline(tx, false);
-            }
-        } else if self.cleaner.settings.every > 0
-            && self.cleaner.settings.inline
-            && self
-                .cleaner
-                .commits
-                .fetch_add(1, Ordering::Relaxed)
-                .is_multiple_of(self.cleaner.settings.every)
-        {
-            tx.pin = None; // as in `clean_inline`: reclaimed chunks pass their grace period
-            self.clean(self.cleaner.settings.threshold);
-            tx.pin = Some(self.epoch.pin());
-        }
-        let mut buffers = std::mem::take(&mut tx.buffers);
-        let mut result = self.commit_with(tx, &mut buffers);
-        // Back pressure: out of chunks, clean (or wait for the cleaner) and try again;
-        // `PoolFull` only when cleaning frees nothing. A chunk that another committer
-        // took first is no sign of a full pool: then try again, within a time bound.
-        let start = std::time::Instant::now();
-        while matches!(result, Err(Error::PoolFull))
-            && self.cleaner.enabled()
-            && self.could_fit(buffers.staging.len() as u64)
-            && start.elapsed() <= GRACE_WAIT
-            && self.clean_inline(tx, true)
-        {
-            result = self.commit_with(tx, &mut buffers);
-        }
-        tx.buffers = buffers;
-        result
     }
 
     /// Whether a commit logging `bytes` of entry data could fit once the cleaner had
@@ -777,7 +469,7 @@ impl LogEngine {
     /// [`URGENT_THRESHOLD`] live may be cleaned, and the thread waits for grace periods (and for the background cleaners,
     /// which it wakes; it cleans itself only with inline cleaning on); returns whether
     /// a chunk could be taken (at some moment: another committer may have taken it).
-    fn clean_inline(&self, tx: &mut TxState, urgent: bool) -> bool {
+    fn clean_inline(&self, s: &mut LogScratch, urgent: bool) -> bool {
         let inline = self.cleaner.settings.inline;
         let background = self.cleaner.settings.threads > 0;
         if urgent && background {
@@ -788,7 +480,7 @@ impl LogEngine {
             self.quiet.fetch_sub(1, Ordering::Relaxed);
             return false;
         }
-        tx.pin = None;
+        s.pin = None;
         let threshold = if urgent {
             URGENT_THRESHOLD.max(self.cleaner.settings.threshold)
         } else {
@@ -857,140 +549,13 @@ impl LogEngine {
             self.quiet
                 .store(self.geometry.count as u64 / 4 + 16, Ordering::Relaxed);
         }
-        tx.pin = Some(self.epoch.pin());
+        s.pin = Some(self.epoch.pin());
         came || self.chunks.available() > 0
-    }
-
-    /// Ticks the clock for a committing transaction and registers it as committing.
-    fn tick_committing(&self) -> u64 {
-        let mut committing = lock(&self.committing);
-        let version = self.clock.tick();
-        committing.push(version);
-        version
-    }
-
-    /// The transaction at `version` has finished its commit (or will not commit).
-    fn done_committing(&self, version: u64) {
-        let mut committing = lock(&self.committing);
-        if let Some(k) = committing.iter().position(|&v| v == version) {
-            committing.swap_remove(k);
-        }
-    }
-
-    /// [`commit`](Self::commit) of a transaction that wrote, with its buffers.
-    fn commit_with(&self, tx: &mut TxState, b: &mut CommitBuffers) -> Result<()> {
-        b.indices.clear();
-        let ranges = tx
-            .writes
-            .ranges()
-            .chain(tx.allocs.iter().copied())
-            .chain(tx.frees.iter().copied());
-        for (home, len) in ranges {
-            b.indices
-                .extend(stripes(home, len).map(|s| self.locks.index(s)));
-        }
-        b.indices.sort_unstable();
-        b.indices.dedup();
-        let held =
-            StripeLocks::acquire(&self.locks, &b.indices, tx.id, std::mem::take(&mut b.held))
-                .map_err(|_| Self::conflict(tx))?;
-        let version = self.tick_committing();
-        if version != tx.rv + 1 && !self.reads_valid(tx, Some(&held)) {
-            b.held = held.restore(&self.locks);
-            self.done_committing(version);
-            return Err(Self::conflict(tx));
-        }
-        tx.allocs.sort_unstable();
-        let payload = b.stage(
-            &tx.writes,
-            &tx.allocs,
-            &tx.frees,
-            &tx.alloc_then_freed,
-            self.mapping.config().group_update,
-        );
-        if b.is_empty() {
-            // Everything written was freed again by the transaction: nothing to log.
-            b.held = held.restore(&self.locks);
-            self.done_committing(version);
-            self.release_freed_allocs(tx);
-            self.media.count_transaction(false);
-            return Ok(());
-        }
-        let mut set = self.checkout_log_set();
-        let writer = LogWriter {
-            media: &self.media,
-            geometry: &self.geometry,
-            pool: &self.chunks,
-        };
-        let [update, alloc, dealloc] = &b.logs;
-        let appended = writer.append(
-            &mut set,
-            [update, alloc, dealloc],
-            &b.staging,
-            version,
-            &mut b.placed,
-        );
-        lock(&self.log_sets).push(set);
-        if appended.is_err() {
-            b.held = held.restore(&self.locks);
-            self.done_committing(version);
-            return Err(Error::PoolFull);
-        }
-        {
-            let map = &self.mapping;
-            let chunks = &self.chunks;
-            let geometry = &self.geometry;
-            let mut displaced =
-                |log: u64, bytes: u64| chunks.add_live(geometry.chunk_of(log), -(bytes as i64));
-            for &(home, size) in &tx.frees {
-                map.remove(home, size, &mut displaced);
-            }
-            for p in &b.placed {
-                map.insert(p.home, p.len, p.log, &mut displaced);
-                chunks.add_live(geometry.chunk_of(p.log), p.len as i64);
-            }
-        }
-        // Freed ranges go back to the allocator while their stripes are still locked: a
-        // transaction that then probes one either conflicts or finds it not allocated.
-        {
-            let mut a = lock(&self.allocator);
-            for &(home, _) in &tx.frees {
-                let freed = a.free(home);
-                debug_assert!(
-                    freed.is_ok(),
-                    "a committed free of {home:#x} was not allocated"
-                );
-            }
-            for (home, _) in tx.alloc_then_freed.drain(..) {
-                let _ = a.free(home);
-            }
-        }
-        b.held = held.release(&self.locks, version);
-        // Published (and durable): the cleaner may take its chunks from now on.
-        self.done_committing(version);
-        tx.allocs.clear();
-        self.media.add_payload(payload);
-        self.media.count_transaction(true);
-        Ok(())
-    }
-
-    fn release_freed_allocs(&self, tx: &mut TxState) {
-        if !tx.alloc_then_freed.is_empty() {
-            let mut a = lock(&self.allocator);
-            for (home, _) in tx.alloc_then_freed.drain(..) {
-                let _ = a.free(home);
-            }
-        }
-    }
-
-    /// Every live allocation `(home, size)`, sorted.
-    pub(crate) fn allocations(&self) -> Vec<(u64, u64)> {
-        lock(&self.allocator).allocations()
     }
 
     /// Engine figures.
     pub(crate) fn stats(&self) -> LogEngineStats {
-        let a = lock(&self.allocator);
+        let (allocations, allocated_bytes) = self.heap.live();
         let cache = self.mapping.cache_figures();
         let lookups = cache.hits + cache.misses;
         LogEngineStats {
@@ -1008,14 +573,153 @@ impl LogEngine {
             chunks_fast_cleaned: self.cleaner.chunks_fast_cleaned.load(Ordering::Relaxed),
             allocation_checkpoints: self.cleaner.checkpoints.load(Ordering::Relaxed),
             cleaner_bytes_moved: self.cleaner.bytes_moved.load(Ordering::Relaxed),
-            allocations: a.live_count() as u64,
-            allocated_bytes: a.live_bytes(),
+            allocations,
+            allocated_bytes,
             recovery: self.report.clone(),
         }
     }
+}
 
-    /// The pool's path (for error messages).
-    pub(crate) fn path(&self) -> &std::path::Path {
-        &self.path
+impl Engine for LogEngine {
+    type Scratch = LogScratch;
+    type Heap = HomeHeap;
+
+    fn spare() -> &'static LocalKey<Cell<Option<TxState<LogScratch>>>> {
+        &SPARE_STATE
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.stm
+    }
+
+    fn media(&self) -> &Arc<Media> {
+        &self.media
+    }
+
+    fn heap(&self) -> &HomeHeap {
+        &self.heap
+    }
+
+    #[inline]
+    fn begin(&self, s: &mut LogScratch) {
+        s.pin = Some(self.epoch.pin());
+    }
+
+    #[inline]
+    fn end(s: &mut LogScratch) {
+        s.pin = None;
+    }
+
+    #[inline]
+    fn check_range(&self, home: u64, len: u64) -> Result<()> {
+        if home < ROOT_HOME || len == 0 || home.checked_add(len).is_none_or(|e| e > HOME_LIMIT) {
+            return Err(Error::InvalidRange { home, len });
+        }
+        Ok(())
+    }
+
+    /// Under the transaction's guard of the pool's epoch, when it holds one (it always
+    /// does outside [`clean_inline`](LogEngine::clean_inline)): handed down to the
+    /// mapping, it spares the lookup a pin of its own.
+    #[inline]
+    fn read_committed(&self, s: &LogScratch, home: u64, buf: &mut [u8]) {
+        let len = buf.len() as u64;
+        let copy = |x: mapping::Extent| {
+            let at = (x.home - home) as usize;
+            let dst = &mut buf[at..at + x.len as usize];
+            match x.log {
+                Some(log) => self.media.read(log as usize, dst),
+                None => dst.fill(0),
+            }
+        };
+        match &s.pin {
+            Some(guard) => self.mapping.lookup_pinned(guard, home, len, copy),
+            None => self.mapping.lookup(home, len, copy),
+        }
+    }
+
+    /// Cleans when free chunks run low (or every [`CleanerSettings::every`] commits).
+    fn before_commit(&self, s: &mut LogScratch) {
+        if self.chunks.available() < self.low_water() {
+            if self.cleaner.settings.threads > 0 {
+                self.cleaner.wakeup.notify();
+            }
+            if self.cleaner.settings.inline {
+                self.clean_inline(s, false);
+            }
+        } else if self.cleaner.settings.every > 0
+            && self.cleaner.settings.inline
+            && self
+                .cleaner
+                .commits
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(self.cleaner.settings.every)
+        {
+            s.pin = None; // as in `clean_inline`: reclaimed chunks pass their grace period
+            self.clean(self.cleaner.settings.threshold);
+            s.pin = Some(self.epoch.pin());
+        }
+    }
+
+    /// Appends the transaction's blocks to a log set (update, allocation and
+    /// deallocation logs) with one fence.
+    fn persist(&self, set: &CommitSet<'_>, s: &mut LogScratch) -> Result<Persisted> {
+        let b = &mut s.buffers;
+        let a = set.allocs;
+        let payload = b.stage(
+            set.writes,
+            &a.allocs,
+            &a.frees,
+            &a.alloc_then_freed,
+            self.mapping.config().group_update,
+        );
+        if b.is_empty() {
+            return Ok(Persisted::Nothing);
+        }
+        let mut logs = self.checkout_log_set();
+        let writer = LogWriter {
+            media: &self.media,
+            geometry: &self.geometry,
+            pool: &self.chunks,
+        };
+        let [update, alloc, dealloc] = &b.logs;
+        let appended = writer.append(
+            &mut logs,
+            [update, alloc, dealloc],
+            &b.staging,
+            set.version,
+            &mut b.placed,
+        );
+        lock(&self.log_sets).push(logs);
+        match appended {
+            Ok(_) => Ok(Persisted::Durable { payload }),
+            Err(_) => Err(Error::PoolFull),
+        }
+    }
+
+    /// Points the mapping at the new log data (and away from what the frees end).
+    fn publish(&self, set: &CommitSet<'_>, s: &mut LogScratch) {
+        let map = &self.mapping;
+        let chunks = &self.chunks;
+        let geometry = &self.geometry;
+        let mut displaced =
+            |log: u64, bytes: u64| chunks.add_live(geometry.chunk_of(log), -(bytes as i64));
+        for &(home, size) in &set.allocs.frees {
+            map.remove(home, size, &mut displaced);
+        }
+        for p in &s.buffers.placed {
+            map.insert(p.home, p.len, p.log, &mut displaced);
+            chunks.add_live(geometry.chunk_of(p.log), p.len as i64);
+        }
+    }
+
+    /// Back pressure: out of chunks, clean (or wait for the cleaner) and try again;
+    /// `PoolFull` only when cleaning frees nothing. A chunk that another committer took
+    /// first is no sign of a full pool: then try again, within a time bound.
+    fn make_room(&self, s: &mut LogScratch, since: std::time::Instant) -> bool {
+        self.cleaner.enabled()
+            && self.could_fit(s.buffers.staging.len() as u64)
+            && since.elapsed() <= GRACE_WAIT
+            && self.clean_inline(s, true)
     }
 }

@@ -8,7 +8,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::*;
-use crate::engine::log::home_alloc::HomeAllocator;
+use crate::alloc::home::HomeAllocator;
 use crate::engine::log::layout::{ChunkHeader, EntryRef, HOME_LIMIT, encode_block};
 use crate::engine::log::mapping::{MappingConfig, PartitionIndex, Piece};
 use crate::engine::log::superblock_of;

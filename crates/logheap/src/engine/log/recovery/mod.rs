@@ -99,12 +99,12 @@ use std::fmt;
 
 use super::checkpoint::Checkpoint;
 use super::chunks::{ChunkGeometry, TailChunk, payload_start};
-use super::home_alloc::HEAP_START;
-use super::home_alloc::HomeAllocator;
 use super::layout::{CHUNK_HEADER, LogKind, block_digest, header_erase_order};
 use super::mapping::{AddressMap, Mapping};
 use super::snapshot::Snapshot;
 use super::superblock::{CloseRecord, Marks, SnapshotLocator};
+use crate::alloc::home::HEAP_START;
+use crate::alloc::home::HomeAllocator;
 use crate::media::Media;
 
 use rules::log_kind_name;
@@ -225,7 +225,7 @@ pub(crate) struct ResumedTail {
 /// Nothing has been written yet.
 #[derive(Debug)]
 pub(crate) struct Recovery {
-    pub allocator: super::home_alloc::HomeAllocator,
+    pub allocator: crate::alloc::home::HomeAllocator,
     /// Formatted chunks in no log (after the repair).
     pub free_chunks: Vec<u32>,
     /// Live bytes per chunk.

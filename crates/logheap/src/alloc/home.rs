@@ -1,4 +1,4 @@
-//! The home-space allocator ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §4.1).
+//! The log-structured engine's home-space allocator ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §4.1).
 //!
 //! Home space is virtual (47-bit offsets), so fragmentation there costs nothing physical.
 //! Small objects (up to 4 KiB) come from size classes carved out of 64 KiB-aligned
@@ -21,8 +21,13 @@ use std::collections::{BTreeMap, BTreeSet};
 // was most of the cost of rebuilding the allocator on open.
 use rustc_hash::FxHashMap as HashMap;
 
-use super::layout::HOME_LIMIT;
+use std::sync::Mutex;
 
+use super::TxHeap;
+use crate::error::{Error, Result};
+
+/// Home offsets are 47-bit.
+pub(crate) const HOME_LIMIT: u64 = 1 << 47;
 /// Home offset where the heap starts (below it: null page and the root object).
 pub(crate) const HEAP_START: u64 = 1 << 20;
 /// Home offset where large objects start (superblocks live below it).
@@ -396,6 +401,77 @@ impl HomeAllocator {
         a.free_superblocks = free_superblocks;
         a.superblock_bump = sb_cursor;
         Ok(a)
+    }
+}
+
+/// The home allocator as transactions use it ([`TxHeap`]): shared under a lock, and
+/// refusing objects larger than `largest` (which could never be logged) before a
+/// transaction builds their image.
+#[derive(Debug)]
+pub(crate) struct HomeHeap {
+    allocator: Mutex<HomeAllocator>,
+    largest: u64,
+}
+
+impl HomeHeap {
+    /// The heap over `allocator`, for objects of at most `largest` bytes.
+    pub(crate) fn new(allocator: HomeAllocator, largest: u64) -> HomeHeap {
+        HomeHeap {
+            allocator: Mutex::new(allocator),
+            largest,
+        }
+    }
+
+    /// The allocator itself.
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, HomeAllocator> {
+        self.allocator.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl TxHeap for HomeHeap {
+    fn reserve(&self, size: u64) -> Result<u64> {
+        if size > self.largest {
+            // It could never be logged: fail before building a huge image.
+            return Err(Error::PoolFull);
+        }
+        self.lock().alloc(size).map_err(|e| match e {
+            AllocError::HomeSpaceFull => Error::HomeSpaceFull,
+            _ => Error::InvalidSize(size),
+        })
+    }
+
+    fn size_of(&self, home: u64) -> Option<u64> {
+        self.lock().size_of(home)
+    }
+
+    fn cancel(&self, reserved: &[(u64, u64)]) {
+        let mut a = self.lock();
+        for &(home, _) in reserved {
+            let _ = a.free(home);
+        }
+    }
+
+    fn publish(&self, _allocs: &[(u64, u64)], frees: &[(u64, u64)]) {
+        if frees.is_empty() {
+            return;
+        }
+        let mut a = self.lock();
+        for &(home, _) in frees {
+            let freed = a.free(home);
+            debug_assert!(
+                freed.is_ok(),
+                "a committed free of {home:#x} was not allocated"
+            );
+        }
+    }
+
+    fn allocations(&self) -> Vec<(u64, u64)> {
+        self.lock().allocations()
+    }
+
+    fn live(&self) -> (u64, u64) {
+        let a = self.lock();
+        (a.live_count() as u64, a.live_bytes())
     }
 }
 

@@ -1,0 +1,348 @@
+//! The TL2 driver every engine runs under: a transaction's snapshot, its validated
+//! reads and buffered writes, and its commit (lock the written stripes, tick the clock,
+//! validate the reads, let the engine persist and publish, release the locks at the new
+//! version). The engine sees only a [`CommitSet`]; it never deals with locks or
+//! versions itself.
+//!
+//! The order of a commit: locks → tick → validate → [`Engine::persist`] (durable when
+//! it returns) → [`Engine::publish`] → the allocator's publish → release at the new
+//! version. A reader therefore never sees data that is not durable: the stripes stay
+//! locked until the commit is both durable and published.
+
+use std::sync::Arc;
+
+use super::{Shared, StripeLocks, WriteSet, is_locked, stripes, version_of};
+use crate::alloc::{TxAllocs, TxHeap};
+use crate::engine::{CommitSet, Engine, Persisted};
+use crate::error::{Error, Result};
+
+/// The state of one transaction attempt. Its buffers are reused from one transaction of
+/// a thread to the next ([`Stm::begin`], [`Stm::finish`]); `S` is the engine's own part.
+#[derive(Debug, Default)]
+pub(crate) struct TxState<S> {
+    id: u64,
+    rv: u64,
+    read_only: bool,
+    reads: Vec<u32>,
+    writes: WriteSet,
+    /// A read or free found a conflict: the attempt must be retried.
+    conflicted: bool,
+    stripe_words: Vec<(usize, u64)>,
+    /// Lock indices of the stripes the commit writes.
+    indices: Vec<usize>,
+    /// Lock words held during the commit.
+    held: Vec<(usize, u64)>,
+    /// What the attempt allocates and frees.
+    allocs: TxAllocs,
+    /// The engine's per-transaction state.
+    pub(crate) scratch: S,
+}
+
+impl<S> TxState<S> {
+    /// Whether this is a read-only transaction.
+    pub(crate) fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Whether the attempt hit a conflict.
+    pub(crate) fn conflicted(&self) -> bool {
+        self.conflicted
+    }
+
+    /// Forgets what the attempt read, wrote and freed (its allocations are given back by
+    /// `abort` or kept by `commit`).
+    fn forget_attempt(&mut self) {
+        self.reads.clear();
+        self.writes.clear();
+        self.allocs.frees.clear();
+        self.conflicted = false;
+    }
+
+    fn wrote(&self) -> bool {
+        !(self.writes.is_empty() && self.allocs.is_empty())
+    }
+
+    fn conflict(&mut self) -> Error {
+        self.conflicted = true;
+        Error::Conflict
+    }
+}
+
+/// The driver over one engine `E` of an open pool.
+#[derive(Debug)]
+pub(crate) struct Stm<E> {
+    shared: Arc<Shared>,
+    engine: Arc<E>,
+}
+
+impl<E: Engine> Stm<E> {
+    /// The driver of `engine`.
+    pub(crate) fn new(engine: Arc<E>) -> Stm<E> {
+        Stm {
+            shared: engine.shared().clone(),
+            engine,
+        }
+    }
+
+    /// The engine.
+    pub(crate) fn engine(&self) -> &Arc<E> {
+        &self.engine
+    }
+
+    /// Starts a transaction (its first attempt), on the buffers the thread's last
+    /// transaction left if there are any.
+    pub(crate) fn begin(&self, read_only: bool) -> TxState<E::Scratch> {
+        let mut tx = E::spare().take().unwrap_or_default();
+        self.engine.begin(&mut tx.scratch);
+        tx.id = self.shared.new_owner();
+        tx.rv = self.shared.clock.now();
+        tx.read_only = read_only;
+        tx
+    }
+
+    /// Ends a transaction: keeps its buffers, emptied, for the thread's next one.
+    pub(crate) fn finish(mut tx: TxState<E::Scratch>) {
+        tx.forget_attempt();
+        tx.allocs.clear();
+        E::end(&mut tx.scratch);
+        E::spare().set(Some(tx));
+    }
+
+    /// Ends an attempt that will not commit: gives back its reservations.
+    pub(crate) fn abort(&self, tx: &mut TxState<E::Scratch>) {
+        tx.allocs.cancel(self.engine.heap());
+        self.engine.media().count_abort();
+    }
+
+    /// Prepares `tx` for another attempt after [`abort`](Self::abort).
+    pub(crate) fn restart(&self, tx: &mut TxState<E::Scratch>) {
+        tx.rv = self.shared.clock.now();
+        tx.forget_attempt();
+    }
+
+    /// Whether every stripe `tx` read still has a version within its snapshot.
+    fn reads_valid(&self, tx: &TxState<E::Scratch>, own: Option<&StripeLocks>) -> bool {
+        let locks = &self.shared.locks;
+        tx.reads.iter().all(|&i| {
+            let w = locks.load(i as usize);
+            if is_locked(w) {
+                own.and_then(|l| l.previous_version(i as usize))
+                    .is_some_and(|v| v <= tx.rv)
+            } else {
+                version_of(w) <= tx.rv
+            }
+        })
+    }
+
+    /// Moves `tx`'s snapshot to now if nothing it read has changed.
+    fn extend(&self, tx: &mut TxState<E::Scratch>) -> bool {
+        let now = self.shared.clock.now();
+        if self.reads_valid(tx, None) {
+            tx.rv = now;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Reads `[home, home + buf.len())` as of `tx`'s snapshot, with `tx`'s own writes.
+    #[inline]
+    pub(crate) fn read(
+        &self,
+        tx: &mut TxState<E::Scratch>,
+        home: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        self.engine.check_range(home, buf.len() as u64)?;
+        if tx.conflicted {
+            return Err(Error::Conflict);
+        }
+        let locks = &self.shared.locks;
+        let mut words = std::mem::take(&mut tx.stripe_words);
+        'attempt: loop {
+            words.clear();
+            for s in stripes(home, buf.len() as u64) {
+                let i = locks.index(s);
+                let w = locks.load(i);
+                if is_locked(w) {
+                    tx.stripe_words = words;
+                    return Err(tx.conflict());
+                }
+                if version_of(w) > tx.rv {
+                    if self.extend(tx) {
+                        continue 'attempt;
+                    }
+                    tx.stripe_words = words;
+                    return Err(tx.conflict());
+                }
+                words.push((i, w));
+            }
+            self.engine.read_committed(&tx.scratch, home, buf);
+            if words.iter().any(|&(i, w)| locks.load(i) != w) {
+                tx.stripe_words = words;
+                return Err(tx.conflict());
+            }
+            break;
+        }
+        // Consecutive reads of one stripe (the fields of one object) are recorded once.
+        for &(i, _) in &words {
+            if tx.reads.last() != Some(&(i as u32)) {
+                tx.reads.push(i as u32);
+            }
+        }
+        tx.stripe_words = words;
+        tx.writes.overlay(home, buf);
+        Ok(())
+    }
+
+    /// Buffers a write.
+    #[inline]
+    pub(crate) fn write(
+        &self,
+        tx: &mut TxState<E::Scratch>,
+        home: u64,
+        bytes: &[u8],
+    ) -> Result<()> {
+        if tx.read_only {
+            return Err(Error::ReadOnly);
+        }
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.engine.check_range(home, bytes.len() as u64)?;
+        tx.writes.push(home, bytes);
+        Ok(())
+    }
+
+    /// Allocates `size` bytes, initialised with `init` (zeros if `None`).
+    pub(crate) fn alloc(
+        &self,
+        tx: &mut TxState<E::Scratch>,
+        size: u64,
+        init: Option<&[u8]>,
+    ) -> Result<u64> {
+        if tx.read_only {
+            return Err(Error::ReadOnly);
+        }
+        let home = self.engine.heap().reserve(size)?;
+        tx.allocs.allocs.push((home, size));
+        if let Some(bytes) = init {
+            tx.writes.push(home, bytes);
+        }
+        Ok(home)
+    }
+
+    /// Frees the allocation at `home` when the transaction commits.
+    pub(crate) fn free(&self, tx: &mut TxState<E::Scratch>, home: u64) -> Result<()> {
+        if tx.read_only {
+            return Err(Error::ReadOnly);
+        }
+        if tx.allocs.free_own(home) {
+            return Ok(());
+        }
+        if tx.allocs.freed(home) {
+            return Err(Error::InvalidFree { home });
+        }
+        // Read the object's first byte, so that two transactions freeing it conflict.
+        let mut probe = [0u8];
+        self.read(tx, home, &mut probe)?;
+        match self.engine.heap().size_of(home) {
+            Some(size) => {
+                tx.allocs.frees.push((home, size));
+                Ok(())
+            }
+            None if !self.reads_valid(tx, None) => Err(tx.conflict()),
+            None => Err(Error::InvalidFree { home }),
+        }
+    }
+
+    /// Commits `tx`: validate, persist, publish, release. On [`Error::PoolFull`] the
+    /// engine may make room ([`Engine::make_room`], run without locks) and the commit is
+    /// tried again.
+    pub(crate) fn commit(&self, tx: &mut TxState<E::Scratch>) -> Result<()> {
+        if tx.conflicted {
+            return Err(Error::Conflict);
+        }
+        if !tx.wrote() {
+            // Every read was validated against one snapshot: nothing to do.
+            tx.allocs.cancel_freed_again(self.engine.heap());
+            self.engine.media().count_transaction(false);
+            return Ok(());
+        }
+        self.engine.before_commit(&mut tx.scratch);
+        let start = std::time::Instant::now();
+        loop {
+            match self.commit_attempt(tx) {
+                Err(Error::PoolFull) if self.engine.make_room(&mut tx.scratch, start) => {}
+                result => return result,
+            }
+        }
+    }
+
+    /// One try of [`commit`](Self::commit) for a transaction that wrote.
+    fn commit_attempt(&self, tx: &mut TxState<E::Scratch>) -> Result<()> {
+        let locks = &self.shared.locks;
+        let mut indices = std::mem::take(&mut tx.indices);
+        indices.clear();
+        let ranges = tx
+            .writes
+            .ranges()
+            .chain(tx.allocs.allocs.iter().copied())
+            .chain(tx.allocs.frees.iter().copied());
+        for (home, len) in ranges {
+            indices.extend(stripes(home, len).map(|s| locks.index(s)));
+        }
+        indices.sort_unstable();
+        indices.dedup();
+        let acquired = StripeLocks::acquire(locks, &indices, tx.id, std::mem::take(&mut tx.held));
+        tx.indices = indices;
+        let Ok(held) = acquired else {
+            return Err(tx.conflict());
+        };
+        let version = self.shared.tick_committing();
+        if version != tx.rv + 1 && !self.reads_valid(tx, Some(&held)) {
+            tx.held = held.restore(locks);
+            self.shared.done_committing(version);
+            return Err(tx.conflict());
+        }
+        tx.allocs.allocs.sort_unstable();
+        let set = CommitSet {
+            version,
+            writes: &tx.writes,
+            allocs: &tx.allocs,
+        };
+        let payload = match self.engine.persist(&set, &mut tx.scratch) {
+            Err(e) => {
+                tx.held = held.restore(locks);
+                self.shared.done_committing(version);
+                return Err(e);
+            }
+            Ok(Persisted::Nothing) => {
+                // Everything written was freed again by the transaction.
+                tx.held = held.restore(locks);
+                self.shared.done_committing(version);
+                tx.allocs.cancel_freed_again(self.engine.heap());
+                self.engine.media().count_transaction(false);
+                return Ok(());
+            }
+            Ok(Persisted::Durable { payload }) => payload,
+        };
+        self.engine.publish(&set, &mut tx.scratch);
+        // Freed space goes back to the allocator while its stripes are still locked: a
+        // transaction that then probes it either conflicts or finds it not allocated.
+        let heap = self.engine.heap();
+        heap.publish(&tx.allocs.allocs, &tx.allocs.frees);
+        tx.allocs.cancel_freed_again(heap);
+        tx.held = held.release(locks, version);
+        // Published (and durable): from here on it counts as committed.
+        self.shared.done_committing(version);
+        tx.allocs.allocs.clear();
+        let media = self.engine.media();
+        media.add_payload(payload);
+        media.count_transaction(true);
+        Ok(())
+    }
+}
