@@ -13,6 +13,8 @@ def load(directory, side):
     runs = {}
     for path in sorted(pathlib.Path(directory).glob(f"{side}-*.jsonl")):
         for line in path.read_text().splitlines():
+            if not line.startswith("{"):
+                continue  # not a result line ("results in ...")
             r = json.loads(line)
             runs.setdefault((r["workload"], r["threads"]), []).append(r)
     return runs
