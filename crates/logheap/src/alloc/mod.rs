@@ -94,3 +94,64 @@ impl TxAllocs {
         self.frees.clear();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// A heap that records what is given back to it.
+    #[derive(Default)]
+    struct Recorder {
+        cancelled: Mutex<Vec<u64>>,
+    }
+
+    impl TxHeap for Recorder {
+        fn reserve(&self, _size: u64) -> Result<u64> {
+            unreachable!("not used by these tests")
+        }
+        fn size_of(&self, _home: u64) -> Option<u64> {
+            None
+        }
+        fn cancel(&self, reserved: &[(u64, u64)]) {
+            let mut c = self.cancelled.lock().unwrap();
+            c.extend(reserved.iter().map(|&(h, _)| h));
+        }
+        fn publish(&self, _allocs: &[(u64, u64)], _frees: &[(u64, u64)]) {}
+        fn allocations(&self) -> Vec<(u64, u64)> {
+            Vec::new()
+        }
+        fn live(&self) -> (u64, u64) {
+            (0, 0)
+        }
+    }
+
+    #[test]
+    fn an_object_allocated_and_freed_by_one_attempt_is_never_published() {
+        let heap = Recorder::default();
+        let mut t = TxAllocs::default();
+        t.allocs.extend([(100, 8), (200, 8)]);
+        t.frees.push((300, 8));
+        assert!(t.free_own(100));
+        assert!(!t.free_own(300), "300 is not this attempt's own allocation");
+        assert_eq!(t.allocs, vec![(200, 8)]);
+        assert!(t.freed(100) && t.freed(300) && !t.freed(200));
+        t.cancel_freed_again(&heap);
+        assert_eq!(*heap.cancelled.lock().unwrap(), vec![100]);
+        assert!(!t.is_empty());
+    }
+
+    #[test]
+    fn cancelling_an_attempt_gives_back_every_reservation_once() {
+        let heap = Recorder::default();
+        let mut t = TxAllocs::default();
+        t.allocs.extend([(100, 8), (200, 8)]);
+        t.free_own(200);
+        t.cancel(&heap);
+        t.cancel(&heap);
+        let mut c = heap.cancelled.lock().unwrap().clone();
+        c.sort_unstable();
+        assert_eq!(c, vec![100, 200]);
+        assert!(t.allocs.is_empty() && t.alloc_then_freed.is_empty());
+    }
+}
