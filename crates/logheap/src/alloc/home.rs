@@ -445,6 +445,9 @@ impl TxHeap for HomeHeap {
     }
 
     fn cancel(&self, reserved: &[(u64, u64)]) {
+        if reserved.is_empty() {
+            return;
+        }
         let mut a = self.lock();
         for &(home, _) in reserved {
             let _ = a.free(home);

@@ -20,7 +20,7 @@ pub(crate) trait TxHeap: Send + Sync {
     /// The size of the live allocation starting at `home`, if there is one.
     fn size_of(&self, home: u64) -> Option<u64>;
     /// Gives back reservations that will not be published (their transaction aborted,
-    /// or freed them again).
+    /// or freed them again); nothing to do for an empty list.
     fn cancel(&self, reserved: &[(u64, u64)]);
     /// Publishes a committed transaction's allocations and frees (called once the
     /// commit is durable, while its locks are held): the freed space becomes reusable.
@@ -71,20 +71,15 @@ impl TxAllocs {
 
     /// Gives everything this attempt reserved back to `heap` (it will not commit).
     pub(crate) fn cancel(&mut self, heap: &impl TxHeap) {
-        if !self.allocs.is_empty() || !self.alloc_then_freed.is_empty() {
-            heap.cancel(&self.allocs);
-            heap.cancel(&self.alloc_then_freed);
-        }
+        heap.cancel(&self.allocs);
         self.allocs.clear();
-        self.alloc_then_freed.clear();
+        self.cancel_freed_again(heap);
     }
 
     /// Gives back what this attempt allocated and freed again (after its commit).
     pub(crate) fn cancel_freed_again(&mut self, heap: &impl TxHeap) {
-        if !self.alloc_then_freed.is_empty() {
-            heap.cancel(&self.alloc_then_freed);
-            self.alloc_then_freed.clear();
-        }
+        heap.cancel(&self.alloc_then_freed);
+        self.alloc_then_freed.clear();
     }
 
     /// Empties every list (the transaction has ended).

@@ -250,6 +250,7 @@ impl super::LogEngine {
             return 0;
         }
         let version = self
+            .stm
             .committed_through()
             .min(super::superblock::CLEANED_LIMIT);
         let (above, previous) = match &*current {

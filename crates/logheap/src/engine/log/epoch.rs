@@ -12,7 +12,7 @@
 //!   [`ChunkPool::release`](super::chunks::ChunkPool::release)), read by every lookup's
 //!   caller while it copies the bytes the mapping pointed it to.
 //!
-//! A transaction pins from begin to finish ([`TxState`](super::TxState)'s `pin`); every
+//! A transaction pins from begin to finish ([`LogScratch`](super::LogScratch)'s `pin`); every
 //! other pin of the pool (the mapping's, for updates, recovery's replay, the bulk load,
 //! the cleaner, statistics, the snapshot at close) is taken from the same collector,
 //! nested (a counter increment) when the thread is already in a transaction.
@@ -34,7 +34,7 @@
 //!
 //! - the transaction's read path, the one hot caller, hands its guard down
 //!   ([`Mapping::lookup_pinned`](super::mapping::Mapping::lookup_pinned) under
-//!   [`TxState`](super::TxState)'s `pin`): cheaper than the default collector's nested
+//!   [`LogScratch`](super::LogScratch)'s `pin`): cheaper than the default collector's nested
 //!   pin it replaces;
 //! - everything else pins through [`PoolEpoch::pin`]: the mapping's updates (a sorted
 //!   array pins only when it replaces its block; a skip-list update once, next to a
