@@ -102,6 +102,10 @@ pub(crate) struct Cleaner {
     pub stalled: AtomicBool,
     /// Background passes running now.
     running: std::sync::atomic::AtomicUsize,
+    /// A compaction is running: it holds the committers' pass (so their inline passes
+    /// find nothing to do) and reclaims chunks as it goes, so a committer that waits for
+    /// a chunk has one coming.
+    pub compacting: AtomicBool,
     /// Commits counted towards the next pass of [`CleanerSettings::every`].
     pub commits: AtomicU64,
     /// Chunks reclaimed.
@@ -129,6 +133,7 @@ impl Cleaner {
             wakeup: Arc::default(),
             stalled: AtomicBool::new(false),
             running: std::sync::atomic::AtomicUsize::new(0),
+            compacting: AtomicBool::new(false),
             commits: AtomicU64::new(0),
             chunks_cleaned: AtomicU64::new(0),
             chunks_fast_cleaned: AtomicU64::new(0),
@@ -308,11 +313,6 @@ fn data_room(room: usize, entries: usize, bytes: usize) -> usize {
 }
 
 impl LogEngine {
-    /// The largest version up to which every transaction has finished its commit.
-    pub(super) fn committed_through(&self) -> u64 {
-        self.stm.committed_through()
-    }
-
     /// Makes the durable cleaned-through version at least `needed` (the largest version
     /// in chunks about to be reclaimed), raising it to `w` (at most the version up to
     /// which every transaction had finished its commit). Passes run at once, each with
@@ -371,6 +371,7 @@ impl LogEngine {
         };
         let work = &mut *work;
         let w = self
+            .stm
             .committed_through()
             .min(super::superblock::CLEANED_LIMIT);
         let payload = (self.geometry.size - CHUNK_HEADER as u64) as f64;
@@ -437,11 +438,13 @@ impl LogEngine {
         let mut skipped = 0;
         // The last pass slot: background threads take the first ones.
         let mut work = super::lock(&self.cleaner.works[self.cleaner.works.len() - 1]);
+        self.cleaner.compacting.store(true, Ordering::Release);
         for (_, victim) in targets {
             let cleaned = self.claimed(victim, || {
                 let start = std::time::Instant::now();
                 loop {
                     let w = self
+                        .stm
                         .committed_through()
                         .min(super::superblock::CLEANED_LIMIT);
                     // Reclaimed meanwhile by a background pass: nothing is left to do.
@@ -466,6 +469,7 @@ impl LogEngine {
                 skipped += 1;
             }
         }
+        self.cleaner.compacting.store(false, Ordering::Release);
         drop(work);
         // Let the reclaimed chunks pass their grace period (no reader of this thread
         // holds them), so that what is in use is what the log holds.

@@ -518,11 +518,13 @@ impl LogEngine {
                     let now = self.chunks.free_count();
                     // Without inline cleaning, the background cleaners gain for it until
                     // a pass of theirs finds nothing (within the overall bound).
+                    // A compaction in progress holds the committers' pass and
+                    // reclaims chunks as it goes: keep waiting for it.
                     let gaining = if inline {
                         now > free && round <= GAINS_WAITED_FOR
                     } else {
                         !self.cleaner.stalled.load(Ordering::Acquire)
-                    };
+                    } || self.cleaner.compacting.load(Ordering::Acquire);
                     free = now;
                     // Chunks in their grace period are worth waiting for while grace
                     // periods still end (the pool's transactions may still end soon:
