@@ -174,6 +174,42 @@ pub enum Error {
     /// The engine recorded in the pool is not built into this version.
     #[error("engine {0} is not available in this build")]
     EngineUnavailable(crate::pool::EngineKind),
+    /// The pool belongs to another engine (a bare persistent heap is opened with
+    /// [`PersistentHeap`](crate::alloc::PersistentHeap), the others with
+    /// [`Pool`](crate::Pool)).
+    #[error("{path}: the pool is formatted for engine {found}, not {expected}")]
+    WrongEngine {
+        /// The file.
+        path: PathBuf,
+        /// The engine in its header.
+        found: crate::pool::EngineKind,
+        /// The engine asked for.
+        expected: crate::pool::EngineKind,
+    },
+    /// Allocator metadata of a persistent heap is damaged; nothing was changed.
+    #[error("{path}: allocator metadata damaged at offset {offset}: {reason}")]
+    MetadataCorrupt {
+        /// The file.
+        path: PathBuf,
+        /// Where in the file.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The persistent heap has no room for an allocation.
+    #[error("the persistent heap has no room for {size} bytes")]
+    HeapFull {
+        /// The size asked for.
+        size: u64,
+    },
+    /// An address given to the persistent heap names no place it may read or write.
+    #[error("invalid heap address {addr}: {reason}")]
+    InvalidAddress {
+        /// The address.
+        addr: crate::alloc::PAddr,
+        /// Why.
+        reason: &'static str,
+    },
     /// An operating-system call on the pool file failed.
     #[error("{path}: {op}: {source}")]
     Io {

@@ -131,6 +131,13 @@ impl Pool {
     }
 
     fn start(file: PoolFile, config: &Config) -> Result<Pool> {
+        if file.header().engine == EngineKind::Alloc {
+            return Err(Error::WrongEngine {
+                path: file.path().into(),
+                found: EngineKind::Alloc,
+                expected: EngineKind::Log,
+            });
+        }
         check_engine(file.header().engine)?;
         let engine = LogEngine::open(
             &file,
@@ -301,6 +308,9 @@ impl Pool {
 fn check_engine(kind: EngineKind) -> Result<()> {
     match kind {
         EngineKind::Log => Ok(()),
+        EngineKind::Alloc => Err(Error::InvalidConfig(
+            "engine alloc is a bare persistent heap: create it with alloc::PersistentHeap".into(),
+        )),
         other => Err(Error::EngineUnavailable(other)),
     }
 }

@@ -37,13 +37,16 @@
 //!   durability modes, NVM emulation, traffic counters and the crash-simulation media.
 //!   Every persistent store of the layers above goes through it.
 //! - [`pool`]: pool files: create, open, lock, header, layout, clean-close state.
+//! - [`alloc`]: allocators: the log engine's home allocator, and
+//!   [`PersistentHeap`](alloc::PersistentHeap), the persistent allocator (002, 004) in
+//!   a pool of its own.
 //! - `stm`: concurrency control (global version clock, versioned locks, read and write
 //!   sets).
 //! - [`engine`]: the transaction engines; the log-structured one is the default.
 //! - [`Pool`], [`Tx`], [`PPtr`], [`Config`]: the public API.
 #![warn(missing_docs)]
 
-mod alloc;
+pub mod alloc;
 pub mod check;
 mod config;
 pub mod engine;

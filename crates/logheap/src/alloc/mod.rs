@@ -6,10 +6,22 @@
 //! leaks nothing. What a transaction frees stays allocated until its commit is
 //! published, so no other transaction can reuse the space before the free is durable.
 //!
-//! - [`home`]: the log-structured engine's home-space allocator, whose state is rebuilt
+//! - `home`: the log-structured engine's home-space allocator, whose state is rebuilt
 //!   from the log on recovery (nothing of it is persisted by itself).
+//! - [`PersistentHeap`]: PAllocator (002), a persistent, recoverable and leak-free
+//!   allocator in a pool of its own (engine `alloc`), with [`PAddr`] persistent
+//!   addresses, arenas, segregated fit for small blocks (`small`), best fit for big
+//!   ones (`big`), huge blocks over whole regions, and in-place metadata (`layout`).
 
+mod addr;
+mod big;
 pub(crate) mod home;
+mod layout;
+mod persistent_heap;
+mod small;
+
+pub use addr::{MAX_FILE_ID, MAX_OFFSET, OFFSET_BITS, PAddr};
+pub use persistent_heap::{Block, HeapOptions, HeapRecovery, HeapStats, PersistentHeap};
 
 use crate::error::Result;
 

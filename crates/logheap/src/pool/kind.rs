@@ -15,11 +15,14 @@ pub enum EngineKind {
     Undo,
     /// Endurance-aware out-of-place update ("endurance-aware out-of-place update", EAOOP).
     Oop,
+    /// No transaction engine: the pool is a bare persistent heap
+    /// ([`PersistentHeap`](crate::alloc::PersistentHeap), PAllocator of 002).
+    Alloc,
 }
 
 impl EngineKind {
     /// Every engine kind.
-    pub const ALL: [EngineKind; 4] = [Self::Log, Self::Redo, Self::Undo, Self::Oop];
+    pub const ALL: [EngineKind; 5] = [Self::Log, Self::Redo, Self::Undo, Self::Oop, Self::Alloc];
 
     /// The code stored in the pool header.
     pub fn code(self) -> u32 {
@@ -28,6 +31,7 @@ impl EngineKind {
             Self::Redo => 2,
             Self::Undo => 3,
             Self::Oop => 4,
+            Self::Alloc => 5,
         }
     }
 
@@ -43,6 +47,7 @@ impl EngineKind {
             Self::Redo => "redo",
             Self::Undo => "undo",
             Self::Oop => "oop",
+            Self::Alloc => "alloc",
         }
     }
 }
@@ -60,7 +65,7 @@ impl FromStr for EngineKind {
         Self::ALL
             .into_iter()
             .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown engine {s:?} (log, redo, undo, oop)"))
+            .ok_or_else(|| format!("unknown engine {s:?} (log, redo, undo, oop, alloc)"))
     }
 }
 

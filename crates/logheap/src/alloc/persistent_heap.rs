@@ -1,0 +1,1482 @@
+//! [`PersistentHeap`]: PAllocator (002) as a pool of its own: a persistent, recoverable,
+//! leak-free allocator with arenas, three size policies and in-place metadata.
+//!
+//! - Small blocks (up to 4032 bytes) come from 8 KiB chunks with bitmaps ([`small`]),
+//!   big ones from best fit over 4 KiB granules ([`big`]); each arena owns its own
+//!   segments of either kind and has its own lock, so threads on different arenas never
+//!   contend. Blocks of a segment's size or more (or of 16 MiB or more) are *huge*: a run
+//!   of whole regions, recorded by its segment-table entry alone.
+//! - The standalone calls [`allocate_into`](PersistentHeap::allocate_into) and
+//!   [`deallocate`](PersistentHeap::deallocate) take the place where the pointer lives
+//!   (002's "reference passing"), so a crash between allocating and linking leaks
+//!   nothing: the arena's micro-log slot records `{op, dst, block, size}` and is fenced
+//!   first (the commit point); then the metadata bit or word and `*dst` are stored and
+//!   fenced; then the slot is retired and fenced. Recovery redoes a pending slot (every
+//!   step is idempotent, and no one can have moved `*dst` before the call returned).
+//!   That is three fences, as PMDK's `pmemobj_alloc` (redo persist, apply, clobber).
+//! - Opening rebuilds every DRAM structure from the metadata (chunk headers, page
+//!   tables, the segment table). A cleanly closed heap also checks a digest of all the
+//!   metadata written at close, so a flipped bit there is reported, not trusted.
+
+use std::collections::BTreeSet;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use crossbeam_utils::CachePadded;
+
+use super::addr::PAddr;
+use super::big::{self, BigBlock, BigRuns};
+use super::layout::{
+    CHUNK, CHUNK_HEADER, DIGEST_WORD, ENTRY_STATE, GRANULE, HUGE_THRESHOLD, LINE, LIVE,
+    MicroLogSlot, MicroOp, SLOT_OP, SMALL_MAX, SegmentKind, Superblock, SuperblockError,
+    TableEntry, class_of, decode_digest, encode_digest,
+};
+use super::small::{self, ChunkHeader, SmallBlock, SmallChunks};
+use crate::error::{Error, Result};
+use crate::media::{Media, MediaConfig, MediaCounters, SimConfig};
+use crate::pool::header::SUPERBLOCK;
+use crate::pool::{EngineKind, PoolFile, PoolOptions};
+
+/// How to create a [`PersistentHeap`].
+#[derive(Debug, Clone, Copy)]
+pub struct HeapOptions {
+    /// Size of the pool file in bytes.
+    pub size: u64,
+    /// Size of one segment (a power of two, 64 KiB to 64 MiB): the unit an arena takes
+    /// for its small or big blocks. Blocks of this size or more are huge.
+    pub segment_size: u64,
+    /// Arenas (each with its own lock and segments); threads are spread over them.
+    pub arenas: u32,
+    /// Size of the root area (a multiple of 64): where the first persistent pointers
+    /// live.
+    pub root_size: u64,
+    /// How the media persists.
+    pub media: MediaConfig,
+    /// Claim the file's whole size at creation (see [`PoolOptions::reserve_space`]).
+    pub reserve_space: bool,
+}
+
+impl Default for HeapOptions {
+    fn default() -> Self {
+        HeapOptions {
+            size: 64 << 20,
+            segment_size: 4 << 20,
+            arenas: std::thread::available_parallelism().map_or(1, |n| n.get().min(64) as u32),
+            root_size: 4096,
+            media: MediaConfig::default(),
+            reserve_space: true,
+        }
+    }
+}
+
+impl HeapOptions {
+    fn pool_options(&self) -> PoolOptions {
+        PoolOptions {
+            size: self.size,
+            engine: EngineKind::Alloc,
+            root_size: self.root_size,
+            chunk_size: self.segment_size,
+            media: self.media,
+            reserve_space: self.reserve_space,
+        }
+    }
+}
+
+/// What opening a heap found and did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct HeapRecovery {
+    /// Whether the heap had been closed cleanly.
+    pub was_clean: bool,
+    /// Standalone allocations and frees a crash left half done, redone.
+    pub redone: u32,
+    /// Segments read.
+    pub segments: u64,
+    /// Blocks found allocated.
+    pub blocks: u64,
+    /// Seconds spent rebuilding (after the pool file was opened).
+    pub seconds: f64,
+}
+
+/// Figures of a [`PersistentHeap`].
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct HeapStats {
+    /// Live allocations.
+    pub allocations: u64,
+    /// Their usable bytes.
+    pub allocated_bytes: u64,
+    /// Segments serving small blocks.
+    pub small_segments: u64,
+    /// Segments serving big blocks.
+    pub big_segments: u64,
+    /// Huge blocks.
+    pub huge_blocks: u64,
+    /// Regions in use (by segments or huge blocks) and in all.
+    pub regions_used: u64,
+    /// All regions.
+    pub regions: u64,
+    /// Bytes of one region.
+    pub segment_size: u64,
+    /// Persistent bytes in use: regions in use times their size.
+    pub pm_bytes_used: u64,
+    /// DRAM held by the allocator's indexes (approximate).
+    pub dram_bytes: u64,
+    /// The media's traffic counters.
+    pub media: MediaCounters,
+    /// What the last open found.
+    pub recovery: HeapRecovery,
+}
+
+/// One block, as found in the persistent metadata by [`PersistentHeap::blocks`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+pub struct Block {
+    /// Where it starts.
+    pub addr: PAddr,
+    /// Its usable size.
+    pub size: u64,
+}
+
+/// What a region is used as, as seen without a lock: `kind << 24 | arena`, or a huge
+/// block's continuation, or 0 (free).
+const USE_SMALL: u32 = 1 << 24;
+const USE_BIG: u32 = 2 << 24;
+const USE_HUGE: u32 = 3 << 24;
+const USE_HUGE_TAIL: u32 = 4 << 24;
+const USE_KIND: u32 = 0xff << 24;
+
+/// An arena: its segments' DRAM state and its micro-log slot.
+#[derive(Debug, Default)]
+struct Arena {
+    small: SmallChunks,
+    big: BigRuns,
+    /// Its small segments' regions.
+    small_segments: BTreeSet<u32>,
+    /// The sequence number of its micro-log slot.
+    seq: u64,
+}
+
+/// Which regions are free, and how often each was taken.
+#[derive(Debug)]
+struct Regions {
+    free: BTreeSet<u32>,
+    generation: Vec<u64>,
+}
+
+/// A persistent heap in a pool file of its own (engine `alloc`): see the module docs.
+///
+/// Persistent pointers are [`PAddr`]s; [`root`](PersistentHeap::root) is where the
+/// first ones live. Contents are reached through [`read`](PersistentHeap::read),
+/// [`write`](PersistentHeap::write) and [`persist`](PersistentHeap::persist), which
+/// refuse ranges over allocator metadata. Every method takes `&self` and may be called
+/// from many threads.
+#[derive(Debug)]
+pub struct PersistentHeap {
+    file: PoolFile,
+    media: Arc<Media>,
+    sb: Superblock,
+    root: Range<u64>,
+    arenas: Box<[CachePadded<Mutex<Arena>>]>,
+    regions: Mutex<Regions>,
+    /// Per region, its use (see `USE_*`), readable without a lock.
+    uses: Box<[AtomicU32]>,
+    recovery: HeapRecovery,
+}
+
+/// The arena of this thread: threads are spread round-robin over the arenas as they
+/// first allocate (002 keeps one allocator per core; a thread keeps its arena, so its
+/// blocks stay together and its frees find their arena's lock uncontended).
+fn arena_hint() -> usize {
+    thread_local! {
+        static HINT: usize = {
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        };
+    }
+    HINT.with(|h| *h)
+}
+
+impl PersistentHeap {
+    /// Creates a heap in a new pool file at `path` (which must not exist).
+    pub fn create(path: impl AsRef<Path>, options: &HeapOptions) -> Result<PersistentHeap> {
+        let sb = plan(options)?;
+        let file =
+            PoolFile::create_with(path, &options.pool_options(), |media, _| format(media, &sb))?;
+        PersistentHeap::start(file)
+    }
+
+    /// Creates a heap in memory on the crash-simulation media.
+    pub fn create_sim(options: &HeapOptions, sim: SimConfig) -> Result<PersistentHeap> {
+        let sb = plan(options)?;
+        let file = PoolFile::create_sim(&options.pool_options(), sim)?;
+        format(file.media(), &sb);
+        PersistentHeap::start(file)
+    }
+
+    /// Opens the heap at `path` with the default media settings, recovering it if it was
+    /// not closed cleanly.
+    pub fn open(path: impl AsRef<Path>) -> Result<PersistentHeap> {
+        PersistentHeap::open_with(path, &MediaConfig::default())
+    }
+
+    /// Opens the heap at `path` with `media`'s settings.
+    pub fn open_with(path: impl AsRef<Path>, media: &MediaConfig) -> Result<PersistentHeap> {
+        PersistentHeap::start(PoolFile::open(path, media)?)
+    }
+
+    /// Opens a heap image (for example a crash image) on fresh simulation media.
+    pub fn open_image(
+        image: Vec<u8>,
+        media: &MediaConfig,
+        sim: SimConfig,
+    ) -> Result<PersistentHeap> {
+        PersistentHeap::start(PoolFile::open_image(image, media, sim)?)
+    }
+
+    /// Starts a heap on an opened pool file: checks and rebuilds it (see the module docs).
+    pub fn from_file(file: PoolFile) -> Result<PersistentHeap> {
+        PersistentHeap::start(file)
+    }
+
+    fn start(file: PoolFile) -> Result<PersistentHeap> {
+        let started = Instant::now();
+        let path = file.path().to_path_buf();
+        if file.header().engine != EngineKind::Alloc {
+            return Err(Error::WrongEngine {
+                path,
+                found: file.header().engine,
+                expected: EngineKind::Alloc,
+            });
+        }
+        let media = file.media().clone();
+        let layout = file.layout().clone();
+        let mut raw = [0u8; 124];
+        media.read(SUPERBLOCK.start as usize, &mut raw);
+        let sb = Superblock::decode(&raw, layout.data.clone()).map_err(|e| match e {
+            SuperblockError::Checksum { stored, computed } => Error::Checksum {
+                path: path.clone(),
+                what: "heap superblock",
+                offset: SUPERBLOCK.start,
+                stored,
+                computed,
+            },
+            SuperblockError::Invalid(reason) => Error::MetadataCorrupt {
+                path: path.clone(),
+                offset: SUPERBLOCK.start,
+                reason,
+            },
+        })?;
+        let reader = Reader {
+            media: &media,
+            sb: &sb,
+            path: &path,
+            root: layout.root.clone(),
+        };
+        let was_clean = file.was_clean();
+        let pending = reader.pending_slots();
+        let mut redone = 0;
+        if was_clean {
+            if let Some((a, _)) = pending.first() {
+                return Err(reader.corrupt(
+                    sb.slot_offset(*a),
+                    "a cleanly closed heap has an unfinished allocation".into(),
+                ));
+            }
+        } else {
+            // Check every pending record before the first store.
+            let entries = reader.entries()?;
+            let steps = pending
+                .iter()
+                .map(|(a, r)| reader.check_redo(*a, r, &entries))
+                .collect::<Result<Vec<_>>>()?;
+            file.mark_open();
+            for ((a, r), step) in pending.iter().zip(steps) {
+                reader.redo(r, step);
+                retire(&media, sb.slot_offset(*a));
+                redone += 1;
+            }
+        }
+        let entries = reader.entries()?;
+        let mut scan = Scan::new(&sb);
+        for e in entries.iter().flatten() {
+            reader.scan_segment(e, &mut scan)?;
+        }
+        if was_clean {
+            let word = media.read_u64((SUPERBLOCK.start + DIGEST_WORD) as usize);
+            let computed = scan.digest;
+            match decode_digest(word) {
+                Some(stored) if stored == computed => {}
+                Some(stored) => {
+                    return Err(Error::Checksum {
+                        path,
+                        what: "heap metadata (digest written at the last clean close)",
+                        offset: SUPERBLOCK.start + DIGEST_WORD,
+                        stored,
+                        computed,
+                    });
+                }
+                None => {
+                    return Err(reader.corrupt(
+                        SUPERBLOCK.start + DIGEST_WORD,
+                        format!("the clean-close digest word {word:#018x} is damaged"),
+                    ));
+                }
+            }
+            file.mark_open();
+        }
+        let mut seqs = vec![0; sb.arenas as usize];
+        for (a, s) in seqs.iter_mut().enumerate() {
+            let mut b = [0u8; 64];
+            media.read(sb.slot_offset(a as u32) as usize, &mut b);
+            *s = MicroLogSlot::stored_seq(&b);
+        }
+        let mut arenas: Vec<Arena> = seqs
+            .into_iter()
+            .map(|seq| Arena {
+                seq,
+                ..Arena::default()
+            })
+            .collect();
+        let uses: Box<[AtomicU32]> = (0..sb.region_count).map(|_| AtomicU32::new(0)).collect();
+        let mut free = BTreeSet::new();
+        let mut generation = vec![0; sb.region_count as usize];
+        for (r, e) in entries.iter().enumerate() {
+            match e {
+                Some(e) => generation[r] = e.generation,
+                None if scan.huge_tail[r] => {}
+                None => {
+                    free.insert(r as u32);
+                }
+            }
+        }
+        for s in scan.segments {
+            let arena = &mut arenas[s.owner as usize];
+            match s.content {
+                Content::Small(headers) => {
+                    for (chunk, h) in headers {
+                        arena.small.add_chunk(chunk, &h);
+                    }
+                    arena.small_segments.insert(s.region);
+                    uses[s.region as usize]
+                        .store(USE_SMALL | u32::from(s.owner), Ordering::Relaxed);
+                }
+                Content::Big {
+                    free,
+                    blocks,
+                    granules,
+                } => {
+                    arena.big.add_segment(s.region, &free, blocks, granules);
+                    uses[s.region as usize].store(USE_BIG | u32::from(s.owner), Ordering::Relaxed);
+                }
+                Content::Huge { regions } => {
+                    uses[s.region as usize].store(USE_HUGE, Ordering::Relaxed);
+                    for t in 1..regions {
+                        uses[s.region as usize + t as usize]
+                            .store(USE_HUGE_TAIL, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        let recovery = HeapRecovery {
+            was_clean,
+            redone,
+            segments: scan.segment_count,
+            blocks: scan.blocks,
+            seconds: started.elapsed().as_secs_f64(),
+        };
+        Ok(PersistentHeap {
+            media,
+            sb,
+            root: layout.root,
+            arenas: arenas
+                .into_iter()
+                .map(|a| CachePadded::new(Mutex::new(a)))
+                .collect(),
+            regions: Mutex::new(Regions { free, generation }),
+            uses,
+            recovery,
+            file,
+        })
+    }
+
+    /// The root area: where the first persistent pointers live (all zeros when created).
+    pub fn root(&self) -> PAddr {
+        PAddr::new(0, self.root.start).expect("the root is inside file 0")
+    }
+
+    /// Bytes of the root area.
+    pub fn root_size(&self) -> u64 {
+        self.root.end - self.root.start
+    }
+
+    /// The pool file's path.
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+
+    /// The media holding the heap (for its counters and, on simulation media, its crash
+    /// simulator).
+    pub fn media(&self) -> &Arc<Media> {
+        &self.media
+    }
+
+    /// The largest block this heap can ever hold (a huge block over every region).
+    pub fn max_allocation(&self) -> u64 {
+        self.sb.region_count * self.sb.segment_size
+    }
+
+    /// Allocates a block of at least `size` bytes (contents unspecified) and stores its
+    /// address at `dst`, durably, before returning it. `dst` must be an 8-byte aligned
+    /// word in the root area or in an allocated block. A crash at any point leaves
+    /// either no block and `*dst` unchanged, or the block allocated and `*dst` pointing
+    /// at it: never a leaked block.
+    pub fn allocate_into(&self, dst: PAddr, size: u64) -> Result<PAddr> {
+        self.allocate(dst, size, false)
+    }
+
+    /// Like [`allocate_into`](PersistentHeap::allocate_into), with the block's usable
+    /// bytes zeroed (durably, with the pointer).
+    pub fn allocate_zeroed_into(&self, dst: PAddr, size: u64) -> Result<PAddr> {
+        self.allocate(dst, size, true)
+    }
+
+    fn allocate(&self, dst: PAddr, size: u64, zeroed: bool) -> Result<PAddr> {
+        let policy = size_policy(self.sb.segment_size, size)
+            .filter(|_| size <= self.max_allocation())
+            .ok_or(Error::InvalidSize(size))?;
+        let dst_off = self.word(dst)?;
+        let a = arena_hint() % self.arenas.len();
+        let mut arena = self.arenas[a].lock().expect("arena lock");
+        let (offset, usable, step) = self.reserve(a, &mut arena, policy, size)?;
+        if zeroed {
+            self.media.fill(offset as usize, usable as usize, 0);
+            self.media.flush(offset as usize, usable as usize);
+        }
+        let record = MicroLogSlot {
+            seq: arena.seq + 1,
+            op: MicroOp::Allocate,
+            dst: dst.raw(),
+            addr: offset,
+            size,
+        };
+        self.run_logged(a as u32, &mut arena, &record, step, dst_off);
+        Ok(PAddr::new(0, offset).expect("file 0"))
+    }
+
+    /// Frees the block whose address is stored at `dst` and stores null there, durably
+    /// (a null `*dst` is a no-op, as `free(NULL)`). A crash at any point leaves either
+    /// the block allocated and `*dst` unchanged, or the block free and `*dst` null.
+    pub fn deallocate(&self, dst: PAddr) -> Result<()> {
+        let dst_off = self.word(dst)?;
+        let addr = PAddr::from_raw(self.media.read_u64(dst_off as usize));
+        if addr.is_null() {
+            return Ok(());
+        }
+        let invalid = || Error::InvalidFree { home: addr.raw() };
+        let offset = addr.offset();
+        let region = self.region_at(addr).ok_or_else(invalid)?;
+        let used = self.uses[region as usize].load(Ordering::Acquire);
+        match used & USE_KIND {
+            USE_SMALL | USE_BIG => {
+                let a = (used & !USE_KIND) as usize;
+                let mut arena = self.arenas[a].lock().expect("arena lock");
+                if self.uses[region as usize].load(Ordering::Acquire) != used {
+                    return Err(invalid()); // the segment was given back meanwhile
+                }
+                let (held, size) = self
+                    .held_block(&arena, used, region, offset)
+                    .ok_or_else(invalid)?;
+                let record = MicroLogSlot {
+                    seq: arena.seq + 1,
+                    op: MicroOp::Free,
+                    dst: dst.raw(),
+                    addr: offset,
+                    size,
+                };
+                let step = match held {
+                    Held::Small(b) => Step::Small {
+                        chunk: b.chunk,
+                        class: b.class,
+                        block: b.block,
+                    },
+                    Held::Big(b) => Step::Big {
+                        base: self.sb.region_offset(u64::from(region)),
+                        region: u64::from(region),
+                        granule: u64::from(b.granule),
+                        len: u64::from(b.len),
+                    },
+                };
+                self.run_logged(a as u32, &mut arena, &record, step, dst_off);
+                match held {
+                    Held::Small(b) => arena.small.give_back(b),
+                    Held::Big(b) => arena.big.give_back(b),
+                }
+                self.give_back_if_empty(&mut arena, used, region);
+                Ok(())
+            }
+            USE_HUGE if offset == self.sb.region_offset(u64::from(region)) => {
+                let a = arena_hint() % self.arenas.len();
+                let mut arena = self.arenas[a].lock().expect("arena lock");
+                let mut regions = self.regions.lock().expect("regions lock");
+                if self.uses[region as usize].load(Ordering::Acquire) != USE_HUGE {
+                    return Err(invalid());
+                }
+                let entry = self.entry(region).ok_or_else(invalid)?;
+                let count = entry.size / self.sb.segment_size;
+                let record = MicroLogSlot {
+                    seq: arena.seq + 1,
+                    op: MicroOp::Free,
+                    dst: dst.raw(),
+                    addr: offset,
+                    size: entry.requested,
+                };
+                let step = Step::Huge {
+                    region: u64::from(region),
+                    count,
+                };
+                self.run_logged(a as u32, &mut arena, &record, step, dst_off);
+                for r in region..region + count as u32 {
+                    self.uses[r as usize].store(0, Ordering::Release);
+                    regions.free.insert(r);
+                }
+                Ok(())
+            }
+            _ => Err(invalid()),
+        }
+    }
+
+    /// The usable size of the allocated block at `addr`.
+    pub fn usable_size(&self, addr: PAddr) -> Result<u64> {
+        let invalid = || Error::InvalidAddress {
+            addr,
+            reason: "not the start of an allocated block",
+        };
+        let region = self.region_at(addr).ok_or_else(invalid)?;
+        let used = self.uses[region as usize].load(Ordering::Acquire);
+        match used & USE_KIND {
+            USE_SMALL | USE_BIG => {
+                let arena = self.arenas[(used & !USE_KIND) as usize]
+                    .lock()
+                    .expect("arena lock");
+                let (held, _) = self
+                    .held_block(&arena, used, region, addr.offset())
+                    .ok_or_else(invalid)?;
+                Ok(match held {
+                    Held::Small(b) => u64::from(super::layout::CLASSES[b.class]),
+                    Held::Big(b) => u64::from(b.len) * GRANULE,
+                })
+            }
+            USE_HUGE if addr.offset() == self.sb.region_offset(u64::from(region)) => {
+                Ok(self.entry(region).ok_or_else(invalid)?.size)
+            }
+            _ => Err(invalid()),
+        }
+    }
+
+    /// Copies `buf.len()` bytes at `addr` into `buf`.
+    pub fn read(&self, addr: PAddr, buf: &mut [u8]) -> Result<()> {
+        let at = self.data_range(addr, buf.len() as u64)?;
+        self.media.read(at as usize, buf);
+        Ok(())
+    }
+
+    /// Loads the 8-byte word at `addr` (8-byte aligned) atomically.
+    pub fn read_u64(&self, addr: PAddr) -> Result<u64> {
+        let at = self.word(addr)?;
+        Ok(self.media.read_u64(at as usize))
+    }
+
+    /// Stores `bytes` at `addr` through the cache: durable after
+    /// [`persist`](PersistentHeap::persist) of the range.
+    pub fn write(&self, addr: PAddr, bytes: &[u8]) -> Result<()> {
+        let at = self.data_range(addr, bytes.len() as u64)?;
+        self.media.write(at as usize, bytes);
+        Ok(())
+    }
+
+    /// Stores the 8-byte word at `addr` (8-byte aligned) atomically, through the cache.
+    pub fn write_u64(&self, addr: PAddr, value: u64) -> Result<()> {
+        let at = self.word(addr)?;
+        self.media.write_u64(at as usize, value);
+        Ok(())
+    }
+
+    /// Makes `[addr, addr + len)` durable (flush, then fence).
+    pub fn persist(&self, addr: PAddr, len: u64) -> Result<()> {
+        let at = self.data_range(addr, len)?;
+        self.media.persist(at as usize, len as usize);
+        Ok(())
+    }
+
+    /// Every allocated block, read from the persistent metadata (not from DRAM), sorted
+    /// by address: for checking tools and crash tests.
+    pub fn blocks(&self) -> Result<Vec<Block>> {
+        let reader = self.reader();
+        let mut scan = Scan::new(&self.sb);
+        for e in reader.entries()?.iter().flatten() {
+            reader.scan_segment(e, &mut scan)?;
+        }
+        let mut out = Vec::with_capacity(scan.blocks as usize);
+        for s in &scan.segments {
+            match &s.content {
+                Content::Small(headers) => {
+                    for (chunk, h) in headers {
+                        let Some(class) = h.class.map(usize::from) else {
+                            continue;
+                        };
+                        for (w, &word) in h.bits.iter().enumerate() {
+                            let mut bits = word;
+                            while bits != 0 {
+                                let block = w as u32 * 64 + bits.trailing_zeros();
+                                bits &= bits - 1;
+                                out.push(Block {
+                                    addr: PAddr::new(0, small::block_offset(*chunk, class, block))
+                                        .expect("file 0"),
+                                    size: u64::from(super::layout::CLASSES[class]),
+                                });
+                            }
+                        }
+                    }
+                }
+                Content::Big { .. } => {}
+                Content::Huge { regions } => out.push(Block {
+                    addr: PAddr::new(0, self.sb.region_offset(u64::from(s.region)))
+                        .expect("file 0"),
+                    size: u64::from(*regions) * self.sb.segment_size,
+                }),
+            }
+        }
+        out.extend(scan.big_blocks.iter().map(|&(offset, size)| Block {
+            addr: PAddr::new(0, offset).expect("file 0"),
+            size,
+        }));
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    /// The heap's figures.
+    pub fn stats(&self) -> HeapStats {
+        let mut s = HeapStats {
+            segment_size: self.sb.segment_size,
+            regions: self.sb.region_count,
+            media: self.media.counters(),
+            recovery: self.recovery,
+            ..HeapStats::default()
+        };
+        for arena in self.arenas.iter() {
+            let arena = arena.lock().expect("arena lock");
+            let (n, b) = arena.small.live();
+            let (m, c) = arena.big.live();
+            s.allocations += n + m;
+            s.allocated_bytes += b + c;
+            s.small_segments += arena.small_segments.len() as u64;
+            s.big_segments += arena.big.segments() as u64;
+            s.dram_bytes += arena.small.dram_bytes() + arena.big.dram_bytes();
+        }
+        for (r, u) in self.uses.iter().enumerate() {
+            let u = u.load(Ordering::Acquire);
+            if u != 0 {
+                s.regions_used += 1;
+            }
+            if u == USE_HUGE
+                && let Some(e) = self.entry(r as u32)
+            {
+                s.huge_blocks += 1;
+                s.allocations += 1;
+                s.allocated_bytes += e.size;
+            }
+        }
+        s.pm_bytes_used = s.regions_used * self.sb.segment_size;
+        s.dram_bytes += (self.uses.len() * 4 + self.sb.region_count as usize * 8) as u64;
+        s
+    }
+
+    /// Closes the heap cleanly: writes the digest of its metadata, then marks the pool
+    /// closed.
+    pub fn close(self) -> Result<()> {
+        let reader = self.reader();
+        let mut scan = Scan::new(&self.sb);
+        for e in reader.entries()?.iter().flatten() {
+            reader.scan_segment(e, &mut scan)?;
+        }
+        let at = (SUPERBLOCK.start + DIGEST_WORD) as usize;
+        self.media.write_u64(at, encode_digest(scan.digest));
+        self.media.persist(at, 8);
+        self.file.close()
+    }
+
+    fn reader(&self) -> Reader<'_> {
+        Reader {
+            media: &self.media,
+            sb: &self.sb,
+            path: self.file.path(),
+            root: self.root.clone(),
+        }
+    }
+
+    /// The live table entry of region `r`.
+    fn entry(&self, r: u32) -> Option<TableEntry> {
+        self.reader().entry(u64::from(r)).ok().flatten()
+    }
+
+    /// The region holding `addr`, if it is in one.
+    fn region_at(&self, addr: PAddr) -> Option<u32> {
+        if addr.file() != 0 {
+            return None;
+        }
+        self.sb.region_of(addr.offset()).map(|r| r as u32)
+    }
+
+    /// Takes a block of `size` bytes served by `policy` for arena `a` (DRAM only, plus
+    /// taking a segment when the arena has no room): its file-0 offset, usable size and
+    /// where its metadata step stores.
+    fn reserve(
+        &self,
+        a: usize,
+        arena: &mut MutexGuard<'_, Arena>,
+        policy: SizePolicy,
+        size: u64,
+    ) -> Result<(u64, u64, Step)> {
+        match policy {
+            SizePolicy::Small(class) => {
+                let b = match arena.small.take(class) {
+                    Some(b) => b,
+                    None => {
+                        self.add_segment(a, arena, SegmentKind::Small, size)?;
+                        arena.small.take(class).expect("a new segment has room")
+                    }
+                };
+                let step = Step::Small {
+                    chunk: b.chunk,
+                    class,
+                    block: b.block,
+                };
+                Ok((b.offset(), u64::from(super::layout::CLASSES[class]), step))
+            }
+            SizePolicy::Big(len) => {
+                let b = match arena.big.take(len) {
+                    Some(b) => b,
+                    None => {
+                        self.add_segment(a, arena, SegmentKind::Big, size)?;
+                        arena.big.take(len).expect("a new segment has room")
+                    }
+                };
+                let base = self.sb.region_offset(u64::from(b.region));
+                let step = Step::Big {
+                    base,
+                    region: u64::from(b.region),
+                    granule: u64::from(b.granule),
+                    len: u64::from(len),
+                };
+                Ok((
+                    base + u64::from(b.granule) * GRANULE,
+                    u64::from(len) * GRANULE,
+                    step,
+                ))
+            }
+            SizePolicy::Huge(count) => {
+                let mut regions = self.regions.lock().expect("regions lock");
+                let start =
+                    first_run(&regions.free, count as u32).ok_or(Error::HeapFull { size })?;
+                for r in start..start + count as u32 {
+                    regions.free.remove(&r);
+                }
+                self.uses[start as usize].store(USE_HUGE, Ordering::Release);
+                for r in start + 1..start + count as u32 {
+                    self.uses[r as usize].store(USE_HUGE_TAIL, Ordering::Release);
+                }
+                let offset = self.sb.region_offset(u64::from(start));
+                let step = Step::Huge {
+                    region: u64::from(start),
+                    count,
+                };
+                Ok((offset, count * self.sb.segment_size, step))
+            }
+        }
+    }
+
+    /// Takes a free region as a new segment of `kind` for arena `a`: zeroes its
+    /// metadata and writes its table entry, durably (two fences), then adds it to the
+    /// arena's DRAM state.
+    fn add_segment(
+        &self,
+        a: usize,
+        arena: &mut MutexGuard<'_, Arena>,
+        kind: SegmentKind,
+        size: u64,
+    ) -> Result<()> {
+        let mut regions = self.regions.lock().expect("regions lock");
+        let r = regions.free.pop_first().ok_or(Error::HeapFull { size })?;
+        regions.generation[r as usize] += 1;
+        let generation = regions.generation[r as usize];
+        drop(regions);
+        let base = self.sb.region_offset(u64::from(r));
+        let seg = self.sb.segment_size;
+        match kind {
+            SegmentKind::Small => {
+                for chunk in (base..base + seg).step_by(CHUNK as usize) {
+                    self.media.fill(chunk as usize, CHUNK_HEADER as usize, 0);
+                    self.media.flush(chunk as usize, CHUNK_HEADER as usize);
+                }
+            }
+            _ => {
+                let table = (big::table_granules(seg) * GRANULE) as usize;
+                self.media.fill(base as usize, table, 0);
+                self.media.flush(base as usize, table);
+            }
+        }
+        let entry = TableEntry {
+            index: r,
+            kind,
+            owner: a as u16,
+            size: seg,
+            generation,
+            requested: 0,
+        };
+        let at = self.sb.entry_offset(u64::from(r)) as usize;
+        self.media.write(at, &entry.encode_body(base));
+        self.media.flush(at, LINE as usize);
+        self.media.fence();
+        self.media.write_u64(at + ENTRY_STATE as usize, LIVE);
+        self.media.persist(at + ENTRY_STATE as usize, 8);
+        match kind {
+            SegmentKind::Small => {
+                for chunk in (base..base + seg).step_by(CHUNK as usize) {
+                    arena.small.add_chunk(chunk, &ChunkHeader::default());
+                }
+                arena.small_segments.insert(r);
+                self.uses[r as usize].store(USE_SMALL | a as u32, Ordering::Release);
+            }
+            _ => {
+                let first = big::table_granules(seg) as u32;
+                let granules = (seg / GRANULE) as u32;
+                arena.big.add_segment(r, &[(first, granules - first)], 0, 0);
+                self.uses[r as usize].store(USE_BIG | a as u32, Ordering::Release);
+            }
+        }
+        Ok(())
+    }
+
+    /// Gives the segment of `region` back to the free regions when it is empty and its
+    /// arena has another segment of its kind (so a thread allocating and freeing one
+    /// block does not take and give back a segment each time).
+    fn give_back_if_empty(&self, arena: &mut MutexGuard<'_, Arena>, used: u32, region: u32) {
+        let base = self.sb.region_offset(u64::from(region));
+        let seg = self.sb.segment_size;
+        let empty = match used & USE_KIND {
+            USE_SMALL => arena.small_segments.len() > 1 && arena.small.all_empty(base, seg),
+            _ => {
+                let first = big::table_granules(seg) as u32;
+                arena.big.segments() > 1
+                    && arena
+                        .big
+                        .is_empty(region, first, (seg / GRANULE) as u32 - first)
+            }
+        };
+        if !empty {
+            return;
+        }
+        let at = self.sb.entry_offset(u64::from(region)) as usize + ENTRY_STATE as usize;
+        self.media.write_u64(at, 0);
+        self.media.persist(at, 8);
+        if used & USE_KIND == USE_SMALL {
+            arena.small.remove_chunks(base, seg);
+            arena.small_segments.remove(&region);
+        } else {
+            arena.big.remove_segment(region);
+        }
+        self.uses[region as usize].store(0, Ordering::Release);
+        self.regions
+            .lock()
+            .expect("regions lock")
+            .free
+            .insert(region);
+    }
+
+    /// The allocated block at `offset` in a small or big segment, as the arena holds it,
+    /// with its size as recorded in a micro-log record.
+    fn held_block(
+        &self,
+        arena: &Arena,
+        used: u32,
+        region: u32,
+        offset: u64,
+    ) -> Option<(Held, u64)> {
+        let base = self.sb.region_offset(u64::from(region));
+        if used & USE_KIND == USE_SMALL {
+            let rel = offset - base;
+            let chunk = base + rel / CHUNK * CHUNK;
+            let class = arena.small.class_of_chunk(chunk)?;
+            let (chunk, block) = small::block_of(base, offset, class)?;
+            arena.small.is_allocated(chunk, class, block).then_some((
+                Held::Small(SmallBlock {
+                    chunk,
+                    block,
+                    class,
+                }),
+                u64::from(super::layout::CLASSES[class]),
+            ))
+        } else {
+            let rel = offset - base;
+            if !rel.is_multiple_of(GRANULE) {
+                return None;
+            }
+            let granule = rel / GRANULE;
+            let word = self.media.read_u64((base + granule * 8) as usize);
+            let len = big::decode_entry(
+                word,
+                u64::from(region),
+                granule,
+                self.sb.segment_size / GRANULE,
+            )
+            .ok()
+            .flatten()?;
+            Some((
+                Held::Big(BigBlock {
+                    region,
+                    granule: granule as u32,
+                    len: len as u32,
+                }),
+                len * GRANULE,
+            ))
+        }
+    }
+
+    /// Runs one logged standalone step for arena `a`: the record, fence; its metadata
+    /// step and `*dst` (the block, or null for a free), fence; retire, fence.
+    fn run_logged(
+        &self,
+        a: u32,
+        arena: &mut Arena,
+        record: &MicroLogSlot,
+        step: Step,
+        dst_off: u64,
+    ) {
+        let slot = self.sb.slot_offset(a) as usize;
+        self.media.write(slot, &record.encode());
+        self.media.flush(slot, LINE as usize);
+        self.media.fence();
+        apply_step(&self.media, &self.sb, step, record.op, record.size);
+        let value = match record.op {
+            MicroOp::Allocate => record.addr,
+            MicroOp::Free => 0,
+        };
+        self.media.write_u64(dst_off as usize, value);
+        self.media.flush(dst_off as usize, 8);
+        self.media.fence();
+        retire(&self.media, slot as u64);
+        arena.seq = record.seq;
+    }
+
+    /// The file-0 offset of the aligned word at `addr` (see `data_range`).
+    fn word(&self, addr: PAddr) -> Result<u64> {
+        if !addr.offset().is_multiple_of(8) {
+            return Err(Error::InvalidAddress {
+                addr,
+                reason: "a pointer or word must be 8-byte aligned",
+            });
+        }
+        self.data_range(addr, 8)
+    }
+
+    /// The file-0 offset of `[addr, addr + len)` when it lies in the root area or in the
+    /// data part of one region in use (never over allocator metadata).
+    fn data_range(&self, addr: PAddr, len: u64) -> Result<u64> {
+        let bad = |reason| Err(Error::InvalidAddress { addr, reason });
+        if addr.file() != 0 {
+            return bad("no such file in this heap");
+        }
+        let start = addr.offset();
+        let Some(end) = start.checked_add(len) else {
+            return bad("the range wraps around");
+        };
+        if self.root.start <= start && end <= self.root.end {
+            return Ok(start);
+        }
+        let Some(region) = self.sb.region_of(start) else {
+            return bad("outside the root area and the heap's regions");
+        };
+        let base = self.sb.region_offset(region);
+        let used = self.uses[region as usize].load(Ordering::Acquire);
+        let (lo, hi) = match used & USE_KIND {
+            USE_SMALL => {
+                let chunk = base + (start - base) / CHUNK * CHUNK;
+                (chunk + CHUNK_HEADER, chunk + CHUNK)
+            }
+            USE_BIG => (
+                base + big::table_granules(self.sb.segment_size) * GRANULE,
+                base + self.sb.segment_size,
+            ),
+            USE_HUGE | USE_HUGE_TAIL => {
+                // The huge block this region belongs to ends where its run ends.
+                let mut head = region;
+                while self.uses[head as usize].load(Ordering::Acquire) == USE_HUGE_TAIL && head > 0
+                {
+                    head -= 1;
+                }
+                let run = self.entry(head as u32).map_or(0, |e| e.size);
+                let head_base = self.sb.region_offset(head);
+                (head_base, head_base + run)
+            }
+            _ => return bad("in a region that holds no blocks"),
+        };
+        if start < lo || end > hi {
+            return bad("over allocator metadata or across segments");
+        }
+        Ok(start)
+    }
+}
+
+/// A block an arena holds.
+#[derive(Debug, Clone, Copy)]
+enum Held {
+    Small(SmallBlock),
+    Big(BigBlock),
+}
+
+/// The first run of `count` consecutive free regions.
+fn first_run(free: &BTreeSet<u32>, count: u32) -> Option<u32> {
+    let (mut start, mut len) = (0u32, 0u32);
+    for &r in free {
+        if len > 0 && r == start + len {
+            len += 1;
+        } else {
+            start = r;
+            len = 1;
+        }
+        if len == count {
+            return Some(start);
+        }
+    }
+    None
+}
+
+/// Retires a micro-log slot (its op word becomes 0), durably.
+fn retire(media: &Media, slot: u64) {
+    let at = (slot + SLOT_OP) as usize;
+    media.write_u64(at, 0);
+    media.persist(at, 8);
+}
+
+fn plan(options: &HeapOptions) -> Result<Superblock> {
+    let header = crate::pool::header::Header::new(
+        EngineKind::Alloc,
+        crate::pool::header::Geometry {
+            pool_size: options.size,
+            root_size: options.root_size,
+            chunk_size: options.segment_size,
+        },
+    )
+    .map_err(Error::InvalidConfig)?;
+    Superblock::plan(header.layout.data, options.segment_size, options.arenas)
+        .map_err(Error::InvalidConfig)
+}
+
+/// Writes a new heap's superblock and the digest of its (empty) metadata; its table and
+/// micro-log are the zeros of a new file.
+fn format(media: &Media, sb: &Superblock) {
+    let at = SUPERBLOCK.start as usize;
+    media.write(at, &sb.encode());
+    media.flush(at, 124);
+    let digest = (SUPERBLOCK.start + DIGEST_WORD) as usize;
+    media.write_u64(digest, encode_digest(0));
+    media.persist(digest, 8);
+}
+
+/// Reads and checks persistent metadata.
+struct Reader<'a> {
+    media: &'a Media,
+    sb: &'a Superblock,
+    path: &'a Path,
+    root: Range<u64>,
+}
+
+/// One segment's metadata, as read.
+struct SegmentScan {
+    region: u32,
+    owner: u16,
+    content: Content,
+}
+
+enum Content {
+    /// Every chunk's header, by file-0 offset.
+    Small(Vec<(u64, ChunkHeader)>),
+    /// Free runs `(granule, len)`, blocks and granules allocated.
+    Big {
+        free: Vec<(u32, u32)>,
+        blocks: u64,
+        granules: u64,
+    },
+    /// A huge block over `regions` regions.
+    Huge { regions: u32 },
+}
+
+/// What reading every segment found.
+struct Scan {
+    segments: Vec<SegmentScan>,
+    /// Regions covered by a huge block after its first.
+    huge_tail: Vec<bool>,
+    /// Big blocks `(offset, size)`.
+    big_blocks: Vec<(u64, u64)>,
+    segment_count: u64,
+    blocks: u64,
+    /// CRC of the table and every segment's metadata, in region order.
+    digest: u32,
+}
+
+impl Scan {
+    fn new(sb: &Superblock) -> Scan {
+        Scan {
+            segments: Vec::new(),
+            huge_tail: vec![false; sb.region_count as usize],
+            big_blocks: Vec::new(),
+            segment_count: 0,
+            blocks: 0,
+            digest: 0,
+        }
+    }
+}
+
+impl Reader<'_> {
+    fn corrupt(&self, offset: u64, reason: String) -> Error {
+        Error::MetadataCorrupt {
+            path: PathBuf::from(self.path),
+            offset,
+            reason,
+        }
+    }
+
+    /// Table entry `r`, checked.
+    fn entry(&self, r: u64) -> Result<Option<TableEntry>> {
+        let mut b = [0u8; 64];
+        let at = self.sb.entry_offset(r);
+        self.media.read(at as usize, &mut b);
+        TableEntry::decode(&b, r as u32, self.sb.region_offset(r), self.sb)
+            .map_err(|reason| self.corrupt(at, format!("segment-table entry {r}: {reason}")))
+    }
+
+    /// Every table entry, checked, with huge blocks' runs checked to be free.
+    fn entries(&self) -> Result<Vec<Option<TableEntry>>> {
+        let entries = (0..self.sb.region_count)
+            .map(|r| self.entry(r))
+            .collect::<Result<Vec<_>>>()?;
+        for e in entries.iter().flatten() {
+            if e.kind == SegmentKind::Huge {
+                let count = e.size / self.sb.segment_size;
+                for t in u64::from(e.index) + 1..u64::from(e.index) + count {
+                    if entries[t as usize].is_some() {
+                        return Err(self.corrupt(
+                            self.sb.entry_offset(t),
+                            format!(
+                                "region {t} is in use but lies inside the huge block at region {}",
+                                e.index
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(entries)
+    }
+
+    /// Every arena's pending micro-log record.
+    fn pending_slots(&self) -> Vec<(u32, MicroLogSlot)> {
+        (0..self.sb.arenas)
+            .filter_map(|a| {
+                let mut b = [0u8; 64];
+                self.media.read(self.sb.slot_offset(a) as usize, &mut b);
+                MicroLogSlot::decode(&b).map(|r| (a, r))
+            })
+            .collect()
+    }
+
+    /// Whether `dst` is a word recovery may store a pointer to: in the root area or in
+    /// a region (the block it lies in may itself be one this record frees or allocates).
+    fn dst_ok(&self, dst: u64) -> bool {
+        let a = PAddr::from_raw(dst);
+        a.file() == 0
+            && a.offset().is_multiple_of(8)
+            && ((self.root.start <= a.offset() && a.offset() + 8 <= self.root.end)
+                || self.sb.region_of(a.offset()).is_some())
+    }
+
+    /// Checks a pending record against the table before anything is redone: where its
+    /// metadata step stores.
+    fn check_redo(&self, a: u32, r: &MicroLogSlot, entries: &[Option<TableEntry>]) -> Result<Step> {
+        let why = |reason: &str| {
+            self.corrupt(
+                self.sb.slot_offset(a),
+                format!("micro-log record {r:?} of arena {a}: {reason}"),
+            )
+        };
+        if !self.dst_ok(r.dst) {
+            return Err(why(
+                "its pointer slot is not a word of the root or a region",
+            ));
+        }
+        self.plan(r, entries).map_err(|reason| why(&reason))
+    }
+
+    /// Redoes a pending record: its metadata step and its pointer store, durably.
+    fn redo(&self, r: &MicroLogSlot, step: Step) {
+        apply_step(self.media, self.sb, step, r.op, r.size);
+        let dst = PAddr::from_raw(r.dst).offset() as usize;
+        let value = match r.op {
+            MicroOp::Allocate => r.addr,
+            MicroOp::Free => 0,
+        };
+        self.media.write_u64(dst, value);
+        self.media.flush(dst, 8);
+        self.media.fence();
+    }
+
+    /// Where a record's metadata step stores, checked against the segment table: the
+    /// block's size class decides the segment kind it must lie in.
+    fn plan(&self, r: &MicroLogSlot, entries: &[Option<TableEntry>]) -> Result<Step, String> {
+        let region = self
+            .sb
+            .region_of(r.addr)
+            .ok_or("the block is outside the regions")?;
+        let base = self.sb.region_offset(region);
+        let entry = entries[region as usize];
+        let seg = self.sb.segment_size;
+        match size_policy(seg, r.size) {
+            None => Err(format!("a block of {} bytes", r.size)),
+            Some(SizePolicy::Small(class)) => {
+                let (chunk, block) =
+                    small::block_of(base, r.addr, class).ok_or("not a small block's place")?;
+                match entry {
+                    Some(e) if e.kind == SegmentKind::Small => Ok(Step::Small {
+                        chunk,
+                        class,
+                        block,
+                    }),
+                    _ => Err("a small block outside a small segment".into()),
+                }
+            }
+            Some(SizePolicy::Big(len)) => {
+                let rel = r.addr - base;
+                let granule = rel / GRANULE;
+                let len = u64::from(len);
+                if !rel.is_multiple_of(GRANULE)
+                    || granule < big::table_granules(seg)
+                    || granule + len > seg / GRANULE
+                {
+                    return Err("not a big block's place".into());
+                }
+                match entry {
+                    Some(e) if e.kind == SegmentKind::Big => Ok(Step::Big {
+                        base,
+                        region,
+                        granule,
+                        len,
+                    }),
+                    _ => Err("a big block outside a big segment".into()),
+                }
+            }
+            Some(SizePolicy::Huge(count)) => {
+                if r.addr != base || region + count > self.sb.region_count {
+                    return Err("not a huge block's place".into());
+                }
+                let head_ok = match (entry, r.op) {
+                    (Some(e), _) => e.kind == SegmentKind::Huge && e.requested == r.size,
+                    (None, MicroOp::Allocate) => true,
+                    (None, MicroOp::Free) => false,
+                };
+                let tails_free =
+                    (region + 1..region + count).all(|t| entries[t as usize].is_none());
+                if !head_ok || !tails_free {
+                    return Err("the huge block's regions are not its own".into());
+                }
+                Ok(Step::Huge { region, count })
+            }
+        }
+    }
+
+    /// Reads one live segment's metadata into `scan`, checking it.
+    fn scan_segment(&self, e: &TableEntry, scan: &mut Scan) -> Result<()> {
+        let region = u64::from(e.index);
+        let base = self.sb.region_offset(region);
+        let seg = self.sb.segment_size;
+        let mut entry = [0u8; 64];
+        self.media
+            .read(self.sb.entry_offset(region) as usize, &mut entry);
+        scan.digest = crc32c::crc32c_append(scan.digest, &entry);
+        scan.segment_count += 1;
+        let content = match e.kind {
+            SegmentKind::Small => {
+                let mut headers = Vec::with_capacity((seg / CHUNK) as usize);
+                let mut b = [0u8; CHUNK_HEADER as usize];
+                for chunk in (base..base + seg).step_by(CHUNK as usize) {
+                    self.media.read(chunk as usize, &mut b);
+                    scan.digest = crc32c::crc32c_append(scan.digest, &b);
+                    let h = ChunkHeader::decode(&b)
+                        .map_err(|reason| self.corrupt(chunk, format!("chunk header: {reason}")))?;
+                    scan.blocks += u64::from(h.used());
+                    headers.push((chunk, h));
+                }
+                Content::Small(headers)
+            }
+            SegmentKind::Big => {
+                let granules = seg / GRANULE;
+                let table = self.media.read_vec(base as usize, (granules * 8) as usize);
+                scan.digest = crc32c::crc32c_append(scan.digest, &table);
+                let word = |g: u64| super::layout::u64_at(&table, (g * 8) as usize);
+                let first = big::table_granules(seg);
+                if let Some(g) = (0..first).find(|&g| word(g) != 0) {
+                    return Err(self.corrupt(
+                        base + g * 8,
+                        "a page-table word for the table itself".into(),
+                    ));
+                }
+                let (mut free, mut blocks, mut used) = (Vec::new(), 0, 0);
+                let mut g = first;
+                let mut run_start = None;
+                while g < granules {
+                    let len = big::decode_entry(word(g), region, g, granules)
+                        .map_err(|reason| self.corrupt(base + g * 8, reason))?;
+                    match len {
+                        Some(len) => {
+                            if let Some(s) = run_start.take() {
+                                free.push((s as u32, (g - s) as u32));
+                            }
+                            if let Some(i) = (g + 1..g + len).find(|&i| word(i) != 0) {
+                                return Err(self.corrupt(
+                                    base + i * 8,
+                                    format!("a page-table word inside the block at granule {g}"),
+                                ));
+                            }
+                            scan.big_blocks.push((base + g * GRANULE, len * GRANULE));
+                            blocks += 1;
+                            used += len;
+                            g += len;
+                        }
+                        None => {
+                            run_start.get_or_insert(g);
+                            g += 1;
+                        }
+                    }
+                }
+                if let Some(s) = run_start {
+                    free.push((s as u32, (granules - s) as u32));
+                }
+                scan.blocks += blocks;
+                Content::Big {
+                    free,
+                    blocks,
+                    granules: used,
+                }
+            }
+            SegmentKind::Huge => {
+                let count = e.size / seg;
+                for t in region + 1..region + count {
+                    scan.huge_tail[t as usize] = true;
+                }
+                scan.blocks += 1;
+                Content::Huge {
+                    regions: count as u32,
+                }
+            }
+        };
+        scan.segments.push(SegmentScan {
+            region: e.index,
+            owner: e.owner,
+            content,
+        });
+        Ok(())
+    }
+}
+
+/// How a block of some size is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SizePolicy {
+    /// By the small allocator, in this class.
+    Small(usize),
+    /// By the big allocator, in this many granules.
+    Big(u32),
+    /// As a huge block over this many regions.
+    Huge(u64),
+}
+
+/// How a heap with `segment_size` regions serves `size` bytes (`None`: zero bytes).
+fn size_policy(segment_size: u64, size: u64) -> Option<SizePolicy> {
+    let big_max = segment_size - big::table_granules(segment_size) * GRANULE;
+    match size {
+        0 => None,
+        s if s <= SMALL_MAX => Some(SizePolicy::Small(class_of(s))),
+        s if s <= big_max && s < HUGE_THRESHOLD => {
+            Some(SizePolicy::Big(s.div_ceil(GRANULE) as u32))
+        }
+        s => Some(SizePolicy::Huge(s.div_ceil(segment_size))),
+    }
+}
+
+/// Where a micro-log record's metadata step stores.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Small {
+        chunk: u64,
+        class: usize,
+        block: u32,
+    },
+    Big {
+        base: u64,
+        region: u64,
+        granule: u64,
+        len: u64,
+    },
+    Huge {
+        region: u64,
+        count: u64,
+    },
+}
+
+/// Applies the metadata step of `op` on the block at `step` of `size` requested bytes
+/// (flushed, not fenced). Idempotent, so recovery may redo it.
+fn apply_step(media: &Media, sb: &Superblock, step: Step, op: MicroOp, size: u64) {
+    match (step, op) {
+        (
+            Step::Small {
+                chunk,
+                class,
+                block,
+            },
+            MicroOp::Allocate,
+        ) => small::persist_set(media, chunk, class, block),
+        (Step::Small { chunk, block, .. }, MicroOp::Free) => {
+            small::persist_clear(media, chunk, block)
+        }
+        (
+            Step::Big {
+                base,
+                region,
+                granule,
+                len,
+            },
+            MicroOp::Allocate,
+        ) => big::persist_set(media, base, region, granule, len),
+        (Step::Big { base, granule, .. }, MicroOp::Free) => {
+            big::persist_clear(media, base, granule)
+        }
+        (Step::Huge { region, count }, MicroOp::Allocate) => {
+            let e = TableEntry {
+                index: region as u32,
+                kind: SegmentKind::Huge,
+                owner: 0,
+                size: count * sb.segment_size,
+                generation: 0,
+                requested: size,
+            };
+            let at = sb.entry_offset(region) as usize;
+            media.write(at, &e.encode_body(sb.region_offset(region)));
+            media.write_u64(at + ENTRY_STATE as usize, LIVE);
+            media.flush(at, LINE as usize);
+        }
+        (Step::Huge { region, .. }, MicroOp::Free) => {
+            let at = sb.entry_offset(region) as usize + ENTRY_STATE as usize;
+            media.write_u64(at, 0);
+            media.flush(at, 8);
+        }
+    }
+}

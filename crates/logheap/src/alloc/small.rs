@@ -1,0 +1,357 @@
+//! Segregated fit for small blocks (002): a small segment is a run of 8 KiB chunks; each
+//! chunk serves one size class and starts with a 64-byte header, one cache line:
+//!
+//! | bytes | what |
+//! |---|---|
+//! | 0..8 | class word: `class + 1` in bits 0..16 (0: never assigned), block size in bits 32..64 |
+//! | 8..64 | allocation bitmap, 7 words, bit `i` = block `i` |
+//!
+//! An allocation is one bit set and a free one bit cleared, in one line ("one allocation
+//! == one bit flip", 002). The class word is stored with every allocation (the same
+//! line, stored before the bit), so a chunk that changes class needs no step of its own.
+//!
+//! This module holds the persistent encoding and the DRAM state of one arena's small
+//! chunks: per class the chunks with free blocks, and the empty chunks any class may
+//! take, lowest address first.
+
+use std::collections::BTreeSet;
+
+use super::layout::{BITMAP_WORDS, CHUNK, CHUNK_HEADER, CLASSES, blocks_per_chunk, u64_at};
+use crate::media::Media;
+
+/// A chunk's header as stored: its class (if assigned) and its bitmap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct ChunkHeader {
+    /// The class, if the chunk was ever assigned one.
+    pub class: Option<u8>,
+    /// The allocation bitmap.
+    pub bits: [u64; BITMAP_WORDS],
+}
+
+impl ChunkHeader {
+    /// Decodes and checks a stored header (why it is damaged, if it is).
+    pub(crate) fn decode(b: &[u8; CHUNK_HEADER as usize]) -> Result<ChunkHeader, String> {
+        let word = u64_at(b, 0);
+        let mut bits = [0u64; BITMAP_WORDS];
+        for (i, w) in bits.iter_mut().enumerate() {
+            *w = u64_at(b, 8 + 8 * i);
+        }
+        let code = (word & 0xffff) as usize;
+        if code == 0 {
+            if word != 0 || bits.iter().any(|&w| w != 0) {
+                return Err("a chunk without a class has a class word or allocated blocks".into());
+            }
+            return Ok(ChunkHeader { class: None, bits });
+        }
+        let class = code - 1;
+        if class >= CLASSES.len()
+            || word >> 32 != u64::from(CLASSES[class])
+            || word >> 16 & 0xffff != 0
+        {
+            return Err(format!("class word {word:#x} names no size class"));
+        }
+        let cap = blocks_per_chunk(class) as usize;
+        for (i, &w) in bits.iter().enumerate() {
+            let valid = cap.saturating_sub(i * 64).min(64);
+            let mask = if valid == 64 {
+                u64::MAX
+            } else {
+                (1u64 << valid) - 1
+            };
+            if w & !mask != 0 {
+                return Err(format!(
+                    "bitmap marks blocks past the {cap} blocks of class {}",
+                    CLASSES[class]
+                ));
+            }
+        }
+        Ok(ChunkHeader {
+            class: Some(class as u8),
+            bits,
+        })
+    }
+
+    /// Blocks allocated.
+    pub(crate) fn used(&self) -> u32 {
+        self.bits.iter().map(|w| w.count_ones()).sum()
+    }
+}
+
+/// The class word of a chunk serving `class`.
+pub(crate) fn class_word(class: usize) -> u64 {
+    (class as u64 + 1) | (u64::from(CLASSES[class]) << 32)
+}
+
+/// Marks block `block` of the chunk at `chunk` (a file-0 offset) allocated to `class`,
+/// and flushes the header line (not fenced). Idempotent, so recovery may redo it.
+pub(crate) fn persist_set(media: &Media, chunk: u64, class: usize, block: u32) {
+    let at = chunk as usize;
+    media.write_u64(at, class_word(class));
+    let word = at + 8 + 8 * (block as usize / 64);
+    media.write_u64(word, media.read_u64(word) | 1 << (block % 64));
+    media.flush(at, CHUNK_HEADER as usize);
+}
+
+/// Marks block `block` of the chunk at `chunk` free and flushes the header line (not
+/// fenced). Idempotent.
+pub(crate) fn persist_clear(media: &Media, chunk: u64, block: u32) {
+    let word = chunk as usize + 8 + 8 * (block as usize / 64);
+    media.write_u64(word, media.read_u64(word) & !(1 << (block % 64)));
+    media.flush(word, 8);
+}
+
+/// Where a small block is: its chunk's file-0 offset and its index there.
+pub(crate) fn block_of(region_base: u64, offset: u64, class: usize) -> Option<(u64, u32)> {
+    let rel = offset.checked_sub(region_base)?;
+    let chunk = region_base + rel / CHUNK * CHUNK;
+    let inside = (offset - chunk).checked_sub(CHUNK_HEADER)?;
+    let size = u64::from(CLASSES[class]);
+    let block = inside / size;
+    (inside.is_multiple_of(size) && block < u64::from(blocks_per_chunk(class)))
+        .then_some((chunk, block as u32))
+}
+
+/// File-0 offset of block `block` of class `class` in the chunk at `chunk`.
+pub(crate) fn block_offset(chunk: u64, class: usize, block: u32) -> u64 {
+    chunk + CHUNK_HEADER + u64::from(block) * u64::from(CLASSES[class])
+}
+
+/// One chunk's DRAM state.
+#[derive(Debug, Clone, Copy, Default)]
+struct Chunk {
+    class: Option<u8>,
+    bits: [u64; BITMAP_WORDS],
+    used: u32,
+}
+
+/// A chunk's key in an arena: its file-0 offset (so sets order chunks by address).
+type ChunkKey = u64;
+
+/// The DRAM state of one arena's small chunks.
+#[derive(Debug)]
+pub(crate) struct SmallChunks {
+    /// Every chunk of the arena's small segments, by file-0 offset.
+    chunks: std::collections::HashMap<ChunkKey, Chunk, rustc_hash::FxBuildHasher>,
+    /// Per class, the chunks with at least one free and one used block.
+    partial: Vec<BTreeSet<ChunkKey>>,
+    /// Chunks with no used block (any class may take them).
+    empty: BTreeSet<ChunkKey>,
+}
+
+impl Default for SmallChunks {
+    fn default() -> Self {
+        SmallChunks {
+            chunks: Default::default(),
+            partial: vec![BTreeSet::new(); CLASSES.len()],
+            empty: BTreeSet::new(),
+        }
+    }
+}
+
+/// A small block handed out by [`SmallChunks::take`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SmallBlock {
+    /// The chunk's file-0 offset.
+    pub chunk: u64,
+    /// The block's index in the chunk.
+    pub block: u32,
+    /// Its class.
+    pub class: usize,
+}
+
+impl SmallBlock {
+    /// The block's file-0 offset.
+    pub(crate) fn offset(&self) -> u64 {
+        block_offset(self.chunk, self.class, self.block)
+    }
+}
+
+impl SmallChunks {
+    /// Adds a chunk read from a segment (or a fresh one: `header` all zeros).
+    pub(crate) fn add_chunk(&mut self, key: u64, header: &ChunkHeader) {
+        let chunk = Chunk {
+            class: header.class,
+            bits: header.bits,
+            used: header.used(),
+        };
+        self.chunks.insert(key, chunk);
+        self.file(key, &chunk);
+    }
+
+    /// Removes the chunks `[start, start + len)` (an empty segment being given back).
+    pub(crate) fn remove_chunks(&mut self, start: u64, len: u64) {
+        let mut key = start;
+        while key < start + len {
+            if let Some(c) = self.chunks.remove(&key) {
+                debug_assert_eq!(c.used, 0);
+                if let Some(class) = c.class {
+                    self.partial[class as usize].remove(&key);
+                }
+                self.empty.remove(&key);
+            }
+            key += CHUNK;
+        }
+    }
+
+    /// Whether every chunk in `[start, start + len)` is empty.
+    pub(crate) fn all_empty(&self, start: u64, len: u64) -> bool {
+        (0..len / CHUNK).all(|i| {
+            self.chunks
+                .get(&(start + i * CHUNK))
+                .is_none_or(|c| c.used == 0)
+        })
+    }
+
+    fn file(&mut self, key: u64, c: &Chunk) {
+        match c.class {
+            _ if c.used == 0 => {
+                self.empty.insert(key);
+            }
+            Some(class) if c.used < blocks_per_chunk(class as usize) => {
+                self.partial[class as usize].insert(key);
+            }
+            _ => {}
+        }
+    }
+
+    /// Takes a free block of `class` (DRAM only), or `None` when no chunk of the arena
+    /// has room: the caller adds a segment.
+    pub(crate) fn take(&mut self, class: usize) -> Option<SmallBlock> {
+        let key = match self.partial[class].first() {
+            Some(&k) => k,
+            None => {
+                let k = self.empty.pop_first()?;
+                let c = self.chunks.get_mut(&k).expect("an empty chunk is known");
+                c.class = Some(class as u8);
+                c.bits = [0; BITMAP_WORDS];
+                self.partial[class].insert(k);
+                k
+            }
+        };
+        let c = self.chunks.get_mut(&key).expect("a partial chunk is known");
+        let cap = blocks_per_chunk(class);
+        let (w, word) = c
+            .bits
+            .iter()
+            .enumerate()
+            .find(|(_, w)| **w != u64::MAX)
+            .expect("a partial chunk has a free block");
+        let block = w as u32 * 64 + (!*word).trailing_zeros();
+        debug_assert!(block < cap);
+        c.bits[w] |= 1 << (block % 64);
+        c.used += 1;
+        if c.used == cap {
+            self.partial[class].remove(&key);
+        }
+        Some(SmallBlock {
+            chunk: key,
+            block,
+            class,
+        })
+    }
+
+    /// Gives back a block (a cancelled reservation, or a free once durable).
+    pub(crate) fn give_back(&mut self, b: SmallBlock) {
+        let c = self
+            .chunks
+            .get_mut(&b.chunk)
+            .expect("the block's chunk is known");
+        debug_assert!(c.bits[b.block as usize / 64] & 1 << (b.block % 64) != 0);
+        c.bits[b.block as usize / 64] &= !(1 << (b.block % 64));
+        c.used -= 1;
+        let class = b.class;
+        if c.used == 0 {
+            self.partial[class].remove(&b.chunk);
+            self.empty.insert(b.chunk);
+        } else if c.used + 1 == blocks_per_chunk(class) {
+            self.partial[class].insert(b.chunk);
+        }
+    }
+
+    /// The class of the chunk at `chunk`, and whether block `block` is allocated there.
+    pub(crate) fn is_allocated(&self, chunk: u64, class: usize, block: u32) -> bool {
+        self.chunks.get(&chunk).is_some_and(|c| {
+            c.class == Some(class as u8) && c.bits[block as usize / 64] & 1 << (block % 64) != 0
+        })
+    }
+
+    /// The class of the chunk at `chunk`, if it has one.
+    pub(crate) fn class_of_chunk(&self, chunk: u64) -> Option<usize> {
+        self.chunks
+            .get(&chunk)
+            .and_then(|c| c.class.map(usize::from))
+    }
+
+    /// Live blocks and their bytes.
+    pub(crate) fn live(&self) -> (u64, u64) {
+        self.chunks
+            .values()
+            .filter_map(|c| {
+                c.class
+                    .map(|k| (u64::from(c.used), u64::from(CLASSES[k as usize])))
+            })
+            .fold((0, 0), |(n, b), (u, s)| (n + u, b + u * s))
+    }
+
+    /// DRAM held (approximate).
+    pub(crate) fn dram_bytes(&self) -> u64 {
+        let sets: usize = self.partial.iter().map(BTreeSet::len).sum::<usize>() + self.empty.len();
+        (self.chunks.capacity() * (std::mem::size_of::<(u64, Chunk)>() + 1) + sets * 16) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::layout::class_of;
+
+    #[test]
+    fn headers_round_trip_and_damage_is_named() {
+        let mut b = [0u8; 64];
+        assert_eq!(ChunkHeader::decode(&b).unwrap(), ChunkHeader::default());
+        let class = class_of(100);
+        b[0..8].copy_from_slice(&class_word(class).to_le_bytes());
+        b[8] = 0b101;
+        let h = ChunkHeader::decode(&b).unwrap();
+        assert_eq!((h.class, h.used()), (Some(class as u8), 2));
+        let mut past = b;
+        past[63] = 0x80; // bit 447: past the 63 blocks of class 128
+        assert!(ChunkHeader::decode(&past).is_err());
+        let mut bad_class = b;
+        bad_class[0] = 77;
+        assert!(ChunkHeader::decode(&bad_class).is_err());
+        let mut no_class = b;
+        no_class[0..8].fill(0);
+        assert!(ChunkHeader::decode(&no_class).is_err());
+    }
+
+    #[test]
+    fn blocks_are_taken_lowest_first_and_chunks_change_class_once_empty() {
+        let mut s = SmallChunks::default();
+        s.add_chunk(CHUNK, &ChunkHeader::default());
+        s.add_chunk(2 * CHUNK, &ChunkHeader::default());
+        let c = class_of(4000);
+        let a = s.take(c).unwrap();
+        let b = s.take(c).unwrap();
+        assert_eq!((a.chunk, a.block, b.block), (CHUNK, 0, 1));
+        let d = s.take(c).unwrap();
+        assert_eq!((d.chunk, d.block), (2 * CHUNK, 0), "chunk 1 is full");
+        s.give_back(a);
+        assert_eq!(s.take(c).unwrap(), a, "a partial chunk is used first");
+        for blk in [a, b, d] {
+            s.give_back(blk);
+        }
+        assert!(s.all_empty(CHUNK, 2 * CHUNK));
+        let small = s.take(0).unwrap();
+        assert_eq!(
+            (small.chunk, small.block),
+            (CHUNK, 0),
+            "the empty chunk took class 32"
+        );
+        assert!(s.is_allocated(CHUNK, 0, 0) && !s.is_allocated(CHUNK, c, 0));
+        assert_eq!(s.live(), (1, 32));
+        assert_eq!(block_of(0, small.offset(), 0), Some((CHUNK, 0)));
+        assert_eq!(block_of(0, small.offset() + 8, 0), None);
+        assert_eq!(block_of(0, CHUNK + 8, 0), None, "inside the header");
+    }
+}

@@ -1,0 +1,314 @@
+//! The persistent heap (PAllocator, 002) through its public API: allocation policies,
+//! reopening, bad input, damage, and threads.
+
+use std::collections::BTreeMap;
+
+use logheap::alloc::{Block, HeapOptions, PAddr, PersistentHeap};
+use logheap::media::SimConfig;
+use logheap::{Config, EngineKind, Error, Pool};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+fn options() -> HeapOptions {
+    HeapOptions {
+        size: 8 << 20,
+        segment_size: 256 << 10,
+        arenas: 2,
+        ..HeapOptions::default()
+    }
+}
+
+/// The `i`th pointer slot of the root area.
+fn slot(heap: &PersistentHeap, i: u64) -> PAddr {
+    heap.root().checked_add(8 * i).unwrap()
+}
+
+/// Checks that no two blocks overlap and returns them by address.
+fn disjoint(blocks: &[Block]) -> BTreeMap<PAddr, u64> {
+    for w in blocks.windows(2) {
+        assert!(
+            w[0].addr.file() != w[1].addr.file()
+                || w[0].addr.offset() + w[0].size <= w[1].addr.offset(),
+            "{:?} overlaps {:?}",
+            w[0],
+            w[1]
+        );
+    }
+    blocks.iter().map(|b| (b.addr, b.size)).collect()
+}
+
+#[test]
+fn blocks_of_every_policy_survive_a_clean_reopen_with_their_contents() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("heap");
+    let heap = PersistentHeap::create(&path, &options()).unwrap();
+    let sizes = [
+        1u64, 32, 33, 100, 4032, 4033, 5000, 100_000, 300_000, 600_000,
+    ];
+    let mut addrs = Vec::new();
+    for (i, &size) in sizes.iter().enumerate() {
+        let a = heap.allocate_into(slot(&heap, i as u64), size).unwrap();
+        assert_eq!(heap.read_u64(slot(&heap, i as u64)).unwrap(), a.raw());
+        assert!(heap.usable_size(a).unwrap() >= size);
+        let fill = vec![i as u8 + 1; size as usize];
+        heap.write(a, &fill).unwrap();
+        heap.persist(a, size).unwrap();
+        addrs.push(a);
+    }
+    let blocks = heap.blocks().unwrap();
+    let found = disjoint(&blocks);
+    assert_eq!(found.len(), sizes.len());
+    for a in &addrs {
+        assert!(found.contains_key(a), "{a} is not in the metadata");
+    }
+    let stats = heap.stats();
+    assert_eq!(stats.allocations, sizes.len() as u64);
+    assert!(stats.small_segments >= 1 && stats.big_segments >= 1 && stats.huge_blocks >= 1);
+    heap.close().unwrap();
+
+    let heap = PersistentHeap::open(&path).unwrap();
+    assert!(heap.stats().recovery.was_clean);
+    assert_eq!(heap.blocks().unwrap(), blocks);
+    for (i, &size) in sizes.iter().enumerate() {
+        let a = PAddr::from_raw(heap.read_u64(slot(&heap, i as u64)).unwrap());
+        assert_eq!(a, addrs[i]);
+        let mut buf = vec![0; size as usize];
+        heap.read(a, &mut buf).unwrap();
+        assert!(buf.iter().all(|&b| b == i as u8 + 1), "block {i}");
+    }
+    for i in 0..sizes.len() as u64 {
+        heap.deallocate(slot(&heap, i)).unwrap();
+        assert_eq!(heap.read_u64(slot(&heap, i)).unwrap(), 0);
+    }
+    assert!(heap.blocks().unwrap().is_empty());
+    assert_eq!(heap.stats().allocations, 0);
+    heap.close().unwrap();
+}
+
+#[test]
+fn freed_space_is_reused_and_a_full_heap_says_so() {
+    let heap = PersistentHeap::create_sim(&options(), SimConfig::default()).unwrap();
+    let a = heap.allocate_into(slot(&heap, 0), 64).unwrap();
+    heap.deallocate(slot(&heap, 0)).unwrap();
+    assert_eq!(heap.allocate_into(slot(&heap, 0), 64).unwrap(), a);
+    let big = heap.allocate_into(slot(&heap, 1), 20_000).unwrap();
+    heap.deallocate(slot(&heap, 1)).unwrap();
+    assert_eq!(heap.allocate_into(slot(&heap, 1), 20_000).unwrap(), big);
+    // Fill the heap with big blocks until it refuses, then free one and retry.
+    let mut n = 2;
+    let err = loop {
+        match heap.allocate_into(slot(&heap, n), 200_000) {
+            Ok(_) => n += 1,
+            Err(e) => break e,
+        }
+        assert!(n < 500, "never full");
+    };
+    assert!(matches!(err, Error::HeapFull { size: 200_000 }), "{err}");
+    heap.deallocate(slot(&heap, 2)).unwrap();
+    heap.allocate_into(slot(&heap, 2), 200_000).unwrap();
+    disjoint(&heap.blocks().unwrap());
+}
+
+#[test]
+fn bad_arguments_are_refused_and_change_nothing() {
+    let heap = PersistentHeap::create_sim(&options(), SimConfig::default()).unwrap();
+    let a = heap.allocate_into(slot(&heap, 0), 100).unwrap();
+    let before = heap.blocks().unwrap();
+    assert!(matches!(
+        heap.allocate_into(slot(&heap, 1), 0),
+        Err(Error::InvalidSize(0))
+    ));
+    assert!(matches!(
+        heap.allocate_into(slot(&heap, 1), u64::MAX),
+        Err(Error::InvalidSize(_))
+    ));
+    let misaligned = heap.root().checked_add(3).unwrap();
+    assert!(matches!(
+        heap.allocate_into(misaligned, 8),
+        Err(Error::InvalidAddress { .. })
+    ));
+    // The header, the segment table and a chunk header are not places for pointers.
+    for bad in [
+        PAddr::from_raw(8),
+        PAddr::new(0, 1 << 20).unwrap(),
+        PAddr::new(5, 4096).unwrap(),
+    ] {
+        assert!(
+            matches!(
+                heap.allocate_into(bad, 8),
+                Err(Error::InvalidAddress { .. })
+            ),
+            "{bad}"
+        );
+        assert!(heap.write(bad, &[1]).is_err());
+    }
+    let chunk_header = PAddr::new(0, a.offset() / 8192 * 8192).unwrap();
+    assert!(heap.write_u64(chunk_header, 0).is_err());
+    // Freeing something that is not a block, twice, or through a moved pointer.
+    heap.write_u64(slot(&heap, 2), a.raw() + 16).unwrap();
+    assert!(matches!(
+        heap.deallocate(slot(&heap, 2)),
+        Err(Error::InvalidFree { .. })
+    ));
+    heap.write_u64(slot(&heap, 2), a.raw()).unwrap();
+    heap.deallocate(slot(&heap, 2)).unwrap();
+    assert!(matches!(
+        heap.deallocate(slot(&heap, 0)),
+        Err(Error::InvalidFree { .. })
+    ));
+    assert!(
+        heap.deallocate(slot(&heap, 2)).is_ok(),
+        "a null pointer frees nothing"
+    );
+    assert!(heap.usable_size(a).is_err());
+    assert_eq!(before.len(), 1);
+    assert!(heap.blocks().unwrap().is_empty());
+}
+
+#[test]
+fn the_heap_and_the_transactional_pool_refuse_each_others_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let heap_path = dir.path().join("heap");
+    PersistentHeap::create(&heap_path, &options())
+        .unwrap()
+        .close()
+        .unwrap();
+    let err = Pool::open(&heap_path).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::WrongEngine {
+                found: EngineKind::Alloc,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let pool_path = dir.path().join("pool");
+    Pool::create(&pool_path, &Config::default().size(4 << 20))
+        .unwrap()
+        .close()
+        .unwrap();
+    let err = PersistentHeap::open(&pool_path).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::WrongEngine {
+                found: EngineKind::Log,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let held = PersistentHeap::open(&heap_path).unwrap();
+    assert!(matches!(
+        PersistentHeap::open(&heap_path),
+        Err(Error::Locked { .. })
+    ));
+    drop(held);
+    assert!(matches!(
+        Pool::create(
+            dir.path().join("x"),
+            &Config::default().engine(EngineKind::Alloc)
+        ),
+        Err(Error::InvalidConfig(_))
+    ));
+}
+
+/// A heap with blocks of every kind, cleanly closed, as an image.
+fn closed_image() -> (Vec<u8>, Vec<Block>) {
+    let heap = PersistentHeap::create_sim(&options(), SimConfig::default()).unwrap();
+    for (i, size) in [48u64, 3000, 9000, 70_000, 400_000].into_iter().enumerate() {
+        heap.allocate_into(slot(&heap, i as u64), size).unwrap();
+    }
+    let blocks = heap.blocks().unwrap();
+    let sim = heap.media().clone();
+    heap.close().unwrap();
+    (sim.crash_simulator().unwrap().persisted_image(), blocks)
+}
+
+#[test]
+fn a_flipped_byte_in_a_closed_heaps_metadata_is_reported_not_trusted() {
+    let (image, blocks) = closed_image();
+    let heap = PersistentHeap::open_image(image.clone(), &Default::default(), SimConfig::default())
+        .unwrap();
+    assert_eq!(heap.blocks().unwrap(), blocks);
+    drop(heap);
+    // Every byte of allocator metadata that holds something: the superblock, the
+    // digest, the segment table's live entries, chunk headers and page tables.
+    let mut checked = 0;
+    let mut places: Vec<usize> = (512..640).chain(768..776).collect();
+    let table = 8192; // data area start of a heap with a 4 KiB root
+    places.extend(table..table + 5 * 64);
+    let regions = blocks
+        .iter()
+        .map(|b| b.addr.offset() as usize)
+        .collect::<Vec<_>>();
+    for r in &regions {
+        places.extend(r / 8192 * 8192..r / 8192 * 8192 + 64); // small chunk headers
+    }
+    for &at in &places {
+        let mut damaged = image.clone();
+        damaged[at] ^= 0x20;
+        match PersistentHeap::open_image(damaged, &Default::default(), SimConfig::default()) {
+            Err(_) => checked += 1,
+            Ok(h) => assert_eq!(
+                h.blocks().unwrap(),
+                blocks,
+                "a flip at {at} was accepted and changed the blocks"
+            ),
+        }
+    }
+    assert!(
+        checked > places.len() / 2,
+        "{checked} of {} refused",
+        places.len()
+    );
+}
+
+#[test]
+fn threads_allocate_and_free_without_overlap_and_the_metadata_agrees() {
+    let heap = PersistentHeap::create_sim(
+        &HeapOptions {
+            size: 32 << 20,
+            ..options()
+        },
+        SimConfig::default(),
+    )
+    .unwrap();
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let heap = &heap;
+            s.spawn(move || {
+                let mut rng = ChaCha8Rng::seed_from_u64(t);
+                for _ in 0..3000 {
+                    let i = t * 64 + rng.random_range(0..64);
+                    let p = slot(heap, i);
+                    if heap.read_u64(p).unwrap() == 0 {
+                        let size = if rng.random_bool(0.7) {
+                            rng.random_range(1..4096)
+                        } else {
+                            rng.random_range(4096..150_000)
+                        };
+                        let a = heap.allocate_into(p, size).unwrap();
+                        heap.write(a, &i.to_le_bytes()).unwrap();
+                    } else {
+                        let a = PAddr::from_raw(heap.read_u64(p).unwrap());
+                        assert_eq!(heap.read_u64(a).unwrap(), i, "another thread's block");
+                        heap.deallocate(p).unwrap();
+                    }
+                }
+            });
+        }
+    });
+    let found = disjoint(&heap.blocks().unwrap());
+    let referenced: Vec<PAddr> = (0..128)
+        .map(|i| PAddr::from_raw(heap.read_u64(slot(&heap, i)).unwrap()))
+        .filter(|a| !a.is_null())
+        .collect();
+    assert_eq!(found.len(), referenced.len(), "a leak or a lost block");
+    for a in referenced {
+        assert!(found.contains_key(&a));
+    }
+    assert_eq!(heap.stats().allocations, found.len() as u64);
+}
