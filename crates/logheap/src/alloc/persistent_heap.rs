@@ -1279,11 +1279,10 @@ impl Reader<'_> {
                 if r.addr != base || region + count > self.sb.region_count {
                     return Err("not a huge block's place".into());
                 }
-                let head_ok = match (entry, r.op) {
-                    (Some(e), _) => e.kind == SegmentKind::Huge && e.requested == r.size,
-                    (None, MicroOp::Allocate) => true,
-                    (None, MicroOp::Free) => false,
-                };
+                // Before its step the head entry is free (allocating) or live (freeing),
+                // after it the other way round: either may be found.
+                let head_ok =
+                    entry.is_none_or(|e| e.kind == SegmentKind::Huge && e.requested == r.size);
                 let tails_free =
                     (region + 1..region + count).all(|t| entries[t as usize].is_none());
                 if !head_ok || !tails_free {

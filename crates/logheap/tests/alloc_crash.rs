@@ -1,0 +1,261 @@
+//! Crash simulation of the persistent heap: at every fence of a random run of
+//! allocations and frees of every size policy, every crash image must open (recovery
+//! runs) and show no leak, no double allocation and no dangling pointer, checked by
+//! walking every block of the persistent metadata against the pointers in the root.
+
+use std::cell::Cell;
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use logheap::PoolFile;
+use logheap::alloc::{HeapOptions, PAddr, PersistentHeap};
+use logheap::media::{CrashPoint, SimConfig};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// Pointer slots the workload uses (root words 0..SLOTS); the checker allocates into
+/// the next ones.
+const SLOTS: u64 = 24;
+const SPARE: u64 = 8;
+
+fn options() -> HeapOptions {
+    HeapOptions {
+        size: 2 << 20,
+        segment_size: 64 << 10,
+        arenas: 2,
+        root_size: 4096,
+        ..HeapOptions::default()
+    }
+}
+
+fn slot(heap: &PersistentHeap, i: u64) -> PAddr {
+    heap.root().checked_add(8 * i).unwrap()
+}
+
+/// What the workload has made durable, and the operation in flight.
+#[derive(Debug, Clone, Default)]
+struct Model {
+    slots: Vec<u64>,
+    /// The slot the operation in flight changes, and whether it allocates.
+    in_flight: Option<(u64, bool)>,
+}
+
+#[derive(Debug, Default)]
+struct Tally {
+    images: AtomicU64,
+    /// Images whose recovery redid an unfinished operation.
+    redone: AtomicU64,
+    violations: AtomicU64,
+    first: Mutex<Option<String>>,
+}
+
+impl Tally {
+    fn violation(&self, why: String) {
+        self.violations.fetch_add(1, Ordering::Relaxed);
+        self.first.lock().unwrap().get_or_insert(why);
+    }
+}
+
+/// Opens `image` and checks it against `model`; the reason it fails, if it does.
+fn check_image(image: Vec<u8>, model: &Model, tally: &Tally) -> Result<(), String> {
+    let heap = PersistentHeap::open_image(image, &Default::default(), SimConfig::default())
+        .map_err(|e| format!("does not open: {e}"))?;
+    if heap.stats().recovery.redone > 0 {
+        tally.redone.fetch_add(1, Ordering::Relaxed);
+    }
+    let blocks = heap.blocks().map_err(|e| format!("blocks: {e}"))?;
+    for w in blocks.windows(2) {
+        if w[0].addr.offset() + w[0].size > w[1].addr.offset() {
+            return Err(format!("double allocation: {:?} overlaps {:?}", w[0], w[1]));
+        }
+    }
+    let mut referenced = BTreeSet::new();
+    for i in 0..SLOTS {
+        let v = heap.read_u64(slot(&heap, i)).unwrap();
+        let expected = model.slots[i as usize];
+        match model.in_flight {
+            Some((s, _)) if s == i => {}
+            _ if v != expected => return Err(format!("slot {i} is {v:#x}, not {expected:#x}")),
+            _ => {}
+        }
+        if let Some((s, allocating)) = model.in_flight
+            && s == i
+            && v != expected
+            && (allocating == (v == 0))
+        {
+            return Err(format!("slot {i} in flight is {v:#x}"));
+        }
+        if v != 0 && !referenced.insert(v) {
+            return Err(format!("two slots hold {v:#x}"));
+        }
+    }
+    let allocated: BTreeSet<u64> = blocks.iter().map(|b| b.addr.raw()).collect();
+    if allocated != referenced {
+        let leaked: Vec<_> = allocated.difference(&referenced).collect();
+        let dangling: Vec<_> = referenced.difference(&allocated).collect();
+        return Err(format!("leaked {leaked:x?}, dangling {dangling:x?}"));
+    }
+    // The rebuilt DRAM state must hand out only free space.
+    for (k, size) in [40u64, 3000, 9000, 70_000].into_iter().enumerate() {
+        let _ = heap.allocate_into(slot(&heap, SLOTS + k as u64), size);
+    }
+    let after = heap
+        .blocks()
+        .map_err(|e| format!("blocks after allocating: {e}"))?;
+    for w in after.windows(2) {
+        if w[0].addr.offset() + w[0].size > w[1].addr.offset() {
+            return Err(format!(
+                "recovered state allocated over a block: {:?} overlaps {:?}",
+                w[0], w[1]
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_point(point: &CrashPoint<'_>, model: &Model, tally: &Tally) {
+    for image in point.images() {
+        let n = tally.images.fetch_add(1, Ordering::Relaxed);
+        if n % 4 == 0 {
+            check_recovery_crashes(image.clone(), model, tally);
+        }
+        if let Err(why) = check_image(image, model, tally) {
+            tally.violation(format!("fence {}: {why}", point.fence_index()));
+        }
+    }
+}
+
+/// Opens `image` with a crash image taken at every fence of its recovery (the redo of
+/// an unfinished operation, marking the pool open), and checks those too: recovery must
+/// survive crashing itself.
+fn check_recovery_crashes(image: Vec<u8>, model: &Model, tally: &Tally) {
+    let file = match PoolFile::open_image(image, &Default::default(), SimConfig::default()) {
+        Ok(f) => f,
+        Err(e) => return tally.violation(format!("does not open: {e}")),
+    };
+    let nested = Arc::new(Mutex::new(Vec::new()));
+    let n = nested.clone();
+    file.media()
+        .crash_simulator()
+        .unwrap()
+        .set_fence_hook(Box::new(move |point| {
+            n.lock().unwrap().extend(point.images())
+        }));
+    if let Err(e) = PersistentHeap::from_file(file) {
+        return tally.violation(format!("recovery failed: {e}"));
+    }
+    for image in nested.lock().unwrap().drain(..) {
+        tally.images.fetch_add(1, Ordering::Relaxed);
+        if let Err(why) = check_image(image, model, tally) {
+            tally.violation(format!("crash during recovery: {why}"));
+        }
+    }
+}
+
+/// Runs `ops` random operations (in batches on fresh threads, so both arenas work),
+/// calling `around` before and after each with the model.
+fn run_workload(heap: &PersistentHeap, model: &Arc<Mutex<Model>>, seed: u64, ops: u32) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut done = 0;
+    while done < ops {
+        let batch: Vec<(u64, u64)> = (0..10)
+            .map(|_| {
+                let size = match rng.random_range(0..10) {
+                    0..5 => rng.random_range(1..=4032),
+                    5..9 => rng.random_range(4033..50_000),
+                    _ => rng.random_range(60_000..200_000),
+                };
+                (rng.random_range(0..SLOTS), size)
+            })
+            .collect();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for &(i, size) in &batch {
+                    let p = slot(heap, i);
+                    let current = heap.read_u64(p).unwrap();
+                    model.lock().unwrap().in_flight = Some((i, current == 0));
+                    if current == 0 {
+                        heap.allocate_into(p, size).unwrap();
+                    } else {
+                        heap.deallocate(p).unwrap();
+                    }
+                    let mut m = model.lock().unwrap();
+                    m.slots[i as usize] = heap.read_u64(p).unwrap();
+                    m.in_flight = None;
+                }
+            });
+        });
+        done += batch.len() as u32;
+    }
+}
+
+#[test]
+fn every_crash_image_of_allocations_and_frees_has_no_leak_and_no_double_allocation() {
+    let heap = PersistentHeap::create_sim(&options(), SimConfig::default()).unwrap();
+    let model = Arc::new(Mutex::new(Model {
+        slots: vec![0; (SLOTS + SPARE) as usize],
+        in_flight: None,
+    }));
+    let tally = Arc::new(Tally::default());
+    let sim = heap.media().crash_simulator().unwrap();
+    let (m, t) = (model.clone(), tally.clone());
+    sim.set_fence_hook(Box::new(move |point| {
+        let model = m.lock().unwrap().clone();
+        check_point(point, &model, &t);
+    }));
+    run_workload(&heap, &model, 7, 300);
+    let images = tally.images.load(Ordering::Relaxed);
+    let violations = tally.violations.load(Ordering::Relaxed);
+    let redone = tally.redone.load(Ordering::Relaxed);
+    eprintln!(
+        "persistent heap crash test: {images} images ({redone} redoing an unfinished operation), {violations} violations"
+    );
+    assert_eq!(
+        violations,
+        0,
+        "first: {}",
+        tally.first.lock().unwrap().clone().unwrap_or_default()
+    );
+    assert!(images >= 1000, "only {images} images");
+    assert!(redone > 100, "only {redone} images needed a redo");
+    let stats = heap.stats();
+    assert!(
+        stats.small_segments > 0 && stats.big_segments > 0,
+        "{stats:?}"
+    );
+}
+
+thread_local! {
+    static DROP_FENCES: Cell<bool> = const { Cell::new(false) };
+}
+
+#[test]
+fn without_its_fences_an_allocation_can_leak_and_the_check_sees_it() {
+    let heap = PersistentHeap::create_sim(&options(), SimConfig::default()).unwrap();
+    let sim = heap.media().crash_simulator().unwrap();
+    sim.set_fence_filter(Arc::new(|| !DROP_FENCES.with(|d| d.get())));
+    let tally = Tally::default();
+    let mut model = Model {
+        slots: vec![0; (SLOTS + SPARE) as usize],
+        in_flight: None,
+    };
+    for i in 0..6 {
+        let p = slot(&heap, i);
+        DROP_FENCES.with(|d| d.set(true));
+        model.in_flight = Some((i, true));
+        heap.allocate_into(p, 100 + 5000 * i).unwrap();
+        DROP_FENCES.with(|d| d.set(false));
+        // A crash now: the micro-log record, the bitmap and the pointer were all
+        // flushed but never fenced, so any of them may be missing.
+        sim.with_crash_point(|point| check_point(point, &model, &tally));
+        heap.media().fence();
+        model.slots[i as usize] = heap.read_u64(p).unwrap();
+        model.in_flight = None;
+    }
+    assert!(
+        tally.violations.load(Ordering::Relaxed) > 0,
+        "dropping the fences went unnoticed in {} images",
+        tally.images.load(Ordering::Relaxed)
+    );
+}
