@@ -1484,3 +1484,63 @@ uint64_t lh_pm_used(struct lh_ctx *c)
 	}
 	return sum;
 }
+
+/* --- Random allocation and free (issue 11: PMDK's allocator against logheap's) ------- */
+
+/* A pool whose root is an array of `nslots` persistent pointers. */
+struct lh_alloc_pool {
+	PMEMobjpool *pop;
+	PMEMoid *slots;
+	uint64_t nslots;
+};
+
+/* Creates a pool of `size` bytes at `path` with `nslots` null pointers in its root.
+ * NULL on failure (see lh_errormsg). */
+struct lh_alloc_pool *lh_alloc_create(const char *path, uint64_t size, uint64_t nslots)
+{
+	struct lh_alloc_pool *p = calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	p->pop = pmemobj_create(path, "logheap-alloc", size, 0600);
+	if (!p->pop) {
+		free(p);
+		return NULL;
+	}
+	PMEMoid root = pmemobj_root(p->pop, nslots * sizeof(PMEMoid));
+	if (OID_IS_NULL(root)) {
+		pmemobj_close(p->pop);
+		free(p);
+		return NULL;
+	}
+	p->slots = pmemobj_direct(root);
+	p->nslots = nslots;
+	return p;
+}
+
+/* Closes the pool (the caller removes the file). */
+void lh_alloc_close(struct lh_alloc_pool *p)
+{
+	pmemobj_close(p->pop);
+	free(p);
+}
+
+/* Runs `n` operations; operation `k` is `slot | size << 32`: pmemobj_alloc of `size`
+ * bytes into the slot when it is null, else pmemobj_free of it (the reference-passing
+ * calls, as logheap's allocate_into / deallocate). Threads may run at once on disjoint
+ * slots. 0, or the errno value of the first failure (see lh_errormsg). */
+int lh_alloc_run(struct lh_alloc_pool *p, const uint64_t *ops, size_t n)
+{
+	for (size_t k = 0; k < n; k++) {
+		uint64_t slot = ops[k] & 0xffffffffu;
+		size_t size = (size_t)(ops[k] >> 32);
+		if (slot >= p->nslots)
+			return EINVAL;
+		if (OID_IS_NULL(p->slots[slot])) {
+			if (pmemobj_alloc(p->pop, &p->slots[slot], size, 0, NULL, NULL))
+				return errno ? errno : ENOMEM;
+		} else {
+			pmemobj_free(&p->slots[slot]);
+		}
+	}
+	return 0;
+}

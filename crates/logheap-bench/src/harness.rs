@@ -125,8 +125,11 @@ pub struct RunResult {
     pub emulated: bool,
     /// Wall time of the measured phase.
     pub seconds: f64,
-    /// Committed transactions per second.
+    /// Committed transactions per second (allocator workloads: operations per second).
     pub tx_per_s: f64,
+    /// Allocator workloads: allocations and frees per second (`None` elsewhere).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ops_per_s: Option<f64>,
     /// Fences per transaction (`None`: not measured, as on `pmdk`).
     #[serde(default)]
     pub fences_per_tx: Option<f64>,
@@ -309,6 +312,9 @@ pub fn run_reporting(
     if spec.workload.is_fragmentation() {
         return run_fragmentation(spec, phase);
     }
+    if spec.workload.is_allocator() {
+        return crate::alloc_bench::run(spec, phase);
+    }
     if spec.engine == crate::pmdk::ENGINE {
         return crate::pmdk::run_reporting(spec, phase);
     }
@@ -432,6 +438,7 @@ pub fn run_reporting(
         emulated: spec.emulation.is_some(),
         seconds,
         tx_per_s: c.transactions as f64 / seconds.max(1e-9),
+        ops_per_s: None,
         fences_per_tx: Some(per_tx(c.fences)),
         fences_per_write_tx: Some(c.fences as f64 / c.write_transactions.max(1) as f64),
         lines_flushed_per_tx: Some(per_tx(c.lines_flushed)),
@@ -560,6 +567,7 @@ fn run_fragmentation(
         emulated: log.is_some() && spec.emulation.is_some(),
         seconds: out.seconds,
         tx_per_s: out.allocations as f64 / out.seconds.max(1e-9),
+        ops_per_s: None,
         fences_per_tx: media.and_then(|m| per(m.fences)),
         fences_per_write_tx: media.map(|m| m.fences as f64 / m.write_transactions.max(1) as f64),
         lines_flushed_per_tx: media.and_then(|m| per(m.lines_flushed)),

@@ -66,7 +66,20 @@ pub fn prepare_environment() {
 #[cfg(logheap_pmdk)]
 pub use imp::PmdkStore;
 #[cfg(logheap_pmdk)]
-pub(crate) use imp::run_reporting;
+pub(crate) use imp::{alloc_random, run_reporting};
+
+/// Runs the random allocation workload on PMDK's allocator; see
+/// [`crate::alloc_bench`].
+#[cfg(not(logheap_pmdk))]
+pub(crate) fn alloc_random(
+    _path: &std::path::Path,
+    _size: u64,
+    _slots: u64,
+    _preload: &[u64],
+    _per_thread: &[Vec<u64>],
+) -> Result<f64, String> {
+    Err(UNAVAILABLE.into())
+}
 
 #[cfg(logheap_pmdk)]
 mod imp {
@@ -112,6 +125,9 @@ mod imp {
             pub fn lh_lookup(c: *mut LhCtx, key: u64, len: *mut u64, fill: *mut u8) -> c_int;
             pub fn lh_verify(c: *mut LhCtx, msg: *mut c_char, cap: usize) -> i64;
             pub fn lh_pm_used(c: *mut LhCtx) -> u64;
+            pub fn lh_alloc_create(path: *const c_char, size: u64, nslots: u64) -> *mut LhCtx;
+            pub fn lh_alloc_close(p: *mut LhCtx);
+            pub fn lh_alloc_run(p: *mut LhCtx, ops: *const u64, n: usize) -> c_int;
         }
     }
 
@@ -130,6 +146,62 @@ mod imp {
                 unsafe { std::env::set_var("PMEM_IS_PMEM_FORCE", "1") };
             }
         });
+    }
+
+    /// A pool of persistent pointers for the random allocation workload
+    /// (`struct lh_alloc_pool`, behind the same opaque type), closed when dropped.
+    struct AllocPool(NonNull<ffi::LhCtx>);
+
+    // SAFETY: the C side keeps no thread-local state for the pool; threads calling
+    // `lh_alloc_run` at once work on disjoint slots (libpmemobj's allocator is
+    // thread-safe), and closing takes the pool by value.
+    unsafe impl Send for AllocPool {}
+    // SAFETY: as above.
+    unsafe impl Sync for AllocPool {}
+
+    impl AllocPool {
+        fn run(&self, ops: &[u64]) -> Result<(), String> {
+            // SAFETY: the pool is live (owned by self); `ops` points at `ops.len()`
+            // words, only read during the call.
+            match unsafe { ffi::lh_alloc_run(self.0.as_ptr(), ops.as_ptr(), ops.len()) } {
+                0 => Ok(()),
+                code => Err(pmdk_error("pmemobj_alloc", code)),
+            }
+        }
+    }
+
+    impl Drop for AllocPool {
+        fn drop(&mut self) {
+            // SAFETY: the pool is live and closed once, here.
+            unsafe { ffi::lh_alloc_close(self.0.as_ptr()) }
+        }
+    }
+
+    /// Runs the random allocation workload on PMDK's allocator in a new pool at `path`
+    /// of `size` bytes with `slots` persistent pointers: `preload` on one thread, then
+    /// `per_thread[t]` on thread `t` (operations as `slot | size << 32`). The measured
+    /// phase's seconds.
+    pub(crate) fn alloc_random(
+        path: &Path,
+        size: u64,
+        slots: u64,
+        preload: &[u64],
+        per_thread: &[Vec<u64>],
+    ) -> Result<f64, String> {
+        force_pmem();
+        let c_path = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| format!("{}: a NUL in the path", path.display()))?;
+        // SAFETY: `c_path` is NUL-terminated and outlives the call.
+        let pool = unsafe { ffi::lh_alloc_create(c_path.as_ptr(), size, slots) };
+        let pool = AllocPool(NonNull::new(pool).ok_or_else(|| {
+            pmdk_error(
+                &format!("pmemobj_create {}", path.display()),
+                std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+            )
+        })?);
+        pool.run(preload)?;
+        crate::harness::run_timed(per_thread.len(), |t| pool.run(&per_thread[t]))
+            .map_err(|e| e.to_string())
     }
 
     /// libpmemobj's last error message on this thread, with `code` (an errno value).
@@ -368,6 +440,7 @@ mod imp {
             emulated: false,
             seconds,
             tx_per_s: ops as f64 / seconds.max(1e-9),
+            ops_per_s: None,
             fences_per_tx: None,
             fences_per_write_tx: None,
             lines_flushed_per_tx: None,

@@ -287,6 +287,7 @@ mod tests {
             emulated: false,
             seconds: 1000.0 / tx_per_s,
             tx_per_s,
+            ops_per_s: None,
             fences_per_tx: measured(1.0),
             fences_per_write_tx: measured(1.0),
             lines_flushed_per_tx: measured(3.0),

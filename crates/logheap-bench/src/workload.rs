@@ -43,6 +43,9 @@ pub enum Workload {
     /// Fragmentation W3: 1,000-2,000 B objects, then 1,500-2,500 B ones, with 90% freed
     /// between the phases.
     FragW3,
+    /// Random-size allocation and free, 64 B to 128 KiB, on persistent and DRAM
+    /// allocators ([`crate::alloc_bench`]; issue 11, 002's benchmark).
+    AllocRandom,
 }
 
 impl Workload {
@@ -62,6 +65,15 @@ impl Workload {
     /// The fragmentation workloads (Fig. 9), which run on the log engine and on the
     /// DRAM allocators `glibc` and `jemalloc` ([`crate::fragmentation`]).
     pub const FRAGMENTATION: [Workload; 3] = [Self::FragW1, Self::FragW2, Self::FragW3];
+
+    /// Workloads that run only when named (`alloc-random`).
+    pub const ON_REQUEST: [Workload; 1] = [Self::AllocRandom];
+
+    /// Whether this is an allocator workload (`alloc-random`), run on allocators
+    /// rather than on transaction engines.
+    pub fn is_allocator(self) -> bool {
+        self == Self::AllocRandom
+    }
 
     /// Whether this is a fragmentation workload.
     pub fn is_fragmentation(self) -> bool {
@@ -83,6 +95,7 @@ impl Workload {
             Self::FragW1 => "frag-w1",
             Self::FragW2 => "frag-w2",
             Self::FragW3 => "frag-w3",
+            Self::AllocRandom => "alloc-random",
         }
     }
 
@@ -119,11 +132,13 @@ impl FromStr for Workload {
         Self::ALL
             .into_iter()
             .chain(Self::FRAGMENTATION)
+            .chain(Self::ON_REQUEST)
             .find(|w| w.name() == s)
             .ok_or_else(|| {
                 let names: Vec<&str> = Self::ALL
                     .iter()
                     .chain(&Self::FRAGMENTATION)
+                    .chain(&Self::ON_REQUEST)
                     .map(|w| w.name())
                     .collect();
                 format!("unknown workload {s:?} ({})", names.join(", "))

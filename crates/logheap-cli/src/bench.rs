@@ -21,7 +21,7 @@ use logheap::{Emulation, MappingConfig};
 use logheap_bench::fragmentation::{GLIBC, JEMALLOC, is_dram_allocator};
 use logheap_bench::harness::LOG_CLEANING;
 use logheap_bench::pmdk::{self, pmdk_available};
-use logheap_bench::{FragOptions, RunSpec, Workload, report, run_reporting};
+use logheap_bench::{FragOptions, RunSpec, Workload, alloc_bench, report, run_reporting};
 
 use crate::size::parse_size;
 
@@ -29,7 +29,9 @@ use crate::size::parse_size;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Workloads to run (repeat the option; default: every workload but the
-    /// fragmentation ones, frag-w1 to frag-w3, which run only when named).
+    /// fragmentation ones, frag-w1 to frag-w3, and alloc-random, which run only when
+    /// named). alloc-random runs on the persistent heap `alloc`, `pmdk`, `glibc` and
+    /// `jemalloc`, on 1 and 2 threads unless --threads says otherwise.
     #[arg(long = "workload")]
     workloads: Vec<Workload>,
     /// Engines to run (repeat; default: log-base, log-2l, log-2l-gu, log-2l-gu-c, log,
@@ -175,6 +177,13 @@ fn plan(args: &Args) -> Vec<Planned> {
         if w.is_fragmentation() {
             return ["log", GLIBC, JEMALLOC].map(String::from).to_vec();
         }
+        if w.is_allocator() {
+            return alloc_bench::engines()
+                .into_iter()
+                .filter(|&e| e != pmdk::ENGINE || pmdk_available())
+                .map(String::from)
+                .collect();
+        }
         let mut engines: Vec<String> = MappingConfig::LADDER
             .iter()
             .map(|&(_, m)| engine_of(m))
@@ -201,6 +210,26 @@ fn plan(args: &Args) -> Vec<Planned> {
     };
     let mut runs = Vec::new();
     for &w in &workloads {
+        if w.is_allocator() {
+            // One and two threads unless told (002 measures per-thread scaling).
+            let threads = if args.threads.is_empty() {
+                vec![1, 2]
+            } else {
+                args.threads.clone()
+            };
+            for e in engines_for(w) {
+                for &threads in &threads {
+                    runs.push(Planned {
+                        engine: e.clone(),
+                        workload: w,
+                        threads,
+                        value_size: 0,
+                        utilisation: None,
+                    });
+                }
+            }
+            continue;
+        }
         if w.is_fragmentation() {
             // Single-threaded, and sized by the --frag options.
             for e in engines_for(w) {
@@ -231,7 +260,10 @@ fn plan(args: &Args) -> Vec<Planned> {
         }
     }
     if args.threads.is_empty() && args.utilisations.is_empty() {
-        for &w in workloads.iter().filter(|w| w.is_update()) {
+        for &w in workloads
+            .iter()
+            .filter(|w| w.is_update() && !w.is_allocator())
+        {
             for &value_size in &sizes {
                 for e in engines_for(w).into_iter().filter(|e| {
                     e == "log" || e == "log-2l-gu-c" || e == LOG_CLEANING || e == pmdk::ENGINE
@@ -263,10 +295,29 @@ fn check_plan(runs: &[Planned]) -> Result<(), String> {
         {
             return Err(format!("--utilisation {u}: give a share between 0 and 1"));
         }
+        if r.workload.is_allocator() {
+            if !alloc_bench::engines().contains(&engine.as_str()) {
+                return Err(format!(
+                    "--engine {engine}: {} runs on {}",
+                    r.workload,
+                    alloc_bench::engines().join(", ")
+                ));
+            }
+            if r.utilisation.is_some() {
+                return Err(format!("--utilisation does not apply to {}", r.workload));
+            }
+            continue;
+        }
+        if engine == alloc_bench::ALLOC {
+            return Err(format!(
+                "--engine alloc (the persistent heap) runs only alloc-random, not {}",
+                r.workload
+            ));
+        }
         if is_dram_allocator(engine) {
             if !r.workload.is_fragmentation() {
                 return Err(format!(
-                    "--engine {engine} runs only the fragmentation workloads (frag-w1, frag-w2, frag-w3), not {}",
+                    "--engine {engine} runs only the fragmentation workloads (frag-w1, frag-w2, frag-w3) and alloc-random, not {}",
                     r.workload
                 ));
             }
@@ -428,6 +479,17 @@ fn summary(r: &logheap_bench::RunResult) -> String {
             }
         );
     }
+    if let Some(ops) = r.ops_per_s {
+        return format!(
+            "{:<12} {:<14} {} thread(s): {:>9.0} ops/s, {} fences/op, {} lines flushed/op",
+            r.engine,
+            r.workload,
+            r.threads,
+            ops,
+            report::fixed(r.fences_per_tx, 2),
+            report::fixed(r.lines_flushed_per_tx, 2)
+        );
+    }
     let mut line = format!(
         "{:<12} {:<14} {} thread(s): {:>9.0} tx/s, {} fences/tx, {} media B/tx",
         r.engine,
@@ -559,12 +621,13 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             what.push_str(&format!(", {:.0}% utilisation", 100.0 * u));
         }
         what.push(')');
-        let measured = if is_dram_allocator(engine) && !args.in_process {
-            bar.set_message(format!("{what}: in a child process"));
-            run_in_child(&spec)
-        } else {
-            run_reporting(&spec, &|phase| bar.set_message(format!("{what}: {phase}")))
-        };
+        let measured =
+            if is_dram_allocator(engine) && workload.is_fragmentation() && !args.in_process {
+                bar.set_message(format!("{what}: in a child process"));
+                run_in_child(&spec)
+            } else {
+                run_reporting(&spec, &|phase| bar.set_message(format!("{what}: {phase}")))
+            };
         let r = match measured {
             Ok(r) => r,
             // A utilisation the engine cannot hold is a finding of the sweep, not the

@@ -117,7 +117,7 @@ fn check_image(image: Vec<u8>, model: &Model, tally: &Tally) -> Result<(), Strin
 fn check_point(point: &CrashPoint<'_>, model: &Model, tally: &Tally) {
     for image in point.images() {
         let n = tally.images.fetch_add(1, Ordering::Relaxed);
-        if n % 4 == 0 {
+        if n.is_multiple_of(4) {
             check_recovery_crashes(image.clone(), model, tally);
         }
         if let Err(why) = check_image(image, model, tally) {
