@@ -4,14 +4,57 @@
 //! class, as PMDK's open is lazy and pays at its first allocations.
 //!
 //! `cargo run --release -p logheap --example heap_recovery -- [BLOCKS] [DIR]`
-//! (default 1,000,000 blocks of 64 B-1 KiB, in /dev/shm).
+//! (default 1,000,000 blocks of 64 B-1 KiB, in /dev/shm). Each open runs in a fresh
+//! process (this program again, with `--open PATH`), as PMDK's open was timed.
 
 use std::time::Instant;
 
 use logheap::alloc::{HeapOptions, PAddr, PersistentHeap};
 use rand::{Rng, SeedableRng};
 
+/// Opens the heap at `path`, allocates and frees one block per size class, and prints
+/// the times; the heap is closed cleanly when `close`, else dropped (as a crash).
+fn open_and_time(path: &str, close: bool) -> Result<(), Box<dyn std::error::Error>> {
+    let start = Instant::now();
+    let heap = PersistentHeap::open(path)?;
+    let opened = start.elapsed().as_secs_f64();
+    let scratch = heap.root().checked_add(8).expect("in the root");
+    for size in [32, 64, 128, 256, 512, 1024, 2048, 4000, 8192] {
+        heap.allocate_into(scratch, size)?;
+        heap.deallocate(scratch)?;
+    }
+    let first = start.elapsed().as_secs_f64();
+    let r = heap.stats().recovery;
+    println!(
+        "{}: open {:.1} ms, open + one allocation per class {:.1} ms ({} blocks, {} segments)",
+        if r.was_clean {
+            "after a clean close"
+        } else {
+            "after a crash"
+        },
+        opened * 1e3,
+        first * 1e3,
+        r.blocks,
+        r.segments
+    );
+    let array = PAddr::from_raw(heap.read_u64(heap.root())?);
+    assert!(heap.usable_size(array)? >= 8 * (r.blocks - 1));
+    if close {
+        heap.close()?;
+    }
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    if let Some(mode @ ("--open" | "--open-and-crash")) = args.next().as_deref().map(|a| match a {
+        "--open" => "--open",
+        "--open-and-crash" => "--open-and-crash",
+        _ => "",
+    }) {
+        let path = std::env::args().nth(2).ok_or("--open PATH")?;
+        return open_and_time(&path, mode == "--open");
+    }
     let mut args = std::env::args().skip(1);
     let blocks: u64 = args.next().map_or(Ok(1_000_000), |a| a.parse())?;
     let dir = args.next().unwrap_or_else(|| "/dev/shm".into());
@@ -36,31 +79,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     heap.close()?;
 
-    let time_open = |what: &str| -> Result<PersistentHeap, Box<dyn std::error::Error>> {
-        let start = Instant::now();
-        let heap = PersistentHeap::open(&path)?;
-        let opened = start.elapsed().as_secs_f64();
-        let scratch = heap.root().checked_add(8).expect("in the root");
-        for size in [32, 64, 128, 256, 512, 1024, 2048, 4000, 8192] {
-            heap.allocate_into(scratch, size)?;
-            heap.deallocate(scratch)?;
+    let me = std::env::current_exe()?;
+    for mode in ["--open", "--open-and-crash", "--open", "--open"] {
+        let out = std::process::Command::new(&me)
+            .arg(mode)
+            .arg(&path)
+            .output()?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned().into());
         }
-        let first = start.elapsed().as_secs_f64();
-        let r = heap.stats().recovery;
-        println!(
-            "{what}: open {:.1} ms, open + one allocation per class {:.1} ms ({} blocks, {} segments)",
-            opened * 1e3,
-            first * 1e3,
-            r.blocks,
-            r.segments
-        );
-        Ok(heap)
-    };
-    time_open("after a clean close")?.close()?;
-    drop(time_open("after a clean close, again")?); // dropped: as a crash
-    let heap = time_open("after a crash")?;
-    let array = PAddr::from_raw(heap.read_u64(heap.root())?);
-    assert!(heap.usable_size(array)? >= blocks * 8);
-    heap.close()?;
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+    }
     Ok(())
 }

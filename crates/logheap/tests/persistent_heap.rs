@@ -240,12 +240,17 @@ fn a_flipped_byte_in_a_closed_heaps_metadata_is_reported_not_trusted() {
     let mut places: Vec<usize> = (512..640).chain(768..776).collect();
     let table = 8192; // data area start of a heap with a 4 KiB root
     places.extend(table..table + 5 * 64);
-    let regions = blocks
-        .iter()
-        .map(|b| b.addr.offset() as usize)
-        .collect::<Vec<_>>();
-    for r in &regions {
-        places.extend(r / 8192 * 8192..r / 8192 * 8192 + 64); // small chunk headers
+    // The segments' own metadata: each live table entry names its region (bytes 16..24)
+    // and kind (byte 4: 1 small, 2 big); a small segment's chunk headers and a big one's
+    // page table are at the region's start.
+    for e in 0..5 {
+        let entry = &image[table + 64 * e..table + 64 * (e + 1)];
+        let region = u64::from_le_bytes(entry[16..24].try_into().unwrap()) as usize;
+        match entry[4] {
+            1 => places.extend(region..region + 4 * 64),
+            2 => places.extend(region..region + 512),
+            _ => {}
+        }
     }
     for &at in &places {
         let mut damaged = image.clone();

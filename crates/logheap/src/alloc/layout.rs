@@ -23,9 +23,9 @@ use std::ops::Range;
 pub(crate) const LINE: u64 = 64;
 /// Size of a small-allocator chunk (002: "Fixed-size memory chunk, e.g., 8 KB").
 pub(crate) const CHUNK: u64 = 8192;
-/// Bytes at the start of each chunk holding its class word and bitmap.
+/// Bytes of a chunk's header (its class word and bitmap), kept at the segment's start.
 pub(crate) const CHUNK_HEADER: u64 = 64;
-/// Words of a chunk's allocation bitmap (448 bits: more than the 254 blocks of the
+/// Words of a chunk's allocation bitmap (448 bits: more than the 256 blocks of the
 /// smallest class).
 pub(crate) const BITMAP_WORDS: usize = 7;
 /// The big allocator's unit (002: sizes are multiples of the system page size).
@@ -40,7 +40,7 @@ pub(crate) const MAX_SEGMENT: u64 = 64 << 20;
 pub(crate) const HUGE_THRESHOLD: u64 = 16 << 20;
 
 /// Block sizes of the small allocator (ours: spacing of at most 25 %, each at most
-/// (8192 - 64) / 2 so a chunk holds at least two blocks, each a multiple of 16).
+/// 8192 / 2 so a chunk holds at least two blocks, each a multiple of 16).
 pub(crate) const CLASSES: [u32; 20] = [
     32, 48, 64, 80, 96, 128, 160, 192, 256, 320, 384, 512, 640, 768, 1024, 1280, 1536, 2048, 2688,
     4032,
@@ -56,7 +56,7 @@ pub(crate) fn class_of(size: u64) -> usize {
 
 /// Blocks of class `class` in one chunk.
 pub(crate) fn blocks_per_chunk(class: usize) -> u32 {
-    ((CHUNK - CHUNK_HEADER) / u64::from(CLASSES[class])) as u32
+    (CHUNK / u64::from(CLASSES[class])) as u32
 }
 
 /// The heap's format version (superblock bytes 8..12).

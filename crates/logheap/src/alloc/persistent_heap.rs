@@ -496,7 +496,7 @@ impl PersistentHeap {
                 };
                 let step = match held {
                     Held::Small(b) => Step::Small {
-                        chunk: b.chunk,
+                        header: self.small_geometry(region).header_of(b.chunk),
                         class: b.class,
                         block: b.block,
                     },
@@ -706,6 +706,14 @@ impl PersistentHeap {
         self.file.close()
     }
 
+    /// Where the headers and chunks of the small segment in `region` are.
+    fn small_geometry(&self, region: u32) -> small::Geometry {
+        small::Geometry::of(
+            self.sb.region_offset(u64::from(region)),
+            self.sb.segment_size,
+        )
+    }
+
     fn reader(&self) -> Reader<'_> {
         Reader {
             media: &self.media,
@@ -747,8 +755,9 @@ impl PersistentHeap {
                         arena.small.take(class).expect("a new segment has room")
                     }
                 };
+                let region = self.sb.region_of(b.chunk).expect("a chunk is in a region");
                 let step = Step::Small {
-                    chunk: b.chunk,
+                    header: self.small_geometry(region as u32).header_of(b.chunk),
                     class,
                     block: b.block,
                 };
@@ -815,10 +824,9 @@ impl PersistentHeap {
         let seg = self.sb.segment_size;
         match kind {
             SegmentKind::Small => {
-                for chunk in (base..base + seg).step_by(CHUNK as usize) {
-                    self.media.fill(chunk as usize, CHUNK_HEADER as usize, 0);
-                    self.media.flush(chunk as usize, CHUNK_HEADER as usize);
-                }
+                let headers = small::Geometry::of(base, seg).header_bytes as usize;
+                self.media.fill(base as usize, headers, 0);
+                self.media.flush(base as usize, headers);
             }
             _ => {
                 let table = (big::table_granules(seg) * GRANULE) as usize;
@@ -842,8 +850,9 @@ impl PersistentHeap {
         self.media.persist(at + ENTRY_STATE as usize, 8);
         match kind {
             SegmentKind::Small => {
-                for chunk in (base..base + seg).step_by(CHUNK as usize) {
-                    arena.small.add_chunk(chunk, &ChunkHeader::default());
+                let g = small::Geometry::of(base, seg);
+                for k in 0..g.chunks {
+                    arena.small.add_chunk(g.chunk(k), &ChunkHeader::default());
                 }
                 arena.small_segments.insert(r);
                 self.uses[r as usize].store(USE_SMALL | a as u32, Ordering::Release);
@@ -865,7 +874,10 @@ impl PersistentHeap {
         let base = self.sb.region_offset(u64::from(region));
         let seg = self.sb.segment_size;
         let empty = match used & USE_KIND {
-            USE_SMALL => arena.small_segments.len() > 1 && arena.small.all_empty(base, seg),
+            USE_SMALL => {
+                arena.small_segments.len() > 1
+                    && arena.small.all_empty(&small::Geometry::of(base, seg))
+            }
             _ => {
                 let first = big::table_granules(seg) as u32;
                 arena.big.segments() > 1
@@ -881,7 +893,7 @@ impl PersistentHeap {
         self.media.write_u64(at, 0);
         self.media.persist(at, 8);
         if used & USE_KIND == USE_SMALL {
-            arena.small.remove_chunks(base, seg);
+            arena.small.remove_chunks(&small::Geometry::of(base, seg));
             arena.small_segments.remove(&region);
         } else {
             arena.big.remove_segment(region);
@@ -905,10 +917,9 @@ impl PersistentHeap {
     ) -> Option<(Held, u64)> {
         let base = self.sb.region_offset(u64::from(region));
         if used & USE_KIND == USE_SMALL {
-            let rel = offset - base;
-            let chunk = base + rel / CHUNK * CHUNK;
-            let class = arena.small.class_of_chunk(chunk)?;
-            let (chunk, block) = small::block_of(base, offset, class)?;
+            let g = small::Geometry::of(base, self.sb.segment_size);
+            let class = arena.small.class_of_chunk(g.chunk_containing(offset)?)?;
+            let (chunk, block) = g.block_of(offset, class)?;
             arena.small.is_allocated(chunk, class, block).then_some((
                 Held::Small(SmallBlock {
                     chunk,
@@ -1001,8 +1012,11 @@ impl PersistentHeap {
         let used = self.uses[region as usize].load(Ordering::Acquire);
         let (lo, hi) = match used & USE_KIND {
             USE_SMALL => {
-                let chunk = base + (start - base) / CHUNK * CHUNK;
-                (chunk + CHUNK_HEADER, chunk + CHUNK)
+                let g = small::Geometry::of(base, self.sb.segment_size);
+                match g.chunk_containing(start) {
+                    Some(chunk) => (chunk, chunk + CHUNK),
+                    None => return bad("over allocator metadata"),
+                }
             }
             USE_BIG => (
                 base + big::table_granules(self.sb.segment_size) * GRANULE,
@@ -1244,11 +1258,13 @@ impl Reader<'_> {
         match size_policy(seg, r.size) {
             None => Err(format!("a block of {} bytes", r.size)),
             Some(SizePolicy::Small(class)) => {
-                let (chunk, block) =
-                    small::block_of(base, r.addr, class).ok_or("not a small block's place")?;
+                let g = small::Geometry::of(base, seg);
+                let (chunk, block) = g
+                    .block_of(r.addr, class)
+                    .ok_or("not a small block's place")?;
                 match entry {
                     Some(e) if e.kind == SegmentKind::Small => Ok(Step::Small {
-                        chunk,
+                        header: g.header_of(chunk),
                         class,
                         block,
                     }),
@@ -1305,15 +1321,20 @@ impl Reader<'_> {
         scan.segment_count += 1;
         let content = match e.kind {
             SegmentKind::Small => {
-                let mut headers = Vec::with_capacity((seg / CHUNK) as usize);
-                let mut b = [0u8; CHUNK_HEADER as usize];
-                for chunk in (base..base + seg).step_by(CHUNK as usize) {
-                    self.media.read(chunk as usize, &mut b);
-                    scan.digest = crc32c::crc32c_append(scan.digest, &b);
-                    let h = ChunkHeader::decode(&b)
-                        .map_err(|reason| self.corrupt(chunk, format!("chunk header: {reason}")))?;
+                let g = small::Geometry::of(base, seg);
+                let table = self
+                    .media
+                    .read_vec(base as usize, (g.chunks * CHUNK_HEADER) as usize);
+                scan.digest = crc32c::crc32c_append(scan.digest, &table);
+                let mut headers = Vec::with_capacity(g.chunks as usize);
+                for (k, b) in table.chunks_exact(CHUNK_HEADER as usize).enumerate() {
+                    let b: &[u8; CHUNK_HEADER as usize] = b.try_into().expect("one header");
+                    let h = ChunkHeader::decode(b).map_err(|reason| {
+                        let at = base + k as u64 * CHUNK_HEADER;
+                        self.corrupt(at, format!("chunk header: {reason}"))
+                    })?;
                     scan.blocks += u64::from(h.used());
-                    headers.push((chunk, h));
+                    headers.push((g.chunk(k as u64), h));
                 }
                 Content::Small(headers)
             }
@@ -1415,7 +1436,7 @@ fn size_policy(segment_size: u64, size: u64) -> Option<SizePolicy> {
 #[derive(Debug, Clone, Copy)]
 enum Step {
     Small {
-        chunk: u64,
+        header: u64,
         class: usize,
         block: u32,
     },
@@ -1437,14 +1458,14 @@ fn apply_step(media: &Media, sb: &Superblock, step: Step, op: MicroOp, size: u64
     match (step, op) {
         (
             Step::Small {
-                chunk,
+                header,
                 class,
                 block,
             },
             MicroOp::Allocate,
-        ) => small::persist_set(media, chunk, class, block),
-        (Step::Small { chunk, block, .. }, MicroOp::Free) => {
-            small::persist_clear(media, chunk, block)
+        ) => small::persist_set(media, header, class, block),
+        (Step::Small { header, block, .. }, MicroOp::Free) => {
+            small::persist_clear(media, header, block)
         }
         (
             Step::Big {

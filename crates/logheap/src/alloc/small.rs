@@ -1,5 +1,7 @@
 //! Segregated fit for small blocks (002): a small segment is a run of 8 KiB chunks; each
-//! chunk serves one size class and starts with a 64-byte header, one cache line:
+//! chunk serves one size class. The chunks' 64-byte headers, one cache line each, sit
+//! together at the start of the segment (so opening a heap reads a few pages per
+//! segment, not one page per chunk):
 //!
 //! | bytes | what |
 //! |---|---|
@@ -12,11 +14,13 @@
 //!
 //! This module holds the persistent encoding and the DRAM state of one arena's small
 //! chunks: per class the chunks with free blocks, and the empty chunks any class may
-//! take, lowest address first.
+//! take, lowest address first. A chunk is known by the file-0 offset of its blocks.
 
 use std::collections::BTreeSet;
 
-use super::layout::{BITMAP_WORDS, CHUNK, CHUNK_HEADER, CLASSES, blocks_per_chunk, u64_at};
+use super::layout::{
+    BITMAP_WORDS, CHUNK, CHUNK_HEADER, CLASSES, GRANULE, blocks_per_chunk, u64_at,
+};
 use crate::media::Media;
 
 /// A chunk's header as stored: its class (if assigned) and its bitmap.
@@ -82,38 +86,83 @@ pub(crate) fn class_word(class: usize) -> u64 {
     (class as u64 + 1) | (u64::from(CLASSES[class]) << 32)
 }
 
-/// Marks block `block` of the chunk at `chunk` (a file-0 offset) allocated to `class`,
-/// and flushes the header line (not fenced). Idempotent, so recovery may redo it.
-pub(crate) fn persist_set(media: &Media, chunk: u64, class: usize, block: u32) {
-    let at = chunk as usize;
+/// Marks block `block` of the chunk whose header is at `header` (a file-0 offset)
+/// allocated to `class`, and flushes the header line (not fenced). Idempotent, so
+/// recovery may redo it.
+pub(crate) fn persist_set(media: &Media, header: u64, class: usize, block: u32) {
+    let at = header as usize;
     media.write_u64(at, class_word(class));
     let word = at + 8 + 8 * (block as usize / 64);
     media.write_u64(word, media.read_u64(word) | 1 << (block % 64));
     media.flush(at, CHUNK_HEADER as usize);
 }
 
-/// Marks block `block` of the chunk at `chunk` free and flushes the header line (not
-/// fenced). Idempotent.
-pub(crate) fn persist_clear(media: &Media, chunk: u64, block: u32) {
-    let word = chunk as usize + 8 + 8 * (block as usize / 64);
+/// Marks block `block` of the chunk whose header is at `header` free and flushes the
+/// header line (not fenced). Idempotent.
+pub(crate) fn persist_clear(media: &Media, header: u64, block: u32) {
+    let word = header as usize + 8 + 8 * (block as usize / 64);
     media.write_u64(word, media.read_u64(word) & !(1 << (block % 64)));
     media.flush(word, 8);
 }
 
-/// Where a small block is: its chunk's file-0 offset and its index there.
-pub(crate) fn block_of(region_base: u64, offset: u64, class: usize) -> Option<(u64, u32)> {
-    let rel = offset.checked_sub(region_base)?;
-    let chunk = region_base + rel / CHUNK * CHUNK;
-    let inside = (offset - chunk).checked_sub(CHUNK_HEADER)?;
-    let size = u64::from(CLASSES[class]);
-    let block = inside / size;
-    (inside.is_multiple_of(size) && block < u64::from(blocks_per_chunk(class)))
-        .then_some((chunk, block as u32))
+/// Where the headers and chunks of a small segment are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Geometry {
+    /// The segment's file-0 offset.
+    pub base: u64,
+    /// Bytes of headers before the first chunk (whole pages).
+    pub header_bytes: u64,
+    /// Chunks in the segment.
+    pub chunks: u64,
 }
 
-/// File-0 offset of block `block` of class `class` in the chunk at `chunk`.
+impl Geometry {
+    /// The geometry of a small segment of `segment_size` bytes at `base`.
+    pub(crate) fn of(base: u64, segment_size: u64) -> Geometry {
+        let header_bytes = (segment_size / CHUNK * CHUNK_HEADER).next_multiple_of(GRANULE);
+        Geometry {
+            base,
+            header_bytes,
+            chunks: (segment_size - header_bytes) / CHUNK,
+        }
+    }
+
+    /// The file-0 offset of the first chunk's blocks.
+    pub(crate) fn data_start(&self) -> u64 {
+        self.base + self.header_bytes
+    }
+
+    /// The file-0 offset of chunk `k`'s blocks.
+    pub(crate) fn chunk(&self, k: u64) -> u64 {
+        self.data_start() + k * CHUNK
+    }
+
+    /// The file-0 offset of the header of the chunk whose blocks start at `chunk`.
+    pub(crate) fn header_of(&self, chunk: u64) -> u64 {
+        self.base + (chunk - self.data_start()) / CHUNK * CHUNK_HEADER
+    }
+
+    /// The chunk holding file-0 offset `offset`, if a chunk does.
+    pub(crate) fn chunk_containing(&self, offset: u64) -> Option<u64> {
+        let k = offset.checked_sub(self.data_start())? / CHUNK;
+        (k < self.chunks).then(|| self.chunk(k))
+    }
+
+    /// Where a small block of `class` at `offset` is: its chunk and its index there.
+    pub(crate) fn block_of(&self, offset: u64, class: usize) -> Option<(u64, u32)> {
+        let chunk = self.chunk_containing(offset)?;
+        let inside = offset - chunk;
+        let size = u64::from(CLASSES[class]);
+        let block = inside / size;
+        (inside.is_multiple_of(size) && block < u64::from(blocks_per_chunk(class)))
+            .then_some((chunk, block as u32))
+    }
+}
+
+/// File-0 offset of block `block` of class `class` in the chunk whose blocks start at
+/// `chunk`.
 pub(crate) fn block_offset(chunk: u64, class: usize, block: u32) -> u64 {
-    chunk + CHUNK_HEADER + u64::from(block) * u64::from(CLASSES[class])
+    chunk + u64::from(block) * u64::from(CLASSES[class])
 }
 
 /// One chunk's DRAM state.
@@ -178,10 +227,9 @@ impl SmallChunks {
         self.file(key, &chunk);
     }
 
-    /// Removes the chunks `[start, start + len)` (an empty segment being given back).
-    pub(crate) fn remove_chunks(&mut self, start: u64, len: u64) {
-        let mut key = start;
-        while key < start + len {
+    /// Removes the chunks of a segment (an empty segment being given back).
+    pub(crate) fn remove_chunks(&mut self, g: &Geometry) {
+        for key in (0..g.chunks).map(|k| g.chunk(k)) {
             if let Some(c) = self.chunks.remove(&key) {
                 debug_assert_eq!(c.used, 0);
                 if let Some(class) = c.class {
@@ -189,17 +237,12 @@ impl SmallChunks {
                 }
                 self.empty.remove(&key);
             }
-            key += CHUNK;
         }
     }
 
-    /// Whether every chunk in `[start, start + len)` is empty.
-    pub(crate) fn all_empty(&self, start: u64, len: u64) -> bool {
-        (0..len / CHUNK).all(|i| {
-            self.chunks
-                .get(&(start + i * CHUNK))
-                .is_none_or(|c| c.used == 0)
-        })
+    /// Whether every chunk of a segment is empty.
+    pub(crate) fn all_empty(&self, g: &Geometry) -> bool {
+        (0..g.chunks).all(|k| self.chunks.get(&g.chunk(k)).is_none_or(|c| c.used == 0))
     }
 
     fn file(&mut self, key: u64, c: &Chunk) {
@@ -306,6 +349,16 @@ mod tests {
     use crate::alloc::layout::class_of;
 
     #[test]
+    fn a_segments_headers_fill_whole_pages_before_its_chunks() {
+        let g = Geometry::of(1 << 20, 4 << 20);
+        assert_eq!((g.header_bytes, g.chunks), (32 << 10, 508));
+        assert!(g.chunks * CHUNK_HEADER <= g.header_bytes);
+        assert!(g.data_start() + g.chunks * CHUNK <= (1 << 20) + (4 << 20));
+        let small = Geometry::of(0, 64 << 10);
+        assert_eq!((small.header_bytes, small.chunks), (4096, 7));
+    }
+
+    #[test]
     fn headers_round_trip_and_damage_is_named() {
         let mut b = [0u8; 64];
         assert_eq!(ChunkHeader::decode(&b).unwrap(), ChunkHeader::default());
@@ -315,7 +368,7 @@ mod tests {
         let h = ChunkHeader::decode(&b).unwrap();
         assert_eq!((h.class, h.used()), (Some(class as u8), 2));
         let mut past = b;
-        past[63] = 0x80; // bit 447: past the 63 blocks of class 128
+        past[63] = 0x80; // bit 447: past the 64 blocks of class 128
         assert!(ChunkHeader::decode(&past).is_err());
         let mut bad_class = b;
         bad_class[0] = 77;
@@ -341,7 +394,12 @@ mod tests {
         for blk in [a, b, d] {
             s.give_back(blk);
         }
-        assert!(s.all_empty(CHUNK, 2 * CHUNK));
+        let g = Geometry {
+            base: 0,
+            header_bytes: CHUNK,
+            chunks: 2,
+        };
+        assert!(s.all_empty(&g));
         let small = s.take(0).unwrap();
         assert_eq!(
             (small.chunk, small.block),
@@ -350,8 +408,13 @@ mod tests {
         );
         assert!(s.is_allocated(CHUNK, 0, 0) && !s.is_allocated(CHUNK, c, 0));
         assert_eq!(s.live(), (1, 32));
-        assert_eq!(block_of(0, small.offset(), 0), Some((CHUNK, 0)));
-        assert_eq!(block_of(0, small.offset() + 8, 0), None);
-        assert_eq!(block_of(0, CHUNK + 8, 0), None, "inside the header");
+        assert_eq!(g.block_of(small.offset(), 0), Some((CHUNK, 0)));
+        assert_eq!(g.block_of(small.offset() + 8, 0), None);
+        assert_eq!(g.block_of(8, 0), None, "among the headers");
+        assert_eq!(g.block_of(3 * CHUNK, 0), None, "past the chunks");
+        assert_eq!(g.header_of(2 * CHUNK), 64);
+        s.give_back(small);
+        s.remove_chunks(&g);
+        assert_eq!(s.live(), (0, 0));
     }
 }
