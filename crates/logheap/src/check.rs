@@ -99,6 +99,13 @@ fn examine(path: &Path, opened: Result<ReadOnlyPool>) -> Result<CheckReport> {
             return Ok(report);
         }
     };
+    if pool.header.engine == EngineKind::Alloc {
+        return Err(Error::WrongEngine {
+            path: path.into(),
+            found: EngineKind::Alloc,
+            expected: EngineKind::Log,
+        });
+    }
     if pool.header.engine != EngineKind::Log {
         return Err(Error::EngineUnavailable(pool.header.engine));
     }

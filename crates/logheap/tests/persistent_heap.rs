@@ -173,6 +173,17 @@ fn the_heap_and_the_transactional_pool_refuse_each_others_files() {
         .unwrap()
         .close()
         .unwrap();
+    let err = logheap::check::check(&heap_path).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::WrongEngine {
+                found: EngineKind::Alloc,
+                ..
+            }
+        ),
+        "check: {err}"
+    );
     let err = Pool::open(&heap_path).unwrap_err();
     assert!(
         matches!(

@@ -64,6 +64,8 @@ pub(crate) const LAYOUT_VERSION: u32 = 1;
 const SUPERBLOCK_MAGIC: [u8; 8] = *b"LHALLOC1";
 /// Bytes of the superblock covered by its CRC.
 const SUPERBLOCK_CRC_COVERED: usize = 120;
+/// Bytes of the encoded superblock (with its CRC).
+pub(crate) const SUPERBLOCK_BYTES: usize = SUPERBLOCK_CRC_COVERED + 4;
 /// Where, inside the superblock, the clean-close metadata digest word is.
 pub(crate) const DIGEST_WORD: u64 = 256;
 
@@ -134,8 +136,8 @@ impl Superblock {
     }
 
     /// The superblock's bytes.
-    pub(crate) fn encode(&self) -> [u8; SUPERBLOCK_CRC_COVERED + 4] {
-        let mut b = [0u8; SUPERBLOCK_CRC_COVERED + 4];
+    pub(crate) fn encode(&self) -> [u8; SUPERBLOCK_BYTES] {
+        let mut b = [0u8; SUPERBLOCK_BYTES];
         b[0..8].copy_from_slice(&SUPERBLOCK_MAGIC);
         b[8..12].copy_from_slice(&LAYOUT_VERSION.to_le_bytes());
         b[12..16].copy_from_slice(&0u32.to_le_bytes()); // metadata policy: in place
@@ -156,7 +158,7 @@ impl Superblock {
 
     /// Decodes and checks a superblock read from a pool whose data area is `data`.
     pub(crate) fn decode(b: &[u8], data: Range<u64>) -> Result<Superblock, SuperblockError> {
-        if b.len() < SUPERBLOCK_CRC_COVERED + 4 || b[0..8] != SUPERBLOCK_MAGIC {
+        if b.len() < SUPERBLOCK_BYTES || b[0..8] != SUPERBLOCK_MAGIC {
             return Err(SuperblockError::Invalid(
                 "no heap superblock (the pool was not formatted by the persistent heap)".into(),
             ));

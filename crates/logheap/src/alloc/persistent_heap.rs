@@ -31,8 +31,8 @@ use super::addr::PAddr;
 use super::big::{self, BigBlock, BigRuns};
 use super::layout::{
     CHUNK, CHUNK_HEADER, DIGEST_WORD, ENTRY_STATE, GRANULE, HUGE_THRESHOLD, LINE, LIVE,
-    MicroLogSlot, MicroOp, SLOT_OP, SMALL_MAX, SegmentKind, Superblock, SuperblockError,
-    TableEntry, class_of, decode_digest, encode_digest,
+    MicroLogSlot, MicroOp, SLOT_OP, SMALL_MAX, SUPERBLOCK_BYTES, SegmentKind, Superblock,
+    SuperblockError, TableEntry, class_of, decode_digest, encode_digest,
 };
 use super::small::{self, ChunkHeader, SmallBlock, SmallChunks};
 use crate::error::{Error, Result};
@@ -251,7 +251,7 @@ impl PersistentHeap {
         }
         let media = file.media().clone();
         let layout = file.layout().clone();
-        let mut raw = [0u8; 124];
+        let mut raw = [0u8; SUPERBLOCK_BYTES];
         media.read(SUPERBLOCK.start as usize, &mut raw);
         let sb = Superblock::decode(&raw, layout.data.clone()).map_err(|e| match e {
             SuperblockError::Checksum { stored, computed } => Error::Checksum {
@@ -297,11 +297,7 @@ impl PersistentHeap {
                 redone += 1;
             }
         }
-        let entries = reader.entries()?;
-        let mut scan = Scan::new(&sb);
-        for e in entries.iter().flatten() {
-            reader.scan_segment(e, &mut scan)?;
-        }
+        let (entries, scan) = reader.scan_all()?;
         if was_clean {
             let word = media.read_u64((SUPERBLOCK.start + DIGEST_WORD) as usize);
             let computed = scan.digest;
@@ -361,12 +357,11 @@ impl PersistentHeap {
                     uses[s.region as usize]
                         .store(USE_SMALL | u32::from(s.owner), Ordering::Relaxed);
                 }
-                Content::Big {
-                    free,
-                    blocks,
-                    granules,
-                } => {
-                    arena.big.add_segment(s.region, &free, blocks, granules);
+                Content::Big { free, allocated } => {
+                    let granules = allocated.iter().map(|&(_, len)| u64::from(len)).sum();
+                    arena
+                        .big
+                        .add_segment(s.region, &free, allocated.len() as u64, granules);
                     uses[s.region as usize].store(USE_BIG | u32::from(s.owner), Ordering::Relaxed);
                 }
                 Content::Huge { regions } => {
@@ -501,7 +496,6 @@ impl PersistentHeap {
                         block: b.block,
                     },
                     Held::Big(b) => Step::Big {
-                        base: self.sb.region_offset(u64::from(region)),
                         region: u64::from(region),
                         granule: u64::from(b.granule),
                         len: u64::from(b.len),
@@ -612,11 +606,7 @@ impl PersistentHeap {
     /// Every allocated block, read from the persistent metadata (not from DRAM), sorted
     /// by address: for checking tools and crash tests.
     pub fn blocks(&self) -> Result<Vec<Block>> {
-        let reader = self.reader();
-        let mut scan = Scan::new(&self.sb);
-        for e in reader.entries()?.iter().flatten() {
-            reader.scan_segment(e, &mut scan)?;
-        }
+        let (_, scan) = self.reader().scan_all()?;
         let mut out = Vec::with_capacity(scan.blocks as usize);
         for s in &scan.segments {
             match &s.content {
@@ -639,7 +629,13 @@ impl PersistentHeap {
                         }
                     }
                 }
-                Content::Big { .. } => {}
+                Content::Big { allocated, .. } => {
+                    let base = self.sb.region_offset(u64::from(s.region));
+                    out.extend(allocated.iter().map(|&(g, len)| Block {
+                        addr: PAddr::new(0, base + u64::from(g) * GRANULE).expect("file 0"),
+                        size: u64::from(len) * GRANULE,
+                    }));
+                }
                 Content::Huge { regions } => out.push(Block {
                     addr: PAddr::new(0, self.sb.region_offset(u64::from(s.region)))
                         .expect("file 0"),
@@ -647,10 +643,6 @@ impl PersistentHeap {
                 }),
             }
         }
-        out.extend(scan.big_blocks.iter().map(|&(offset, size)| Block {
-            addr: PAddr::new(0, offset).expect("file 0"),
-            size,
-        }));
         out.sort_unstable();
         Ok(out)
     }
@@ -695,11 +687,7 @@ impl PersistentHeap {
     /// Closes the heap cleanly: writes the digest of its metadata, then marks the pool
     /// closed.
     pub fn close(self) -> Result<()> {
-        let reader = self.reader();
-        let mut scan = Scan::new(&self.sb);
-        for e in reader.entries()?.iter().flatten() {
-            reader.scan_segment(e, &mut scan)?;
-        }
+        let (_, scan) = self.reader().scan_all()?;
         let at = (SUPERBLOCK.start + DIGEST_WORD) as usize;
         self.media.write_u64(at, encode_digest(scan.digest));
         self.media.persist(at, 8);
@@ -773,7 +761,6 @@ impl PersistentHeap {
                 };
                 let base = self.sb.region_offset(u64::from(b.region));
                 let step = Step::Big {
-                    base,
                     region: u64::from(b.region),
                     granule: u64::from(b.granule),
                     len: u64::from(len),
@@ -1092,7 +1079,7 @@ fn plan(options: &HeapOptions) -> Result<Superblock> {
 fn format(media: &Media, sb: &Superblock) {
     let at = SUPERBLOCK.start as usize;
     media.write(at, &sb.encode());
-    media.flush(at, 124);
+    media.flush(at, SUPERBLOCK_BYTES);
     let digest = (SUPERBLOCK.start + DIGEST_WORD) as usize;
     media.write_u64(digest, encode_digest(0));
     media.persist(digest, 8);
@@ -1119,8 +1106,7 @@ enum Content {
     /// Free runs `(granule, len)`, blocks and granules allocated.
     Big {
         free: Vec<(u32, u32)>,
-        blocks: u64,
-        granules: u64,
+        allocated: Vec<(u32, u32)>,
     },
     /// A huge block over `regions` regions.
     Huge { regions: u32 },
@@ -1131,8 +1117,6 @@ struct Scan {
     segments: Vec<SegmentScan>,
     /// Regions covered by a huge block after its first.
     huge_tail: Vec<bool>,
-    /// Big blocks `(offset, size)`.
-    big_blocks: Vec<(u64, u64)>,
     segment_count: u64,
     blocks: u64,
     /// CRC of the table and every segment's metadata, in region order.
@@ -1144,7 +1128,6 @@ impl Scan {
         Scan {
             segments: Vec::new(),
             huge_tail: vec![false; sb.region_count as usize],
-            big_blocks: Vec::new(),
             segment_count: 0,
             blocks: 0,
             digest: 0,
@@ -1283,7 +1266,6 @@ impl Reader<'_> {
                 }
                 match entry {
                     Some(e) if e.kind == SegmentKind::Big => Ok(Step::Big {
-                        base,
                         region,
                         granule,
                         len,
@@ -1307,6 +1289,16 @@ impl Reader<'_> {
                 Ok(Step::Huge { region, count })
             }
         }
+    }
+
+    /// Every table entry and every live segment's metadata, checked.
+    fn scan_all(&self) -> Result<(Vec<Option<TableEntry>>, Scan)> {
+        let entries = self.entries()?;
+        let mut scan = Scan::new(self.sb);
+        for e in entries.iter().flatten() {
+            self.scan_segment(e, &mut scan)?;
+        }
+        Ok((entries, scan))
     }
 
     /// Reads one live segment's metadata into `scan`, checking it.
@@ -1350,7 +1342,7 @@ impl Reader<'_> {
                         "a page-table word for the table itself".into(),
                     ));
                 }
-                let (mut free, mut blocks, mut used) = (Vec::new(), 0, 0);
+                let (mut free, mut allocated) = (Vec::new(), Vec::new());
                 let mut g = first;
                 let mut run_start = None;
                 while g < granules {
@@ -1367,9 +1359,7 @@ impl Reader<'_> {
                                     format!("a page-table word inside the block at granule {g}"),
                                 ));
                             }
-                            scan.big_blocks.push((base + g * GRANULE, len * GRANULE));
-                            blocks += 1;
-                            used += len;
+                            allocated.push((g as u32, len as u32));
                             g += len;
                         }
                         None => {
@@ -1381,12 +1371,8 @@ impl Reader<'_> {
                 if let Some(s) = run_start {
                     free.push((s as u32, (granules - s) as u32));
                 }
-                scan.blocks += blocks;
-                Content::Big {
-                    free,
-                    blocks,
-                    granules: used,
-                }
+                scan.blocks += allocated.len() as u64;
+                Content::Big { free, allocated }
             }
             SegmentKind::Huge => {
                 let count = e.size / seg;
@@ -1441,7 +1427,6 @@ enum Step {
         block: u32,
     },
     Big {
-        base: u64,
         region: u64,
         granule: u64,
         len: u64,
@@ -1469,16 +1454,18 @@ fn apply_step(media: &Media, sb: &Superblock, step: Step, op: MicroOp, size: u64
         }
         (
             Step::Big {
-                base,
                 region,
                 granule,
                 len,
             },
             MicroOp::Allocate,
-        ) => big::persist_set(media, base, region, granule, len),
-        (Step::Big { base, granule, .. }, MicroOp::Free) => {
-            big::persist_clear(media, base, granule)
-        }
+        ) => big::persist_set(media, sb.region_offset(region), region, granule, len),
+        (
+            Step::Big {
+                region, granule, ..
+            },
+            MicroOp::Free,
+        ) => big::persist_clear(media, sb.region_offset(region), granule),
         (Step::Huge { region, count }, MicroOp::Allocate) => {
             let e = TableEntry {
                 index: region as u32,
