@@ -79,7 +79,11 @@ pub fn run(spec: &RunSpec, phase: &dyn Fn(&str)) -> Result<RunResult, Box<dyn st
     // Room for every slot full of the largest block, twice over: PMDK refuses
     // allocations in a pool 1.25x that size (its runs and chunks waste more).
     let pool_size = (slots * MAX_SIZE * 2).max(64 << 20);
-    let mut result = empty_result(spec, threads, total);
+    let mut result = RunResult {
+        ops: total,
+        emulated: spec.emulation.is_some() && spec.engine == ALLOC,
+        ..RunResult::unmeasured(&spec.engine, spec.workload, threads)
+    };
     let start = Instant::now();
     phase("preloading");
     match spec.engine.as_str() {
@@ -227,35 +231,6 @@ fn dram_free(jemalloc: bool, p: usize, size: u64) {
     } else {
         // SAFETY: `p` came from `libc::malloc` and is freed once.
         unsafe { libc::free(p as *mut libc::c_void) };
-    }
-}
-
-fn empty_result(spec: &RunSpec, threads: usize, ops: u64) -> RunResult {
-    RunResult {
-        engine: spec.engine.clone(),
-        config: spec.engine.clone(),
-        workload: spec.workload,
-        threads,
-        ops,
-        elements: 0,
-        value_size: 0,
-        emulated: spec.emulation.is_some() && spec.engine == ALLOC,
-        seconds: 0.0,
-        tx_per_s: 0.0,
-        ops_per_s: None,
-        fences_per_tx: None,
-        fences_per_write_tx: None,
-        lines_flushed_per_tx: None,
-        nt_bytes_per_tx: None,
-        media_bytes_per_tx: None,
-        payload_bytes_per_tx: None,
-        write_amplification: None,
-        aborts_per_tx: 0.0,
-        node_cache_hit_ratio: None,
-        dram_bytes: None,
-        pm_bytes_used: None,
-        preload_seconds: 0.0,
-        space: Default::default(),
     }
 }
 

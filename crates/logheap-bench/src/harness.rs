@@ -172,6 +172,40 @@ pub struct RunResult {
     pub space: SpaceFigures,
 }
 
+impl RunResult {
+    /// A result for `engine` running `workload` on `threads` threads, with every
+    /// measured figure zero or absent: engines that measure only some figures (PMDK,
+    /// the allocator workloads) fill those in.
+    pub fn unmeasured(engine: &str, workload: Workload, threads: usize) -> RunResult {
+        RunResult {
+            engine: engine.into(),
+            config: engine.into(),
+            workload,
+            threads,
+            ops: 0,
+            elements: 0,
+            value_size: 0,
+            emulated: false,
+            seconds: 0.0,
+            tx_per_s: 0.0,
+            ops_per_s: None,
+            fences_per_tx: None,
+            fences_per_write_tx: None,
+            lines_flushed_per_tx: None,
+            nt_bytes_per_tx: None,
+            media_bytes_per_tx: None,
+            payload_bytes_per_tx: None,
+            write_amplification: None,
+            aborts_per_tx: 0.0,
+            node_cache_hit_ratio: None,
+            dram_bytes: None,
+            pm_bytes_used: None,
+            preload_seconds: 0.0,
+            space: SpaceFigures::default(),
+        }
+    }
+}
+
 /// The figures of issue 10's benchmarks: fragmentation (Fig. 9), and log utilisation
 /// and cleaning (Fig. 11, LSNVMM-Cleaning). Each is `None` where it does not apply.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]

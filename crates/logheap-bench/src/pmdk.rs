@@ -429,32 +429,17 @@ mod imp {
         let ops: u64 = per_thread.iter().map(|o| o.len() as u64).sum();
         let pm_bytes_used = store.pm_used();
         drop(store);
+        // Operations run under locks and are never retried (see `PmdkStore::run`), so
+        // aborts stay 0; fences and flushes are not counted on PMDK.
         Ok(RunResult {
-            engine: ENGINE.into(),
-            config: ENGINE.into(),
-            workload: spec.workload,
-            threads,
             ops,
             elements: spec.elements,
             value_size: spec.value_size,
-            emulated: false,
             seconds,
             tx_per_s: ops as f64 / seconds.max(1e-9),
-            ops_per_s: None,
-            fences_per_tx: None,
-            fences_per_write_tx: None,
-            lines_flushed_per_tx: None,
-            nt_bytes_per_tx: None,
-            media_bytes_per_tx: None,
-            payload_bytes_per_tx: None,
-            write_amplification: None,
-            // Operations run under locks and are never retried (see `PmdkStore::run`).
-            aborts_per_tx: 0.0,
-            node_cache_hit_ratio: None,
-            dram_bytes: None,
             pm_bytes_used: Some(pm_bytes_used),
             preload_seconds,
-            space: Default::default(),
+            ..RunResult::unmeasured(ENGINE, spec.workload, threads)
         })
     }
 }
