@@ -80,7 +80,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     heap.close()?;
 
     let me = std::env::current_exe()?;
-    for mode in ["--open", "--open-and-crash", "--open", "--open"] {
+    for mode in [
+        "--open",
+        "--open",
+        "--open-and-crash",
+        "--open",
+        "--open",
+        "--open",
+    ] {
         let out = std::process::Command::new(&me)
             .arg(mode)
             .arg(&path)

@@ -56,8 +56,20 @@ pub(crate) fn class_of(size: u64) -> usize {
 
 /// Blocks of class `class` in one chunk.
 pub(crate) fn blocks_per_chunk(class: usize) -> u32 {
-    (CHUNK / u64::from(CLASSES[class])) as u32
+    BLOCKS_PER_CHUNK[class]
 }
+
+/// [`blocks_per_chunk`] of every class, worked out once (it is on the paths that take,
+/// give back and decode chunks, where a division showed in profiles).
+const BLOCKS_PER_CHUNK: [u32; CLASSES.len()] = {
+    let mut out = [0; CLASSES.len()];
+    let mut i = 0;
+    while i < CLASSES.len() {
+        out[i] = (CHUNK / CLASSES[i] as u64) as u32;
+        i += 1;
+    }
+    out
+};
 
 /// The heap's format version (superblock bytes 8..12).
 pub(crate) const LAYOUT_VERSION: u32 = 1;

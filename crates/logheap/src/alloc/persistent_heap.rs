@@ -34,7 +34,7 @@ use super::layout::{
     MicroLogSlot, MicroOp, SLOT_OP, SMALL_MAX, SUPERBLOCK_BYTES, SegmentKind, Superblock,
     SuperblockError, TableEntry, class_of, decode_digest, encode_digest,
 };
-use super::small::{self, ChunkHeader, SmallBlock, SmallChunks};
+use super::small::{self, ChunkState, SmallBlock, SmallChunks};
 use crate::error::{Error, Result};
 use crate::media::{Media, MediaConfig, MediaCounters, SimConfig};
 use crate::pool::header::SUPERBLOCK;
@@ -337,10 +337,16 @@ impl PersistentHeap {
         let uses: Box<[AtomicU32]> = (0..sb.region_count).map(|_| AtomicU32::new(0)).collect();
         let mut free = BTreeSet::new();
         let mut generation = vec![0; sb.region_count as usize];
+        let mut huge_tail = 0..0;
         for (r, e) in entries.iter().enumerate() {
             match e {
-                Some(e) => generation[r] = e.generation,
-                None if scan.huge_tail[r] => {}
+                Some(e) => {
+                    generation[r] = e.generation;
+                    if e.kind == SegmentKind::Huge {
+                        huge_tail = r + 1..r + (e.size / sb.segment_size) as usize;
+                    }
+                }
+                None if huge_tail.contains(&r) => {}
                 None => {
                     free.insert(r as u32);
                 }
@@ -350,9 +356,9 @@ impl PersistentHeap {
             let arena = &mut arenas[s.owner as usize];
             match s.content {
                 Content::Small(headers) => {
-                    for (chunk, h) in headers {
-                        arena.small.add_chunk(chunk, &h);
-                    }
+                    let base = sb.region_offset(u64::from(s.region));
+                    let g = small::Geometry::of(base, sb.segment_size);
+                    arena.small.add_segment(g, headers);
                     arena.small_segments.insert(s.region);
                     uses[s.region as usize]
                         .store(USE_SMALL | u32::from(s.owner), Ordering::Relaxed);
@@ -611,7 +617,10 @@ impl PersistentHeap {
         for s in &scan.segments {
             match &s.content {
                 Content::Small(headers) => {
-                    for (chunk, h) in headers {
+                    let base = self.sb.region_offset(u64::from(s.region));
+                    let g = small::Geometry::of(base, self.sb.segment_size);
+                    for (k, h) in headers.iter().enumerate() {
+                        let chunk = g.chunk(k as u64);
                         let Some(class) = h.class.map(usize::from) else {
                             continue;
                         };
@@ -621,7 +630,7 @@ impl PersistentHeap {
                                 let block = w as u32 * 64 + bits.trailing_zeros();
                                 bits &= bits - 1;
                                 out.push(Block {
-                                    addr: PAddr::new(0, small::block_offset(*chunk, class, block))
+                                    addr: PAddr::new(0, small::block_offset(chunk, class, block))
                                         .expect("file 0"),
                                     size: u64::from(super::layout::CLASSES[class]),
                                 });
@@ -838,9 +847,8 @@ impl PersistentHeap {
         match kind {
             SegmentKind::Small => {
                 let g = small::Geometry::of(base, seg);
-                for k in 0..g.chunks {
-                    arena.small.add_chunk(g.chunk(k), &ChunkHeader::default());
-                }
+                let chunks = vec![ChunkState::default(); g.chunks as usize];
+                arena.small.add_segment(g, chunks.into_boxed_slice());
                 arena.small_segments.insert(r);
                 self.uses[r as usize].store(USE_SMALL | a as u32, Ordering::Release);
             }
@@ -880,7 +888,7 @@ impl PersistentHeap {
         self.media.write_u64(at, 0);
         self.media.persist(at, 8);
         if used & USE_KIND == USE_SMALL {
-            arena.small.remove_chunks(&small::Geometry::of(base, seg));
+            arena.small.remove_segment(&small::Geometry::of(base, seg));
             arena.small_segments.remove(&region);
         } else {
             arena.big.remove_segment(region);
@@ -1101,8 +1109,8 @@ struct SegmentScan {
 }
 
 enum Content {
-    /// Every chunk's header, by file-0 offset.
-    Small(Vec<(u64, ChunkHeader)>),
+    /// Every chunk's header, in address order.
+    Small(Box<[ChunkState]>),
     /// Free runs `(granule, len)`, blocks and granules allocated.
     Big {
         free: Vec<(u32, u32)>,
@@ -1112,28 +1120,38 @@ enum Content {
     Huge { regions: u32 },
 }
 
-/// What reading every segment found.
+/// What reading every segment (or a run of them) found.
+#[derive(Default)]
 struct Scan {
     segments: Vec<SegmentScan>,
-    /// Regions covered by a huge block after its first.
-    huge_tail: Vec<bool>,
     segment_count: u64,
     blocks: u64,
-    /// CRC of the table and every segment's metadata, in region order.
+    /// CRC of every live segment's table entry and metadata, in region order.
     digest: u32,
+    /// Bytes the digest covers (to combine the digests of consecutive runs).
+    digested: usize,
 }
 
 impl Scan {
-    fn new(sb: &Superblock) -> Scan {
-        Scan {
-            segments: Vec::new(),
-            huge_tail: vec![false; sb.region_count as usize],
-            segment_count: 0,
-            blocks: 0,
-            digest: 0,
-        }
+    /// Adds `bytes` to the digest.
+    fn digest(&mut self, bytes: &[u8]) {
+        self.digest = crc32c::crc32c_append(self.digest, bytes);
+        self.digested += bytes.len();
+    }
+
+    /// Appends the scan of the segments that follow this scan's.
+    fn extend(&mut self, next: Scan) {
+        self.segments.extend(next.segments);
+        self.segment_count += next.segment_count;
+        self.blocks += next.blocks;
+        self.digest = crc32c::crc32c_combine(self.digest, next.digest, next.digested);
+        self.digested += next.digested;
     }
 }
+
+/// Live segments per recovery thread: fewer are read on the opening thread alone (a
+/// thread costs tens of microseconds to start; a segment's metadata a few to read).
+const SEGMENTS_PER_THREAD: usize = 16;
 
 impl Reader<'_> {
     fn corrupt(&self, offset: u64, reason: String) -> Error {
@@ -1291,14 +1309,48 @@ impl Reader<'_> {
         }
     }
 
-    /// Every table entry and every live segment's metadata, checked.
+    /// Every table entry and every live segment's metadata, checked. Large heaps are
+    /// read by several threads, each over a run of consecutive segments, as PAllocator
+    /// recovers its allocators in parallel (002); the result, and the first damage
+    /// reported, are the same as one thread's.
     fn scan_all(&self) -> Result<(Vec<Option<TableEntry>>, Scan)> {
         let entries = self.entries()?;
-        let mut scan = Scan::new(self.sb);
-        for e in entries.iter().flatten() {
-            self.scan_segment(e, &mut scan)?;
-        }
+        let live: Vec<&TableEntry> = entries.iter().flatten().collect();
+        let threads = std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .min(live.len().div_ceil(SEGMENTS_PER_THREAD))
+            .max(1);
+        let scan = self.scan_in_parts(&live, threads)?;
         Ok((entries, scan))
+    }
+
+    /// Scans `live` in `parts` runs of consecutive segments, one thread each.
+    fn scan_in_parts(&self, live: &[&TableEntry], parts: usize) -> Result<Scan> {
+        let scan_run = |run: &[&TableEntry]| -> Result<Scan> {
+            let mut scan = Scan::default();
+            for e in run {
+                self.scan_segment(e, &mut scan)?;
+            }
+            Ok(scan)
+        };
+        if parts <= 1 {
+            return scan_run(live);
+        }
+        let runs: Vec<Result<Scan>> = std::thread::scope(|threads| {
+            let handles: Vec<_> = live
+                .chunks(live.len().div_ceil(parts).max(1))
+                .map(|run| threads.spawn(move || scan_run(run)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        let mut scan = Scan::default();
+        for run in runs {
+            scan.extend(run?);
+        }
+        Ok(scan)
     }
 
     /// Reads one live segment's metadata into `scan`, checking it.
@@ -1309,7 +1361,7 @@ impl Reader<'_> {
         let mut entry = [0u8; 64];
         self.media
             .read(self.sb.entry_offset(region) as usize, &mut entry);
-        scan.digest = crc32c::crc32c_append(scan.digest, &entry);
+        scan.digest(&entry);
         scan.segment_count += 1;
         let content = match e.kind {
             SegmentKind::Small => {
@@ -1317,23 +1369,23 @@ impl Reader<'_> {
                 let table = self
                     .media
                     .read_vec(base as usize, (g.chunks * CHUNK_HEADER) as usize);
-                scan.digest = crc32c::crc32c_append(scan.digest, &table);
+                scan.digest(&table);
                 let mut headers = Vec::with_capacity(g.chunks as usize);
                 for (k, b) in table.chunks_exact(CHUNK_HEADER as usize).enumerate() {
                     let b: &[u8; CHUNK_HEADER as usize] = b.try_into().expect("one header");
-                    let h = ChunkHeader::decode(b).map_err(|reason| {
+                    let h = ChunkState::decode(b).map_err(|reason| {
                         let at = base + k as u64 * CHUNK_HEADER;
                         self.corrupt(at, format!("chunk header: {reason}"))
                     })?;
-                    scan.blocks += u64::from(h.used());
-                    headers.push((g.chunk(k as u64), h));
+                    scan.blocks += u64::from(h.used);
+                    headers.push(h);
                 }
-                Content::Small(headers)
+                Content::Small(headers.into_boxed_slice())
             }
             SegmentKind::Big => {
                 let granules = seg / GRANULE;
                 let table = self.media.read_vec(base as usize, (granules * 8) as usize);
-                scan.digest = crc32c::crc32c_append(scan.digest, &table);
+                scan.digest(&table);
                 let word = |g: u64| super::layout::u64_at(&table, (g * 8) as usize);
                 let first = big::table_granules(seg);
                 if let Some(g) = (0..first).find(|&g| word(g) != 0) {
@@ -1376,9 +1428,6 @@ impl Reader<'_> {
             }
             SegmentKind::Huge => {
                 let count = e.size / seg;
-                for t in region + 1..region + count {
-                    scan.huge_tail[t as usize] = true;
-                }
                 scan.blocks += 1;
                 Content::Huge {
                     regions: count as u32,
@@ -1485,5 +1534,73 @@ fn apply_step(media: &Media, sb: &Superblock, step: Step, op: MicroOp, size: u64
             media.write_u64(at, 0);
             media.flush(at, 8);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A heap of many small 64 KiB segments in both arenas, some big blocks among them.
+    fn many_segments() -> (tempfile::TempDir, PersistentHeap) {
+        let dir = tempfile::tempdir().unwrap();
+        let options = HeapOptions {
+            size: 8 << 20,
+            segment_size: 64 << 10,
+            arenas: 2,
+            ..HeapOptions::default()
+        };
+        let heap = PersistentHeap::create(dir.path().join("heap"), &options).unwrap();
+        let array = heap.allocate_zeroed_into(heap.root(), 8 * 3000).unwrap();
+        for i in 0..3000u64 {
+            let size = if i % 50 == 0 { 9000 } else { 64 + i % 900 };
+            heap.allocate_into(array.checked_add(8 * i).unwrap(), size)
+                .unwrap();
+        }
+        (dir, heap)
+    }
+
+    #[test]
+    fn a_scan_in_parallel_runs_finds_what_one_thread_finds() {
+        let (_dir, heap) = many_segments();
+        let reader = heap.reader();
+        let entries = reader.entries().unwrap();
+        let live: Vec<&TableEntry> = entries.iter().flatten().collect();
+        assert!(live.len() > 20, "{} segments", live.len());
+        let one = reader.scan_in_parts(&live, 1).unwrap();
+        for parts in [2, 3, live.len(), live.len() + 5] {
+            let many = reader.scan_in_parts(&live, parts).unwrap();
+            assert_eq!(many.digest, one.digest, "{parts} parts");
+            assert_eq!(many.digested, one.digested);
+            assert_eq!(
+                (many.blocks, many.segment_count),
+                (one.blocks, one.segment_count)
+            );
+            let regions = |s: &Scan| s.segments.iter().map(|g| g.region).collect::<Vec<_>>();
+            assert_eq!(regions(&many), regions(&one));
+        }
+        assert_eq!(one.blocks, 3001, "the array and its blocks");
+    }
+
+    #[test]
+    fn damage_in_a_late_segment_is_reported_alike_by_every_split() {
+        let (_dir, heap) = many_segments();
+        let reader = heap.reader();
+        let entries = reader.entries().unwrap();
+        let live: Vec<&TableEntry> = entries.iter().flatten().collect();
+        let last_small = live
+            .iter()
+            .rev()
+            .find(|e| e.kind == SegmentKind::Small)
+            .unwrap();
+        let at = heap.sb.region_offset(u64::from(last_small.index)) as usize;
+        heap.media.write_u64(at, 77); // a class word naming no class
+        let offset = |parts| match reader.scan_in_parts(&live, parts) {
+            Err(Error::MetadataCorrupt { offset, .. }) => offset,
+            other => panic!("{parts} parts: {:?}", other.map(|s| s.blocks)),
+        };
+        assert_eq!(offset(1), at as u64);
+        assert_eq!(offset(3), at as u64);
+        assert_eq!(offset(live.len()), at as u64);
     }
 }

@@ -16,25 +16,29 @@
 //! chunks: per class the chunks with free blocks, and the empty chunks any class may
 //! take, lowest address first. A chunk is known by the file-0 offset of its blocks.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::layout::{
     BITMAP_WORDS, CHUNK, CHUNK_HEADER, CLASSES, GRANULE, blocks_per_chunk, u64_at,
 };
 use crate::media::Media;
 
-/// A chunk's header as stored: its class (if assigned) and its bitmap.
+/// A chunk's state: its header as stored (its class, if assigned, and its bitmap), and
+/// its count of used blocks. The same value is read from a segment when a heap opens
+/// and kept in DRAM after.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct ChunkHeader {
+pub(crate) struct ChunkState {
     /// The class, if the chunk was ever assigned one.
     pub class: Option<u8>,
     /// The allocation bitmap.
     pub bits: [u64; BITMAP_WORDS],
+    /// Blocks allocated (bits set).
+    pub used: u32,
 }
 
-impl ChunkHeader {
+impl ChunkState {
     /// Decodes and checks a stored header (why it is damaged, if it is).
-    pub(crate) fn decode(b: &[u8; CHUNK_HEADER as usize]) -> Result<ChunkHeader, String> {
+    pub(crate) fn decode(b: &[u8; CHUNK_HEADER as usize]) -> Result<ChunkState, String> {
         let word = u64_at(b, 0);
         let mut bits = [0u64; BITMAP_WORDS];
         for (i, w) in bits.iter_mut().enumerate() {
@@ -45,7 +49,7 @@ impl ChunkHeader {
             if word != 0 || bits.iter().any(|&w| w != 0) {
                 return Err("a chunk without a class has a class word or allocated blocks".into());
             }
-            return Ok(ChunkHeader { class: None, bits });
+            return Ok(ChunkState::default());
         }
         let class = code - 1;
         if class >= CLASSES.len()
@@ -69,15 +73,11 @@ impl ChunkHeader {
                 ));
             }
         }
-        Ok(ChunkHeader {
+        Ok(ChunkState {
             class: Some(class as u8),
             bits,
+            used: bits.iter().map(|w| w.count_ones()).sum(),
         })
-    }
-
-    /// Blocks allocated.
-    pub(crate) fn used(&self) -> u32 {
-        self.bits.iter().map(|w| w.count_ones()).sum()
     }
 }
 
@@ -165,22 +165,26 @@ pub(crate) fn block_offset(chunk: u64, class: usize, block: u32) -> u64 {
     chunk + u64::from(block) * u64::from(CLASSES[class])
 }
 
-/// One chunk's DRAM state.
-#[derive(Debug, Clone, Copy, Default)]
-struct Chunk {
-    class: Option<u8>,
-    bits: [u64; BITMAP_WORDS],
-    used: u32,
-}
-
 /// A chunk's key in an arena: its file-0 offset (so sets order chunks by address).
 type ChunkKey = u64;
 
+/// One small segment's chunks, in address order.
+#[derive(Debug)]
+struct SmallSegment {
+    geometry: Geometry,
+    chunks: Box<[ChunkState]>,
+}
+
 /// The DRAM state of one arena's small chunks.
+///
+/// The chunks are kept per segment, in an array in address order, not in a map with an
+/// entry per chunk: opening a heap then builds one array per segment from its headers
+/// (a million blocks are ~77 K chunks; inserting each in a hash map was most of the
+/// time of opening).
 #[derive(Debug)]
 pub(crate) struct SmallChunks {
-    /// Every chunk of the arena's small segments, by file-0 offset.
-    chunks: std::collections::HashMap<ChunkKey, Chunk, rustc_hash::FxBuildHasher>,
+    /// The arena's small segments, by file-0 offset.
+    segments: BTreeMap<u64, SmallSegment>,
     /// Per class, the chunks with at least one free and one used block.
     partial: Vec<BTreeSet<ChunkKey>>,
     /// Chunks with no used block (any class may take them).
@@ -190,7 +194,7 @@ pub(crate) struct SmallChunks {
 impl Default for SmallChunks {
     fn default() -> Self {
         SmallChunks {
-            chunks: Default::default(),
+            segments: BTreeMap::new(),
             partial: vec![BTreeSet::new(); CLASSES.len()],
             empty: BTreeSet::new(),
         }
@@ -216,36 +220,52 @@ impl SmallBlock {
 }
 
 impl SmallChunks {
-    /// Adds a chunk read from a segment (or a fresh one: `header` all zeros).
-    pub(crate) fn add_chunk(&mut self, key: u64, header: &ChunkHeader) {
-        let chunk = Chunk {
-            class: header.class,
-            bits: header.bits,
-            used: header.used(),
-        };
-        self.chunks.insert(key, chunk);
-        self.file(key, &chunk);
+    /// Adds a small segment whose chunks are `chunks`, in order (as read from the
+    /// segment, or all default for a new one).
+    pub(crate) fn add_segment(&mut self, geometry: Geometry, chunks: Box<[ChunkState]>) {
+        debug_assert_eq!(chunks.len() as u64, geometry.chunks);
+        for (k, c) in chunks.iter().enumerate() {
+            self.file(geometry.chunk(k as u64), c);
+        }
+        self.segments
+            .insert(geometry.base, SmallSegment { geometry, chunks });
     }
 
-    /// Removes the chunks of a segment (an empty segment being given back).
-    pub(crate) fn remove_chunks(&mut self, g: &Geometry) {
-        for key in (0..g.chunks).map(|k| g.chunk(k)) {
-            if let Some(c) = self.chunks.remove(&key) {
-                debug_assert_eq!(c.used, 0);
-                if let Some(class) = c.class {
-                    self.partial[class as usize].remove(&key);
-                }
-                self.empty.remove(&key);
+    /// Removes a segment (an empty one being given back).
+    pub(crate) fn remove_segment(&mut self, g: &Geometry) {
+        let Some(s) = self.segments.remove(&g.base) else {
+            return;
+        };
+        for (k, c) in s.chunks.iter().enumerate() {
+            debug_assert_eq!(c.used, 0);
+            let key = g.chunk(k as u64);
+            if let Some(class) = c.class {
+                self.partial[class as usize].remove(&key);
             }
+            self.empty.remove(&key);
         }
     }
 
     /// Whether every chunk of a segment is empty.
     pub(crate) fn all_empty(&self, g: &Geometry) -> bool {
-        (0..g.chunks).all(|k| self.chunks.get(&g.chunk(k)).is_none_or(|c| c.used == 0))
+        self.segments
+            .get(&g.base)
+            .is_none_or(|s| s.chunks.iter().all(|c| c.used == 0))
     }
 
-    fn file(&mut self, key: u64, c: &Chunk) {
+    fn chunk(&self, key: ChunkKey) -> Option<&ChunkState> {
+        let (_, s) = self.segments.range(..=key).next_back()?;
+        let k = key.checked_sub(s.geometry.data_start())? / CHUNK;
+        s.chunks.get(k as usize)
+    }
+
+    fn chunk_mut(&mut self, key: ChunkKey) -> Option<&mut ChunkState> {
+        let (_, s) = self.segments.range_mut(..=key).next_back()?;
+        let k = key.checked_sub(s.geometry.data_start())? / CHUNK;
+        s.chunks.get_mut(k as usize)
+    }
+
+    fn file(&mut self, key: u64, c: &ChunkState) {
         match c.class {
             _ if c.used == 0 => {
                 self.empty.insert(key);
@@ -264,14 +284,14 @@ impl SmallChunks {
             Some(&k) => k,
             None => {
                 let k = self.empty.pop_first()?;
-                let c = self.chunks.get_mut(&k).expect("an empty chunk is known");
+                let c = self.chunk_mut(k).expect("an empty chunk is known");
                 c.class = Some(class as u8);
                 c.bits = [0; BITMAP_WORDS];
                 self.partial[class].insert(k);
                 k
             }
         };
-        let c = self.chunks.get_mut(&key).expect("a partial chunk is known");
+        let c = self.chunk_mut(key).expect("a partial chunk is known");
         let cap = blocks_per_chunk(class);
         let (w, word) = c
             .bits
@@ -295,10 +315,7 @@ impl SmallChunks {
 
     /// Gives back a block (a cancelled reservation, or a free once durable).
     pub(crate) fn give_back(&mut self, b: SmallBlock) {
-        let c = self
-            .chunks
-            .get_mut(&b.chunk)
-            .expect("the block's chunk is known");
+        let c = self.chunk_mut(b.chunk).expect("the block's chunk is known");
         debug_assert!(c.bits[b.block as usize / 64] & 1 << (b.block % 64) != 0);
         c.bits[b.block as usize / 64] &= !(1 << (b.block % 64));
         c.used -= 1;
@@ -313,22 +330,21 @@ impl SmallChunks {
 
     /// The class of the chunk at `chunk`, and whether block `block` is allocated there.
     pub(crate) fn is_allocated(&self, chunk: u64, class: usize, block: u32) -> bool {
-        self.chunks.get(&chunk).is_some_and(|c| {
+        self.chunk(chunk).is_some_and(|c| {
             c.class == Some(class as u8) && c.bits[block as usize / 64] & 1 << (block % 64) != 0
         })
     }
 
     /// The class of the chunk at `chunk`, if it has one.
     pub(crate) fn class_of_chunk(&self, chunk: u64) -> Option<usize> {
-        self.chunks
-            .get(&chunk)
-            .and_then(|c| c.class.map(usize::from))
+        self.chunk(chunk).and_then(|c| c.class.map(usize::from))
     }
 
     /// Live blocks and their bytes.
     pub(crate) fn live(&self) -> (u64, u64) {
-        self.chunks
+        self.segments
             .values()
+            .flat_map(|s| s.chunks.iter())
             .filter_map(|c| {
                 c.class
                     .map(|k| (u64::from(c.used), u64::from(CLASSES[k as usize])))
@@ -339,7 +355,9 @@ impl SmallChunks {
     /// DRAM held (approximate).
     pub(crate) fn dram_bytes(&self) -> u64 {
         let sets: usize = self.partial.iter().map(BTreeSet::len).sum::<usize>() + self.empty.len();
-        (self.chunks.capacity() * (std::mem::size_of::<(u64, Chunk)>() + 1) + sets * 16) as u64
+        let chunks: usize = self.segments.values().map(|s| s.chunks.len()).sum();
+        let segments = self.segments.len() * std::mem::size_of::<(u64, SmallSegment)>();
+        (chunks * std::mem::size_of::<ChunkState>() + segments + sets * 16) as u64
     }
 }
 
@@ -361,28 +379,32 @@ mod tests {
     #[test]
     fn headers_round_trip_and_damage_is_named() {
         let mut b = [0u8; 64];
-        assert_eq!(ChunkHeader::decode(&b).unwrap(), ChunkHeader::default());
+        assert_eq!(ChunkState::decode(&b).unwrap(), ChunkState::default());
         let class = class_of(100);
         b[0..8].copy_from_slice(&class_word(class).to_le_bytes());
         b[8] = 0b101;
-        let h = ChunkHeader::decode(&b).unwrap();
-        assert_eq!((h.class, h.used()), (Some(class as u8), 2));
+        let h = ChunkState::decode(&b).unwrap();
+        assert_eq!((h.class, h.used), (Some(class as u8), 2));
         let mut past = b;
         past[63] = 0x80; // bit 447: past the 64 blocks of class 128
-        assert!(ChunkHeader::decode(&past).is_err());
+        assert!(ChunkState::decode(&past).is_err());
         let mut bad_class = b;
         bad_class[0] = 77;
-        assert!(ChunkHeader::decode(&bad_class).is_err());
+        assert!(ChunkState::decode(&bad_class).is_err());
         let mut no_class = b;
         no_class[0..8].fill(0);
-        assert!(ChunkHeader::decode(&no_class).is_err());
+        assert!(ChunkState::decode(&no_class).is_err());
     }
 
     #[test]
     fn blocks_are_taken_lowest_first_and_chunks_change_class_once_empty() {
+        let g = Geometry {
+            base: 0,
+            header_bytes: CHUNK,
+            chunks: 2,
+        };
         let mut s = SmallChunks::default();
-        s.add_chunk(CHUNK, &ChunkHeader::default());
-        s.add_chunk(2 * CHUNK, &ChunkHeader::default());
+        s.add_segment(g, Box::new([ChunkState::default(); 2]));
         let c = class_of(4000);
         let a = s.take(c).unwrap();
         let b = s.take(c).unwrap();
@@ -394,11 +416,6 @@ mod tests {
         for blk in [a, b, d] {
             s.give_back(blk);
         }
-        let g = Geometry {
-            base: 0,
-            header_bytes: CHUNK,
-            chunks: 2,
-        };
         assert!(s.all_empty(&g));
         let small = s.take(0).unwrap();
         assert_eq!(
@@ -414,7 +431,8 @@ mod tests {
         assert_eq!(g.block_of(3 * CHUNK, 0), None, "past the chunks");
         assert_eq!(g.header_of(2 * CHUNK), 64);
         s.give_back(small);
-        s.remove_chunks(&g);
+        s.remove_segment(&g);
         assert_eq!(s.live(), (0, 0));
+        assert!(s.take(0).is_none(), "no segment left");
     }
 }
