@@ -364,10 +364,11 @@ impl PersistentHeap {
                         .store(USE_SMALL | u32::from(s.owner), Ordering::Relaxed);
                 }
                 Content::Big { free, allocated } => {
-                    let granules = allocated.iter().map(|&(_, len)| u64::from(len)).sum();
+                    let used = allocated.iter().map(|&(_, len)| u64::from(len)).sum();
+                    let granules = (sb.segment_size / GRANULE) as u32;
                     arena
                         .big
-                        .add_segment(s.region, &free, allocated.len() as u64, granules);
+                        .add_segment(s.region, granules, &free, allocated.len() as u64, used);
                     uses[s.region as usize].store(USE_BIG | u32::from(s.owner), Ordering::Relaxed);
                 }
                 Content::Huge { regions } => {
@@ -855,7 +856,9 @@ impl PersistentHeap {
             _ => {
                 let first = big::table_granules(seg) as u32;
                 let granules = (seg / GRANULE) as u32;
-                arena.big.add_segment(r, &[(first, granules - first)], 0, 0);
+                arena
+                    .big
+                    .add_segment(r, granules, &[(first, granules - first)], 0, 0);
                 self.uses[r as usize].store(USE_BIG | a as u32, Ordering::Release);
             }
         }
