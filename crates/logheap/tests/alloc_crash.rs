@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use logheap::PoolFile;
-use logheap::alloc::{HeapOptions, PAddr, PersistentHeap};
+use logheap::alloc::{HeapOptions, MetadataPolicy, PAddr, PersistentHeap};
 use logheap::media::{CrashPoint, SimConfig};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -26,6 +26,16 @@ fn options() -> HeapOptions {
         arenas: 2,
         root_size: 4096,
         ..HeapOptions::default()
+    }
+}
+
+/// With a metadata log of 16 records per arena, so the run checkpoints (ring full,
+/// segments given back) many times.
+fn log_options() -> HeapOptions {
+    HeapOptions {
+        metadata: MetadataPolicy::MetadataLog,
+        log_records: 16,
+        ..options()
     }
 }
 
@@ -130,7 +140,13 @@ fn check_point(point: &CrashPoint<'_>, model: &Model, tally: &Tally) {
 /// an unfinished operation, marking the pool open), and checks those too: recovery must
 /// survive crashing itself.
 fn check_recovery_crashes(image: Vec<u8>, model: &Model, tally: &Tally) {
-    let file = match PoolFile::open_image(image, &Default::default(), SimConfig::default()) {
+    // A replay of a metadata log flushes a line per record under one fence: 32 images
+    // of each such fence, not 512, keep the run short.
+    let sim = SimConfig {
+        max_images_per_fence: 32,
+        ..SimConfig::default()
+    };
+    let file = match PoolFile::open_image(image, &Default::default(), sim) {
         Ok(f) => f,
         Err(e) => return tally.violation(format!("does not open: {e}")),
     };
@@ -192,7 +208,29 @@ fn run_workload(heap: &PersistentHeap, model: &Arc<Mutex<Model>>, seed: u64, ops
 
 #[test]
 fn every_crash_image_of_allocations_and_frees_has_no_leak_and_no_double_allocation() {
-    let heap = PersistentHeap::create_sim(&options(), SimConfig::default()).unwrap();
+    crash_test(&options(), SimConfig::default(), 300);
+}
+
+#[test]
+fn with_a_metadata_log_every_crash_image_has_no_leak_and_no_double_allocation() {
+    // A checkpoint flushes many lines under one fence; at most 24 images of each fence
+    // keep the run short.
+    let sim = SimConfig {
+        max_images_per_fence: 24,
+        ..SimConfig::default()
+    };
+    let stats = crash_test(&log_options(), sim, 120);
+    assert!(
+        stats.checkpoints > 5,
+        "only {} checkpoints",
+        stats.checkpoints
+    );
+}
+
+/// Runs `ops` operations on a heap made with `options` on simulation media set by
+/// `sim`, checking every crash image.
+fn crash_test(options: &HeapOptions, sim: SimConfig, ops: u32) -> logheap::alloc::HeapStats {
+    let heap = PersistentHeap::create_sim(options, sim).unwrap();
     let model = Arc::new(Mutex::new(Model {
         slots: vec![0; (SLOTS + SPARE) as usize],
         in_flight: None,
@@ -204,12 +242,13 @@ fn every_crash_image_of_allocations_and_frees_has_no_leak_and_no_double_allocati
         let model = m.lock().unwrap().clone();
         check_point(point, &model, &t);
     }));
-    run_workload(&heap, &model, 7, 300);
+    run_workload(&heap, &model, 7, ops);
     let images = tally.images.load(Ordering::Relaxed);
     let violations = tally.violations.load(Ordering::Relaxed);
     let redone = tally.redone.load(Ordering::Relaxed);
     eprintln!(
-        "persistent heap crash test: {images} images ({redone} redoing an unfinished operation), {violations} violations"
+        "persistent heap crash test ({:?}): {images} images ({redone} redoing an unfinished operation), {violations} violations",
+        options.metadata
     );
     assert_eq!(
         violations,
@@ -224,6 +263,7 @@ fn every_crash_image_of_allocations_and_frees_has_no_leak_and_no_double_allocati
         stats.small_segments > 0 && stats.big_segments > 0,
         "{stats:?}"
     );
+    stats
 }
 
 thread_local! {

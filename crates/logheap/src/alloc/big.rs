@@ -65,17 +65,25 @@ pub(crate) fn decode_entry(
 /// Records the block of `len` granules at `granule` of the big segment at `base` as
 /// allocated, and flushes the word (not fenced). Idempotent.
 pub(crate) fn persist_set(media: &Media, base: u64, region: u64, granule: u64, len: u64) {
-    let at = (base + granule * 8) as usize;
-    media.write_u64(at, entry(region, granule, len));
-    media.flush(at, 8);
+    store_set(media, base, region, granule, len);
+    media.flush((base + granule * 8) as usize, 8);
+}
+
+/// [`persist_set`] without the flush (a checkpoint flushes each line it dirtied once).
+pub(crate) fn store_set(media: &Media, base: u64, region: u64, granule: u64, len: u64) {
+    media.write_u64((base + granule * 8) as usize, entry(region, granule, len));
 }
 
 /// Clears the block at `granule` of the big segment at `base` and flushes the word (not
 /// fenced). Idempotent.
 pub(crate) fn persist_clear(media: &Media, base: u64, granule: u64) {
-    let at = (base + granule * 8) as usize;
-    media.write_u64(at, 0);
-    media.flush(at, 8);
+    store_clear(media, base, granule);
+    media.flush((base + granule * 8) as usize, 8);
+}
+
+/// [`persist_clear`] without the flush.
+pub(crate) fn store_clear(media: &Media, base: u64, granule: u64) {
+    media.write_u64((base + granule * 8) as usize, 0);
 }
 
 /// A big block: its segment's region, first granule and length in granules.
@@ -101,6 +109,9 @@ struct BigSegment {
     len_at_start: Box<[u32]>,
     /// At a free run's last granule, its first granule + 1; 0 elsewhere.
     start_at_end: Box<[u32]>,
+    /// At an allocated block's first granule, its length; 0 elsewhere (so a free is
+    /// checked against DRAM, which is the truth under either metadata policy).
+    len_at_block: Box<[u32]>,
 }
 
 impl BigSegment {
@@ -108,6 +119,7 @@ impl BigSegment {
         BigSegment {
             len_at_start: vec![0; granules].into_boxed_slice(),
             start_at_end: vec![0; granules].into_boxed_slice(),
+            len_at_block: vec![0; granules].into_boxed_slice(),
         }
     }
 
@@ -175,24 +187,35 @@ impl Default for BigRuns {
 }
 
 impl BigRuns {
-    /// Adds a segment of `granules` granules whose free runs are `free` (from its page
-    /// table) and which holds `blocks` blocks of `used` granules in all.
+    /// Adds a segment of `granules` granules whose free runs are `free` and whose
+    /// allocated blocks are `allocated` (both `(start, len)`, from its page table).
     pub(crate) fn add_segment(
         &mut self,
         region: u32,
         granules: u32,
         free: &[(u32, u32)],
-        blocks: u64,
-        used: u64,
+        allocated: &[(u32, u32)],
     ) {
         let mut seg = BigSegment::new(granules as usize);
         for &(start, len) in free {
             seg.mark(start, len);
             self.index(region, start, len);
         }
+        for &(start, len) in allocated {
+            seg.len_at_block[start as usize] = len;
+            self.used_granules += u64::from(len);
+        }
+        self.used_blocks += allocated.len() as u64;
         self.segments.insert(region, seg);
-        self.used_blocks += blocks;
-        self.used_granules += used;
+    }
+
+    /// The length of the allocated block starting at `granule` of `region`, if one does.
+    pub(crate) fn allocated_len(&self, region: u32, granule: u32) -> Option<u32> {
+        let seg = self.segments.get(&region)?;
+        seg.len_at_block
+            .get(granule as usize)
+            .copied()
+            .filter(|&l| l != 0)
     }
 
     /// Removes an empty segment (being given back).
@@ -260,6 +283,7 @@ impl BigRuns {
             .get_mut(&region)
             .expect("a run's segment is known");
         seg.unmark(start, run);
+        seg.len_at_block[start as usize] = len;
         if run > len {
             seg.mark(start + len, run - len);
             self.index(region, start + len, run - len);
@@ -279,6 +303,8 @@ impl BigRuns {
             .segments
             .get_mut(&b.region)
             .expect("the block's segment is known");
+        debug_assert_eq!(seg.len_at_block[b.granule as usize], b.len);
+        seg.len_at_block[b.granule as usize] = 0;
         let (mut start, mut len) = (b.granule, b.len);
         let mut merged = [None, None];
         if let Some(&before) = start.checked_sub(1).map(|g| &seg.start_at_end[g as usize])
@@ -319,7 +345,7 @@ impl BigRuns {
         let tags: usize = self
             .segments
             .values()
-            .map(|s| s.len_at_start.len() * 8)
+            .map(|s| s.len_at_start.len() * 12)
             .sum();
         let runs: usize = self.bins.iter().map(BTreeSet::len).sum::<usize>() * 12;
         (tags + runs + self.long.len() * 16) as u64
@@ -349,8 +375,8 @@ mod tests {
     #[test]
     fn best_fit_splits_and_frees_coalesce() {
         let mut r = BigRuns::default();
-        r.add_segment(0, 16, &[(1, 15)], 0, 0);
-        r.add_segment(1, 5, &[(1, 4)], 0, 0);
+        r.add_segment(0, 16, &[(1, 15)], &[]);
+        r.add_segment(1, 5, &[(1, 4)], &[]);
         let a = r.take(4).unwrap();
         assert_eq!((a.region, a.granule), (1, 1), "the exact fit wins");
         let b = r.take(3).unwrap();
@@ -383,7 +409,7 @@ mod tests {
         let mut free = vec![vec![true; SIZE as usize]; 3];
         for (region, f) in free.iter_mut().enumerate() {
             f[0] = false;
-            r.add_segment(region as u32, SIZE, &[(1, SIZE - 1)], 0, 0);
+            r.add_segment(region as u32, SIZE, &[(1, SIZE - 1)], &[]);
         }
         let runs = |free: &Vec<Vec<bool>>| {
             let mut out = Vec::new();
@@ -422,6 +448,7 @@ mod tests {
                     "step {step}: take {len}"
                 );
                 if let Some(b) = got {
+                    assert_eq!(r.allocated_len(b.region, b.granule), Some(b.len));
                     for g in b.granule..b.granule + b.len {
                         free[b.region as usize][g as usize] = false;
                     }
@@ -429,6 +456,7 @@ mod tests {
                 }
             } else {
                 let b = held.swap_remove(rng.random_range(0..held.len()));
+                assert_eq!(r.allocated_len(b.region, b.granule + 1), None);
                 for g in b.granule..b.granule + b.len {
                     free[b.region as usize][g as usize] = true;
                 }

@@ -10,6 +10,7 @@
 //! | root area | the application's root (persistent pointers start here) |
 //! | data area, first | the segment table: one 64-byte [`TableEntry`] per region |
 //! | then | one 64-byte micro-log slot per arena ([`MicroLogSlot`]) |
+//! | then, with [`MetadataPolicy::MetadataLog`] | per arena, a metadata-log ring: a header line (`base` and `done` sequence numbers), then `log_records` records |
 //! | then, aligned | the regions: `region_count` segments of `segment_size` bytes |
 //!
 //! A region in use is a *segment* of one kind: small (8 KiB chunks with bitmaps), big
@@ -71,6 +72,52 @@ const BLOCKS_PER_CHUNK: [u32; CLASSES.len()] = {
     out
 };
 
+/// The default number of records in an arena's metadata-log ring
+/// ([`MetadataPolicy::MetadataLog`]): 256 KiB of records, so a checkpoint coalesces
+/// thousands of metadata updates into the lines they touch.
+pub const DEFAULT_LOG_RECORDS: u64 = 4096;
+/// The fewest and most records a ring may have.
+pub(crate) const LOG_RECORDS: std::ops::RangeInclusive<u64> = 2..=(1 << 20);
+/// Bytes of one arena's ring of `records` records: its header line and its records.
+fn ring_bytes(records: u64) -> u64 {
+    if records == 0 {
+        0
+    } else {
+        (1 + records) * LINE
+    }
+}
+
+/// Offset, in a ring's header line, of the `base` word: the sequence number of the
+/// record at position 0 (records not starting there are stale).
+pub(crate) const RING_BASE: u64 = 0;
+/// Offset, in a ring's header line, of the `done` word: the last record whose pointer
+/// store is durable.
+pub(crate) const RING_DONE: u64 = 8;
+
+/// Where a heap keeps the state of its small chunks and big blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MetadataPolicy {
+    /// In place (002): every allocation and free stores its bitmap bit or page-table
+    /// word, and flushes that line, inside the call.
+    #[default]
+    InPlace,
+    /// DRAM state and a metadata log (004): an allocation or free appends one record to
+    /// its arena's ring, the DRAM state is the truth while the heap is open, and the
+    /// in-place metadata is brought up to date at checkpoints (a full ring, giving a
+    /// segment back, close), each dirty line flushed once.
+    MetadataLog,
+}
+
+impl MetadataPolicy {
+    fn code(self) -> u32 {
+        match self {
+            MetadataPolicy::InPlace => 0,
+            MetadataPolicy::MetadataLog => 1,
+        }
+    }
+}
+
 /// The heap's format version (superblock bytes 8..12).
 pub(crate) const LAYOUT_VERSION: u32 = 1;
 const SUPERBLOCK_MAGIC: [u8; 8] = *b"LHALLOC1";
@@ -96,6 +143,12 @@ pub(crate) struct Superblock {
     pub regions_offset: u64,
     /// Number of regions.
     pub region_count: u64,
+    /// Where allocation state is kept.
+    pub policy: MetadataPolicy,
+    /// Offset of the metadata-log rings in file 0 (0 without them).
+    pub ring_offset: u64,
+    /// Records in each ring (0 without them).
+    pub ring_records: u64,
 }
 
 impl Superblock {
@@ -105,6 +158,8 @@ impl Superblock {
         data: Range<u64>,
         segment_size: u64,
         arenas: u32,
+        policy: MetadataPolicy,
+        log_records: u64,
     ) -> Result<Superblock, String> {
         if !segment_size.is_power_of_two() || !(MIN_SEGMENT..=MAX_SEGMENT).contains(&segment_size) {
             return Err(format!(
@@ -118,7 +173,19 @@ impl Superblock {
         // Each region costs its size plus one table entry; the micro-log and alignment
         // come off the top.
         let microlog_bytes = (u64::from(arenas) * LINE).next_multiple_of(GRANULE);
-        let overhead = microlog_bytes + REGION_ALIGN + GRANULE;
+        let ring_records = match policy {
+            MetadataPolicy::InPlace => 0,
+            MetadataPolicy::MetadataLog if LOG_RECORDS.contains(&log_records) => log_records,
+            MetadataPolicy::MetadataLog => {
+                return Err(format!(
+                    "a metadata log of {log_records} records: between {} and {} are supported",
+                    LOG_RECORDS.start(),
+                    LOG_RECORDS.end()
+                ));
+            }
+        };
+        let ring_bytes = u64::from(arenas) * ring_bytes(ring_records);
+        let overhead = microlog_bytes + ring_bytes + REGION_ALIGN + GRANULE;
         let region_count = space.saturating_sub(overhead) / (segment_size + LINE);
         if region_count == 0 {
             return Err(format!(
@@ -127,7 +194,12 @@ impl Superblock {
         }
         let table_offset = data.start;
         let microlog_offset = table_offset + (region_count * LINE).next_multiple_of(GRANULE);
-        let regions_offset = (microlog_offset + microlog_bytes).next_multiple_of(REGION_ALIGN);
+        let ring_offset = match policy {
+            MetadataPolicy::InPlace => 0,
+            MetadataPolicy::MetadataLog => microlog_offset + microlog_bytes,
+        };
+        let regions_offset =
+            (microlog_offset + microlog_bytes + ring_bytes).next_multiple_of(REGION_ALIGN);
         let mut region_count = region_count;
         while regions_offset + region_count * segment_size > data.end {
             region_count -= 1;
@@ -144,7 +216,20 @@ impl Superblock {
             microlog_offset,
             regions_offset,
             region_count,
+            policy,
+            ring_offset,
+            ring_records,
         })
+    }
+
+    /// Offset in file 0 of arena `a`'s ring header line.
+    pub(crate) fn ring_header(&self, a: u32) -> u64 {
+        self.ring_offset + u64::from(a) * ring_bytes(self.ring_records)
+    }
+
+    /// Offset in file 0 of record `i` of arena `a`'s ring.
+    pub(crate) fn ring_record(&self, a: u32, i: u64) -> u64 {
+        self.ring_header(a) + LINE + i * LINE
     }
 
     /// The superblock's bytes.
@@ -152,7 +237,7 @@ impl Superblock {
         let mut b = [0u8; SUPERBLOCK_BYTES];
         b[0..8].copy_from_slice(&SUPERBLOCK_MAGIC);
         b[8..12].copy_from_slice(&LAYOUT_VERSION.to_le_bytes());
-        b[12..16].copy_from_slice(&0u32.to_le_bytes()); // metadata policy: in place
+        b[12..16].copy_from_slice(&self.policy.code().to_le_bytes());
         b[16..24].copy_from_slice(&self.segment_size.to_le_bytes());
         b[24..28].copy_from_slice(&(CHUNK as u32).to_le_bytes());
         b[28..32].copy_from_slice(&(GRANULE as u32).to_le_bytes());
@@ -163,6 +248,8 @@ impl Superblock {
         b[56..64].copy_from_slice(&self.microlog_offset.to_le_bytes());
         b[64..72].copy_from_slice(&self.regions_offset.to_le_bytes());
         b[72..80].copy_from_slice(&self.region_count.to_le_bytes());
+        b[80..88].copy_from_slice(&self.ring_offset.to_le_bytes());
+        b[88..96].copy_from_slice(&self.ring_records.to_le_bytes());
         let crc = crc32c::crc32c(&b[..SUPERBLOCK_CRC_COVERED]);
         b[SUPERBLOCK_CRC_COVERED..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -186,12 +273,15 @@ impl Superblock {
                 "heap layout version {version} (this build reads {LAYOUT_VERSION})"
             )));
         }
-        let policy = u32_at(b, 12);
-        if policy != 0 {
-            return Err(SuperblockError::Invalid(format!(
-                "metadata policy {policy} is not supported by this build"
-            )));
-        }
+        let policy = match u32_at(b, 12) {
+            0 => MetadataPolicy::InPlace,
+            1 => MetadataPolicy::MetadataLog,
+            other => {
+                return Err(SuperblockError::Invalid(format!(
+                    "metadata policy {other} is not supported by this build"
+                )));
+            }
+        };
         if u64::from(u32_at(b, 24)) != CHUNK
             || u64::from(u32_at(b, 28)) != GRANULE
             || u64_at(b, 32) != HUGE_THRESHOLD
@@ -207,10 +297,13 @@ impl Superblock {
             microlog_offset: u64_at(b, 56),
             regions_offset: u64_at(b, 64),
             region_count: u64_at(b, 72),
+            policy,
+            ring_offset: u64_at(b, 80),
+            ring_records: u64_at(b, 88),
         };
         // The stored layout must be exactly the one this data area and these
         // parameters give, so no offset read here can point outside the pool.
-        match Superblock::plan(data, s.segment_size, s.arenas) {
+        match Superblock::plan(data, s.segment_size, s.arenas, s.policy, s.ring_records) {
             Ok(expected) if expected == s && u64::from(u32_at(b, 44)) == s.region_count => Ok(s),
             Ok(expected) => Err(SuperblockError::Invalid(format!(
                 "layout {s:?} does not match the pool's data area (expected {expected:?})"
@@ -478,7 +571,7 @@ mod tests {
     use super::*;
 
     fn sb() -> Superblock {
-        Superblock::plan(8192..(8 << 20), 1 << 20, 2).unwrap()
+        Superblock::plan(8192..(8 << 20), 1 << 20, 2, MetadataPolicy::InPlace, 0).unwrap()
     }
 
     #[test]
@@ -517,8 +610,8 @@ mod tests {
             Superblock::decode(&b, 8192..(16 << 20)),
             Err(SuperblockError::Invalid(_))
         ));
-        assert!(Superblock::plan(8192..65536, 1 << 20, 2).is_err());
-        assert!(Superblock::plan(8192..(8 << 20), 3 << 20, 2).is_err());
+        assert!(Superblock::plan(8192..65536, 1 << 20, 2, MetadataPolicy::InPlace, 0).is_err());
+        assert!(Superblock::plan(8192..(8 << 20), 3 << 20, 2, MetadataPolicy::InPlace, 0).is_err());
     }
 
     #[test]

@@ -17,10 +17,12 @@ mod addr;
 mod big;
 pub(crate) mod home;
 mod layout;
+mod metadata_log;
 mod persistent_heap;
 mod small;
 
 pub use addr::{MAX_FILE_ID, MAX_OFFSET, OFFSET_BITS, PAddr};
+pub use layout::{DEFAULT_LOG_RECORDS, MetadataPolicy};
 pub use persistent_heap::{Block, HeapOptions, HeapRecovery, HeapStats, PersistentHeap};
 
 use crate::error::Result;

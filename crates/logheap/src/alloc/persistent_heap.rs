@@ -14,6 +14,9 @@
 //!   fenced; then the slot is retired and fenced. Recovery redoes a pending slot (every
 //!   step is idempotent, and no one can have moved `*dst` before the call returned).
 //!   That is three fences, as PMDK's `pmemobj_alloc` (redo persist, apply, clobber).
+//! - With [`MetadataPolicy::MetadataLog`] (004), small and big allocations and frees
+//!   append a record to their arena's metadata-log ring instead of using the micro-log
+//!   slot and storing their bit or word in place: see [`metadata_log`](super::metadata_log).
 //! - Opening rebuilds every DRAM structure from the metadata (chunk headers, page
 //!   tables, the segment table). A cleanly closed heap also checks a digest of all the
 //!   metadata written at close, so a flipped bit there is reported, not trusted.
@@ -31,9 +34,10 @@ use super::addr::PAddr;
 use super::big::{self, BigBlock, BigRuns};
 use super::layout::{
     CHUNK, CHUNK_HEADER, DIGEST_WORD, ENTRY_STATE, GRANULE, HUGE_THRESHOLD, LINE, LIVE,
-    MicroLogSlot, MicroOp, SLOT_OP, SMALL_MAX, SUPERBLOCK_BYTES, SegmentKind, Superblock,
-    SuperblockError, TableEntry, class_of, decode_digest, encode_digest,
+    MetadataPolicy, MicroLogSlot, MicroOp, SLOT_OP, SMALL_MAX, SUPERBLOCK_BYTES, SegmentKind,
+    Superblock, SuperblockError, TableEntry, class_of, decode_digest, encode_digest,
 };
+use super::metadata_log::{self, DirtyLines, RingState};
 use super::small::{self, ChunkState, SmallBlock, SmallChunks};
 use crate::error::{Error, Result};
 use crate::media::{Media, MediaConfig, MediaCounters, SimConfig};
@@ -55,6 +59,13 @@ pub struct HeapOptions {
     pub root_size: u64,
     /// How the media persists.
     pub media: MediaConfig,
+    /// Where allocation state is kept: in place (002, the default) or in DRAM with a
+    /// metadata log (004).
+    pub metadata: MetadataPolicy,
+    /// Records in each arena's metadata-log ring (with [`MetadataPolicy::MetadataLog`];
+    /// 2 to 2^20): more records, fewer checkpoints and more metadata updates coalesced
+    /// in each, and more to replay after a crash.
+    pub log_records: u64,
     /// Claim the file's whole size at creation (see [`PoolOptions::reserve_space`]).
     pub reserve_space: bool,
 }
@@ -67,6 +78,8 @@ impl Default for HeapOptions {
             arenas: std::thread::available_parallelism().map_or(1, |n| n.get().min(64) as u32),
             root_size: 4096,
             media: MediaConfig::default(),
+            metadata: MetadataPolicy::InPlace,
+            log_records: super::layout::DEFAULT_LOG_RECORDS,
             reserve_space: true,
         }
     }
@@ -92,6 +105,9 @@ pub struct HeapRecovery {
     pub was_clean: bool,
     /// Standalone allocations and frees a crash left half done, redone.
     pub redone: u32,
+    /// Metadata-log records replayed into the in-place metadata
+    /// ([`MetadataPolicy::MetadataLog`]).
+    pub replayed: u64,
     /// Segments read.
     pub segments: u64,
     /// Blocks found allocated.
@@ -127,6 +143,10 @@ pub struct HeapStats {
     pub media: MediaCounters,
     /// What the last open found.
     pub recovery: HeapRecovery,
+    /// Where allocation state is kept.
+    pub metadata: MetadataPolicy,
+    /// Metadata-log checkpoints since the heap was opened.
+    pub checkpoints: u64,
 }
 
 /// One block, as found in the persistent metadata by [`PersistentHeap::blocks`].
@@ -155,6 +175,12 @@ struct Arena {
     small_segments: BTreeSet<u32>,
     /// The sequence number of its micro-log slot.
     seq: u64,
+    /// Its metadata-log ring ([`MetadataPolicy::MetadataLog`]).
+    ring: RingState,
+    /// The metadata steps of the ring's records, not yet stored in place.
+    pending: Vec<(Step, MicroOp)>,
+    /// Checkpoints taken.
+    checkpoints: u64,
 }
 
 /// Which regions are free, and how often each was taken.
@@ -297,6 +323,8 @@ impl PersistentHeap {
                 redone += 1;
             }
         }
+        let (ring_bases, replayed, ring_redone) = reader.replay_rings(was_clean)?;
+        redone += ring_redone;
         let (entries, scan) = reader.scan_all()?;
         if was_clean {
             let word = media.read_u64((SUPERBLOCK.start + DIGEST_WORD) as usize);
@@ -329,8 +357,10 @@ impl PersistentHeap {
         }
         let mut arenas: Vec<Arena> = seqs
             .into_iter()
-            .map(|seq| Arena {
+            .zip(ring_bases)
+            .map(|(seq, base)| Arena {
                 seq,
+                ring: RingState { base, tail: 0 },
                 ..Arena::default()
             })
             .collect();
@@ -364,11 +394,8 @@ impl PersistentHeap {
                         .store(USE_SMALL | u32::from(s.owner), Ordering::Relaxed);
                 }
                 Content::Big { free, allocated } => {
-                    let used = allocated.iter().map(|&(_, len)| u64::from(len)).sum();
                     let granules = (sb.segment_size / GRANULE) as u32;
-                    arena
-                        .big
-                        .add_segment(s.region, granules, &free, allocated.len() as u64, used);
+                    arena.big.add_segment(s.region, granules, &free, &allocated);
                     uses[s.region as usize].store(USE_BIG | u32::from(s.owner), Ordering::Relaxed);
                 }
                 Content::Huge { regions } => {
@@ -383,6 +410,7 @@ impl PersistentHeap {
         let recovery = HeapRecovery {
             was_clean,
             redone,
+            replayed,
             segments: scan.segment_count,
             blocks: scan.blocks,
             seconds: started.elapsed().as_secs_f64(),
@@ -612,7 +640,9 @@ impl PersistentHeap {
 
     /// Every allocated block, read from the persistent metadata (not from DRAM), sorted
     /// by address: for checking tools and crash tests.
+    /// With a metadata log, every arena is checkpointed first.
     pub fn blocks(&self) -> Result<Vec<Block>> {
+        self.checkpoint_all();
         let (_, scan) = self.reader().scan_all()?;
         let mut out = Vec::with_capacity(scan.blocks as usize);
         for s in &scan.segments {
@@ -664,6 +694,7 @@ impl PersistentHeap {
             regions: self.sb.region_count,
             media: self.media.counters(),
             recovery: self.recovery,
+            metadata: self.sb.policy,
             ..HeapStats::default()
         };
         for arena in self.arenas.iter() {
@@ -675,6 +706,7 @@ impl PersistentHeap {
             s.small_segments += arena.small_segments.len() as u64;
             s.big_segments += arena.big.segments() as u64;
             s.dram_bytes += arena.small.dram_bytes() + arena.big.dram_bytes();
+            s.checkpoints += arena.checkpoints;
         }
         for (r, u) in self.uses.iter().enumerate() {
             let u = u.load(Ordering::Acquire);
@@ -697,6 +729,7 @@ impl PersistentHeap {
     /// Closes the heap cleanly: writes the digest of its metadata, then marks the pool
     /// closed.
     pub fn close(self) -> Result<()> {
+        self.checkpoint_all();
         let (_, scan) = self.reader().scan_all()?;
         let at = (SUPERBLOCK.start + DIGEST_WORD) as usize;
         self.media.write_u64(at, encode_digest(scan.digest));
@@ -858,7 +891,7 @@ impl PersistentHeap {
                 let granules = (seg / GRANULE) as u32;
                 arena
                     .big
-                    .add_segment(r, granules, &[(first, granules - first)], 0, 0);
+                    .add_segment(r, granules, &[(first, granules - first)], &[]);
                 self.uses[r as usize].store(USE_BIG | a as u32, Ordering::Release);
             }
         }
@@ -887,6 +920,8 @@ impl PersistentHeap {
         if !empty {
             return;
         }
+        // No ring record may name the segment once its region is free.
+        self.checkpoint(used & !USE_KIND, arena);
         let at = self.sb.entry_offset(u64::from(region)) as usize + ENTRY_STATE as usize;
         self.media.write_u64(at, 0);
         self.media.persist(at, 8);
@@ -931,23 +966,15 @@ impl PersistentHeap {
             if !rel.is_multiple_of(GRANULE) {
                 return None;
             }
-            let granule = rel / GRANULE;
-            let word = self.media.read_u64((base + granule * 8) as usize);
-            let len = big::decode_entry(
-                word,
-                u64::from(region),
-                granule,
-                self.sb.segment_size / GRANULE,
-            )
-            .ok()
-            .flatten()?;
+            let granule = u32::try_from(rel / GRANULE).ok()?;
+            let len = arena.big.allocated_len(region, granule)?;
             Some((
                 Held::Big(BigBlock {
                     region,
-                    granule: granule as u32,
-                    len: len as u32,
+                    granule,
+                    len,
                 }),
-                len * GRANULE,
+                u64::from(len) * GRANULE,
             ))
         }
     }
@@ -962,6 +989,10 @@ impl PersistentHeap {
         step: Step,
         dst_off: u64,
     ) {
+        if self.sb.policy == MetadataPolicy::MetadataLog && !matches!(step, Step::Huge { .. }) {
+            self.run_ring_logged(a, arena, record, step, dst_off);
+            return;
+        }
         let slot = self.sb.slot_offset(a) as usize;
         self.media.write(slot, &record.encode());
         self.media.flush(slot, LINE as usize);
@@ -976,6 +1007,66 @@ impl PersistentHeap {
         self.media.fence();
         retire(&self.media, slot as u64);
         arena.seq = record.seq;
+    }
+
+    /// Runs one standalone small or big step through arena `a`'s metadata-log ring
+    /// (see [`metadata_log`]): the record, fence; `*dst`, fence; `done`, fence. The
+    /// metadata step waits in DRAM for the next checkpoint.
+    fn run_ring_logged(
+        &self,
+        a: u32,
+        arena: &mut Arena,
+        record: &MicroLogSlot,
+        step: Step,
+        dst_off: u64,
+    ) {
+        if arena.ring.is_full(self.sb.ring_records) {
+            self.checkpoint(a, arena);
+        }
+        let record = MicroLogSlot {
+            seq: arena.ring.next_seq(),
+            ..*record
+        };
+        metadata_log::append(&self.media, &self.sb, a, arena.ring.tail, &record);
+        let value = match record.op {
+            MicroOp::Allocate => record.addr,
+            MicroOp::Free => 0,
+        };
+        self.media.write_u64(dst_off as usize, value);
+        self.media.flush(dst_off as usize, 8);
+        self.media.fence();
+        metadata_log::set_done(&self.media, &self.sb, a, record.seq);
+        arena.ring.tail += 1;
+        arena.pending.push((step, record.op));
+    }
+
+    /// Stores arena `a`'s pending metadata steps in place, flushing each dirtied line
+    /// once, fences, and starts its ring over (a no-op for an empty ring).
+    fn checkpoint(&self, a: u32, arena: &mut Arena) {
+        if arena.ring.tail == 0 {
+            return;
+        }
+        let mut lines = DirtyLines::default();
+        for (step, op) in arena.pending.drain(..) {
+            lines.add(store_step(&self.media, &self.sb, step, op));
+        }
+        lines.flush(&self.media);
+        self.media.fence();
+        let last = arena.ring.next_seq() - 1;
+        arena.ring.base += arena.ring.tail;
+        arena.ring.tail = 0;
+        metadata_log::restart(&self.media, &self.sb, a, arena.ring.base, last);
+        arena.checkpoints += 1;
+    }
+
+    /// Checkpoints every arena (with a metadata log; else nothing to do).
+    fn checkpoint_all(&self) {
+        if self.sb.policy != MetadataPolicy::MetadataLog {
+            return;
+        }
+        for (a, arena) in self.arenas.iter().enumerate() {
+            self.checkpoint(a as u32, &mut arena.lock().expect("arena lock"));
+        }
     }
 
     /// The file-0 offset of the aligned word at `addr` (see `data_range`).
@@ -1081,8 +1172,14 @@ fn plan(options: &HeapOptions) -> Result<Superblock> {
         },
     )
     .map_err(Error::InvalidConfig)?;
-    Superblock::plan(header.layout.data, options.segment_size, options.arenas)
-        .map_err(Error::InvalidConfig)
+    Superblock::plan(
+        header.layout.data,
+        options.segment_size,
+        options.arenas,
+        options.metadata,
+        options.log_records,
+    )
+    .map_err(Error::InvalidConfig)
 }
 
 /// Writes a new heap's superblock and the digest of its (empty) metadata; its table and
@@ -1091,8 +1188,19 @@ fn format(media: &Media, sb: &Superblock) {
     let at = SUPERBLOCK.start as usize;
     media.write(at, &sb.encode());
     media.flush(at, SUPERBLOCK_BYTES);
+    // The digest of empty metadata: no segments, and (with a metadata log) the ring
+    // headers, as `Reader::scan_all` reads them.
+    let mut empty = 0;
+    if sb.policy == MetadataPolicy::MetadataLog {
+        metadata_log::format(media, sb);
+        for a in 0..sb.arenas {
+            let mut line = [0u8; LINE as usize];
+            media.read(sb.ring_header(a) as usize, &mut line);
+            empty = crc32c::crc32c_append(empty, &line);
+        }
+    }
     let digest = (SUPERBLOCK.start + DIGEST_WORD) as usize;
-    media.write_u64(digest, encode_digest(0));
+    media.write_u64(digest, encode_digest(empty));
     media.persist(digest, 8);
 }
 
@@ -1236,6 +1344,94 @@ impl Reader<'_> {
         self.plan(r, entries).map_err(|reason| why(&reason))
     }
 
+    /// Replays every arena's metadata-log ring into the in-place metadata (see
+    /// [`metadata_log`]; nothing to do in place), after checking every record. Returns
+    /// each arena's next ring base, the records replayed and the pointer stores redone.
+    /// A cleanly closed heap must have no valid record.
+    fn replay_rings(&self, was_clean: bool) -> Result<(Vec<u64>, u64, u32)> {
+        if self.sb.policy != MetadataPolicy::MetadataLog {
+            return Ok((vec![0; self.sb.arenas as usize], 0, 0));
+        }
+        let entries = self.entries()?;
+        let mut rings = Vec::with_capacity(self.sb.arenas as usize);
+        for a in 0..self.sb.arenas {
+            let ring = metadata_log::read(self.media, self.sb, a);
+            let header = self.sb.ring_header(a);
+            if ring.base == 0 || ring.base > u64::MAX / 2 {
+                return Err(self.corrupt(
+                    header,
+                    format!(
+                        "metadata-log ring {a} starts at sequence number {}",
+                        ring.base
+                    ),
+                ));
+            }
+            if let Some((at, _)) = ring.records.first()
+                && was_clean
+            {
+                return Err(self.corrupt(
+                    *at,
+                    "a cleanly closed heap has metadata-log records not checkpointed".into(),
+                ));
+            }
+            let steps = ring
+                .records
+                .iter()
+                .map(|(at, r)| self.check_ring_record(*at, r, &entries))
+                .collect::<Result<Vec<_>>>()?;
+            rings.push((ring, steps));
+        }
+        let (mut replayed, mut redone) = (0, 0);
+        let mut bases = Vec::with_capacity(rings.len());
+        for (a, (ring, steps)) in rings.iter().enumerate() {
+            let Some((_, last)) = ring.records.last() else {
+                bases.push(ring.base);
+                continue;
+            };
+            let mut lines = DirtyLines::default();
+            for ((_, r), step) in ring.records.iter().zip(steps) {
+                lines.add(store_step(self.media, self.sb, *step, r.op));
+            }
+            if last.seq > ring.done {
+                // The call had not returned: finish its pointer store.
+                let dst = PAddr::from_raw(last.dst).offset();
+                let value = match last.op {
+                    MicroOp::Allocate => last.addr,
+                    MicroOp::Free => 0,
+                };
+                self.media.write_u64(dst as usize, value);
+                lines.add(dst);
+                redone += 1;
+            }
+            lines.flush(self.media);
+            self.media.fence();
+            metadata_log::restart(self.media, self.sb, a as u32, last.seq + 1, last.seq);
+            replayed += ring.records.len() as u64;
+            bases.push(last.seq + 1);
+        }
+        Ok((bases, replayed, redone))
+    }
+
+    /// Checks a metadata-log record at file-0 offset `at`: a small or big block in a
+    /// segment of its kind, and a pointer slot recovery may store to.
+    fn check_ring_record(
+        &self,
+        at: u64,
+        r: &MicroLogSlot,
+        entries: &[Option<TableEntry>],
+    ) -> Result<Step> {
+        let why = |reason: &str| self.corrupt(at, format!("metadata-log record {r:?}: {reason}"));
+        if !self.dst_ok(r.dst) {
+            return Err(why(
+                "its pointer slot is not a word of the root or a region",
+            ));
+        }
+        match self.plan(r, entries).map_err(|reason| why(&reason))? {
+            Step::Huge { .. } => Err(why("a huge block is never in a metadata log")),
+            step => Ok(step),
+        }
+    }
+
     /// Redoes a pending record: its metadata step and its pointer store, durably.
     fn redo(&self, r: &MicroLogSlot, step: Step) {
         apply_step(self.media, self.sb, step, r.op, r.size);
@@ -1323,7 +1519,18 @@ impl Reader<'_> {
             .map_or(1, usize::from)
             .min(live.len().div_ceil(SEGMENTS_PER_THREAD))
             .max(1);
-        let scan = self.scan_in_parts(&live, threads)?;
+        let segments = self.scan_in_parts(&live, threads)?;
+        if self.sb.policy == MetadataPolicy::InPlace {
+            return Ok((entries, segments));
+        }
+        // The ring headers too: a flipped `base` could bring stale records back.
+        let mut scan = Scan::default();
+        for a in 0..self.sb.arenas {
+            let mut line = [0u8; LINE as usize];
+            self.media.read(self.sb.ring_header(a) as usize, &mut line);
+            scan.digest(&line);
+        }
+        scan.extend(segments);
         Ok((entries, scan))
     }
 
@@ -1491,6 +1698,54 @@ enum Step {
 
 /// Applies the metadata step of `op` on the block at `step` of `size` requested bytes
 /// (flushed, not fenced). Idempotent, so recovery may redo it.
+/// Stores a small or big step's bit or word in place, unflushed, and returns where
+/// (a huge step is never in a metadata log: it stores nothing).
+fn store_step(media: &Media, sb: &Superblock, step: Step, op: MicroOp) -> u64 {
+    match (step, op) {
+        (
+            Step::Small {
+                header,
+                class,
+                block,
+            },
+            MicroOp::Allocate,
+        ) => {
+            small::store_set(media, header, class, block);
+            header
+        }
+        (Step::Small { header, block, .. }, MicroOp::Free) => {
+            small::store_clear(media, header, block);
+            header
+        }
+        (
+            Step::Big {
+                region,
+                granule,
+                len,
+            },
+            MicroOp::Allocate,
+        ) => {
+            let base = sb.region_offset(region);
+            big::store_set(media, base, region, granule, len);
+            base + granule * 8
+        }
+        (
+            Step::Big {
+                region, granule, ..
+            },
+            MicroOp::Free,
+        ) => {
+            let base = sb.region_offset(region);
+            big::store_clear(media, base, granule);
+            base + granule * 8
+        }
+        (Step::Huge { region, .. }, _) => {
+            debug_assert!(false, "a huge step in a metadata log");
+            sb.entry_offset(region)
+        }
+    }
+}
+
 fn apply_step(media: &Media, sb: &Superblock, step: Step, op: MicroOp, size: u64) {
     match (step, op) {
         (

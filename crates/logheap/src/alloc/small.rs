@@ -90,19 +90,29 @@ pub(crate) fn class_word(class: usize) -> u64 {
 /// allocated to `class`, and flushes the header line (not fenced). Idempotent, so
 /// recovery may redo it.
 pub(crate) fn persist_set(media: &Media, header: u64, class: usize, block: u32) {
+    store_set(media, header, class, block);
+    media.flush(header as usize, CHUNK_HEADER as usize);
+}
+
+/// [`persist_set`] without the flush (a checkpoint flushes each line it dirtied once).
+pub(crate) fn store_set(media: &Media, header: u64, class: usize, block: u32) {
     let at = header as usize;
     media.write_u64(at, class_word(class));
     let word = at + 8 + 8 * (block as usize / 64);
     media.write_u64(word, media.read_u64(word) | 1 << (block % 64));
-    media.flush(at, CHUNK_HEADER as usize);
 }
 
 /// Marks block `block` of the chunk whose header is at `header` free and flushes the
 /// header line (not fenced). Idempotent.
 pub(crate) fn persist_clear(media: &Media, header: u64, block: u32) {
+    store_clear(media, header, block);
+    media.flush(header as usize, CHUNK_HEADER as usize);
+}
+
+/// [`persist_clear`] without the flush.
+pub(crate) fn store_clear(media: &Media, header: u64, block: u32) {
     let word = header as usize + 8 + 8 * (block as usize / 64);
     media.write_u64(word, media.read_u64(word) & !(1 << (block % 64)));
-    media.flush(word, 8);
 }
 
 /// Where the headers and chunks of a small segment are.
