@@ -15,7 +15,7 @@ use std::alloc::{GlobalAlloc, Layout};
 use std::time::Instant;
 
 use logheap::MediaConfig;
-use logheap::alloc::{HeapOptions, PAddr, PersistentHeap};
+use logheap::alloc::{HeapOptions, MetadataPolicy, PAddr, PersistentHeap};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tikv_jemallocator::Jemalloc;
@@ -23,8 +23,11 @@ use tikv_jemallocator::Jemalloc;
 use crate::fragmentation::{GLIBC, JEMALLOC};
 use crate::harness::{RunResult, RunSpec, pool_dir, run_timed};
 
-/// The engine name of logheap's persistent heap.
+/// The engine name of logheap's persistent heap (metadata in place, 002).
 pub const ALLOC: &str = "alloc";
+/// The engine name of logheap's persistent heap with DRAM state and a metadata log
+/// (004).
+pub const ALLOC_LOG: &str = "alloc-log";
 /// Pointer slots per thread.
 pub const SLOTS: u64 = 1000;
 /// The smallest block asked for.
@@ -33,8 +36,13 @@ pub const MIN_SIZE: u64 = 64;
 pub const MAX_SIZE: u64 = 128 << 10;
 
 /// The engines `alloc-random` runs on.
-pub fn engines() -> [&'static str; 4] {
-    [ALLOC, crate::pmdk::ENGINE, GLIBC, JEMALLOC]
+pub fn engines() -> [&'static str; 5] {
+    [ALLOC, ALLOC_LOG, crate::pmdk::ENGINE, GLIBC, JEMALLOC]
+}
+
+/// Whether `engine` is logheap's persistent heap (either metadata policy).
+pub fn is_persistent_heap(engine: &str) -> bool {
+    engine == ALLOC || engine == ALLOC_LOG
 }
 
 /// The operations of one run: the preload (one thread) and each thread's measured ones,
@@ -81,13 +89,13 @@ pub fn run(spec: &RunSpec, phase: &dyn Fn(&str)) -> Result<RunResult, Box<dyn st
     let pool_size = (slots * MAX_SIZE * 2).max(64 << 20);
     let mut result = RunResult {
         ops: total,
-        emulated: spec.emulation.is_some() && spec.engine == ALLOC,
+        emulated: spec.emulation.is_some() && is_persistent_heap(&spec.engine),
         ..RunResult::unmeasured(&spec.engine, spec.workload, threads)
     };
     let start = Instant::now();
     phase("preloading");
     match spec.engine.as_str() {
-        ALLOC => {
+        engine @ (ALLOC | ALLOC_LOG) => {
             let dir = pool_dir(spec)?;
             let media = MediaConfig::default();
             let heap = PersistentHeap::create(
@@ -99,6 +107,11 @@ pub fn run(spec: &RunSpec, phase: &dyn Fn(&str)) -> Result<RunResult, Box<dyn st
                     media: match spec.emulation {
                         Some(e) => media.emulation(e),
                         None => media,
+                    },
+                    metadata: if engine == ALLOC_LOG {
+                        MetadataPolicy::MetadataLog
+                    } else {
+                        MetadataPolicy::InPlace
                     },
                     ..HeapOptions::default()
                 },
@@ -275,6 +288,16 @@ mod tests {
         assert!(
             (3.0..3.2).contains(&fences),
             "{fences} fences per operation"
+        );
+        // The metadata log takes the bitmap or page-table line out of every call.
+        let log = run(&spec(ALLOC_LOG, 1), &|_| {}).unwrap();
+        let (lines, log_lines) = (
+            r.lines_flushed_per_tx.unwrap(),
+            log.lines_flushed_per_tx.unwrap(),
+        );
+        assert!(
+            log_lines < lines - 0.5,
+            "{log_lines} lines per operation with a metadata log, {lines} in place"
         );
     }
 

@@ -30,7 +30,8 @@ use crate::size::parse_size;
 pub struct Args {
     /// Workloads to run (repeat the option; default: every workload but the
     /// fragmentation ones, frag-w1 to frag-w3, and alloc-random, which run only when
-    /// named). alloc-random runs on the persistent heap `alloc`, `pmdk`, `glibc` and
+    /// named). alloc-random runs on the persistent heap `alloc` (metadata in place) or
+    /// `alloc-log` (DRAM state and a metadata log), `pmdk`, `glibc` and
     /// `jemalloc`, on 1 and 2 threads unless --threads says otherwise.
     #[arg(long = "workload")]
     workloads: Vec<Workload>,
@@ -308,9 +309,9 @@ fn check_plan(runs: &[Planned]) -> Result<(), String> {
             }
             continue;
         }
-        if engine == alloc_bench::ALLOC {
+        if alloc_bench::is_persistent_heap(engine) {
             return Err(format!(
-                "--engine alloc (the persistent heap) runs only alloc-random, not {}",
+                "--engine {engine} (the persistent heap) runs only alloc-random, not {}",
                 r.workload
             ));
         }
