@@ -1696,8 +1696,6 @@ enum Step {
     },
 }
 
-/// Applies the metadata step of `op` on the block at `step` of `size` requested bytes
-/// (flushed, not fenced). Idempotent, so recovery may redo it.
 /// Stores a small or big step's bit or word in place, unflushed, and returns where
 /// (a huge step is never in a metadata log: it stores nothing).
 fn store_step(media: &Media, sb: &Superblock, step: Step, op: MicroOp) -> u64 {
@@ -1746,33 +1744,10 @@ fn store_step(media: &Media, sb: &Superblock, step: Step, op: MicroOp) -> u64 {
     }
 }
 
+/// Applies the metadata step of `op` on the block at `step` of `size` requested bytes
+/// (flushed, not fenced). Idempotent, so recovery may redo it.
 fn apply_step(media: &Media, sb: &Superblock, step: Step, op: MicroOp, size: u64) {
     match (step, op) {
-        (
-            Step::Small {
-                header,
-                class,
-                block,
-            },
-            MicroOp::Allocate,
-        ) => small::persist_set(media, header, class, block),
-        (Step::Small { header, block, .. }, MicroOp::Free) => {
-            small::persist_clear(media, header, block)
-        }
-        (
-            Step::Big {
-                region,
-                granule,
-                len,
-            },
-            MicroOp::Allocate,
-        ) => big::persist_set(media, sb.region_offset(region), region, granule, len),
-        (
-            Step::Big {
-                region, granule, ..
-            },
-            MicroOp::Free,
-        ) => big::persist_clear(media, sb.region_offset(region), granule),
         (Step::Huge { region, count }, MicroOp::Allocate) => {
             let e = TableEntry {
                 index: region as u32,
@@ -1791,6 +1766,11 @@ fn apply_step(media: &Media, sb: &Superblock, step: Step, op: MicroOp, size: u64
             let at = sb.entry_offset(region) as usize + ENTRY_STATE as usize;
             media.write_u64(at, 0);
             media.flush(at, 8);
+        }
+        _ => {
+            // A bit in a chunk header, or a page-table word: one line either way.
+            let at = store_step(media, sb, step, op);
+            media.flush(at as usize, 8);
         }
     }
 }

@@ -87,14 +87,8 @@ pub(crate) fn class_word(class: usize) -> u64 {
 }
 
 /// Marks block `block` of the chunk whose header is at `header` (a file-0 offset)
-/// allocated to `class`, and flushes the header line (not fenced). Idempotent, so
-/// recovery may redo it.
-pub(crate) fn persist_set(media: &Media, header: u64, class: usize, block: u32) {
-    store_set(media, header, class, block);
-    media.flush(header as usize, CHUNK_HEADER as usize);
-}
-
-/// [`persist_set`] without the flush (a checkpoint flushes each line it dirtied once).
+/// allocated to `class`, unflushed (the caller flushes the header's line, at once or at a
+/// checkpoint). Idempotent, so recovery may redo it.
 pub(crate) fn store_set(media: &Media, header: u64, class: usize, block: u32) {
     let at = header as usize;
     media.write_u64(at, class_word(class));
@@ -102,14 +96,8 @@ pub(crate) fn store_set(media: &Media, header: u64, class: usize, block: u32) {
     media.write_u64(word, media.read_u64(word) | 1 << (block % 64));
 }
 
-/// Marks block `block` of the chunk whose header is at `header` free and flushes the
-/// header line (not fenced). Idempotent.
-pub(crate) fn persist_clear(media: &Media, header: u64, block: u32) {
-    store_clear(media, header, block);
-    media.flush(header as usize, CHUNK_HEADER as usize);
-}
-
-/// [`persist_clear`] without the flush.
+/// Marks block `block` of the chunk whose header is at `header` free, unflushed.
+/// Idempotent.
 pub(crate) fn store_clear(media: &Media, header: u64, block: u32) {
     let word = header as usize + 8 + 8 * (block as usize / 64);
     media.write_u64(word, media.read_u64(word) & !(1 << (block % 64)));
