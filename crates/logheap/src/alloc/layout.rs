@@ -540,6 +540,14 @@ impl MicroLogSlot {
         })
     }
 
+    /// What the record stores at `dst`: the block (an allocation) or null (a free).
+    pub(crate) fn dst_value(&self) -> u64 {
+        match self.op {
+            MicroOp::Allocate => self.addr,
+            MicroOp::Free => 0,
+        }
+    }
+
     /// The sequence number stored in a slot, pending or not.
     pub(crate) fn stored_seq(b: &[u8; 64]) -> u64 {
         u64_at(b, 0)

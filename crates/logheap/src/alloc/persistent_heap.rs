@@ -998,11 +998,7 @@ impl PersistentHeap {
         self.media.flush(slot, LINE as usize);
         self.media.fence();
         apply_step(&self.media, &self.sb, step, record.op, record.size);
-        let value = match record.op {
-            MicroOp::Allocate => record.addr,
-            MicroOp::Free => 0,
-        };
-        self.media.write_u64(dst_off as usize, value);
+        self.media.write_u64(dst_off as usize, record.dst_value());
         self.media.flush(dst_off as usize, 8);
         self.media.fence();
         retire(&self.media, slot as u64);
@@ -1028,11 +1024,7 @@ impl PersistentHeap {
             ..*record
         };
         metadata_log::append(&self.media, &self.sb, a, arena.ring.tail, &record);
-        let value = match record.op {
-            MicroOp::Allocate => record.addr,
-            MicroOp::Free => 0,
-        };
-        self.media.write_u64(dst_off as usize, value);
+        self.media.write_u64(dst_off as usize, record.dst_value());
         self.media.flush(dst_off as usize, 8);
         self.media.fence();
         metadata_log::set_done(&self.media, &self.sb, a, record.seq);
@@ -1395,11 +1387,7 @@ impl Reader<'_> {
             if last.seq > ring.done {
                 // The call had not returned: finish its pointer store.
                 let dst = PAddr::from_raw(last.dst).offset();
-                let value = match last.op {
-                    MicroOp::Allocate => last.addr,
-                    MicroOp::Free => 0,
-                };
-                self.media.write_u64(dst as usize, value);
+                self.media.write_u64(dst as usize, last.dst_value());
                 lines.add(dst);
                 redone += 1;
             }
@@ -1436,11 +1424,7 @@ impl Reader<'_> {
     fn redo(&self, r: &MicroLogSlot, step: Step) {
         apply_step(self.media, self.sb, step, r.op, r.size);
         let dst = PAddr::from_raw(r.dst).offset() as usize;
-        let value = match r.op {
-            MicroOp::Allocate => r.addr,
-            MicroOp::Free => 0,
-        };
-        self.media.write_u64(dst, value);
+        self.media.write_u64(dst, r.dst_value());
         self.media.flush(dst, 8);
         self.media.fence();
     }
