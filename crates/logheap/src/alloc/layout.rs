@@ -540,6 +540,19 @@ impl MicroLogSlot {
         })
     }
 
+    /// A record of `op` on the block at file-0 offset `addr` of `size` requested bytes,
+    /// whose pointer lives at `dst`; its sequence number (0 here) is given by the log it
+    /// is written to.
+    pub(crate) fn unsequenced(op: MicroOp, dst: super::PAddr, addr: u64, size: u64) -> Self {
+        MicroLogSlot {
+            seq: 0,
+            op,
+            dst: dst.raw(),
+            addr,
+            size,
+        }
+    }
+
     /// What the record stores at `dst`: the block (an allocation) or null (a free).
     pub(crate) fn dst_value(&self) -> u64 {
         match self.op {

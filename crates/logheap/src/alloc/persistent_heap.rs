@@ -314,7 +314,9 @@ impl PersistentHeap {
             let entries = reader.entries()?;
             let steps = pending
                 .iter()
-                .map(|(a, r)| reader.check_redo(*a, r, &entries))
+                .map(|(a, r)| {
+                    reader.check_record(sb.slot_offset(*a), RecordLog::MicroLog, r, &entries)
+                })
                 .collect::<Result<Vec<_>>>()?;
             file.mark_open();
             for ((a, r), step) in pending.iter().zip(steps) {
@@ -483,14 +485,8 @@ impl PersistentHeap {
             self.media.fill(offset as usize, usable as usize, 0);
             self.media.flush(offset as usize, usable as usize);
         }
-        let record = MicroLogSlot {
-            seq: arena.seq + 1,
-            op: MicroOp::Allocate,
-            dst: dst.raw(),
-            addr: offset,
-            size,
-        };
-        self.run_logged(a as u32, &mut arena, &record, step, dst_off);
+        let record = MicroLogSlot::unsequenced(MicroOp::Allocate, dst, offset, size);
+        self.run_logged(a as u32, &mut arena, record, step, dst_off);
         Ok(PAddr::new(0, offset).expect("file 0"))
     }
 
@@ -517,13 +513,7 @@ impl PersistentHeap {
                 let (held, size) = self
                     .held_block(&arena, used, region, offset)
                     .ok_or_else(invalid)?;
-                let record = MicroLogSlot {
-                    seq: arena.seq + 1,
-                    op: MicroOp::Free,
-                    dst: dst.raw(),
-                    addr: offset,
-                    size,
-                };
+                let record = MicroLogSlot::unsequenced(MicroOp::Free, dst, offset, size);
                 let step = match held {
                     Held::Small(b) => Step::Small {
                         header: self.small_geometry(region).header_of(b.chunk),
@@ -536,7 +526,7 @@ impl PersistentHeap {
                         len: u64::from(b.len),
                     },
                 };
-                self.run_logged(a as u32, &mut arena, &record, step, dst_off);
+                self.run_logged(a as u32, &mut arena, record, step, dst_off);
                 match held {
                     Held::Small(b) => arena.small.give_back(b),
                     Held::Big(b) => arena.big.give_back(b),
@@ -553,18 +543,12 @@ impl PersistentHeap {
                 }
                 let entry = self.entry(region).ok_or_else(invalid)?;
                 let count = entry.size / self.sb.segment_size;
-                let record = MicroLogSlot {
-                    seq: arena.seq + 1,
-                    op: MicroOp::Free,
-                    dst: dst.raw(),
-                    addr: offset,
-                    size: entry.requested,
-                };
+                let record = MicroLogSlot::unsequenced(MicroOp::Free, dst, offset, entry.requested);
                 let step = Step::Huge {
                     region: u64::from(region),
                     count,
                 };
-                self.run_logged(a as u32, &mut arena, &record, step, dst_off);
+                self.run_logged(a as u32, &mut arena, record, step, dst_off);
                 for r in region..region + count as u32 {
                     self.uses[r as usize].store(0, Ordering::Release);
                     regions.free.insert(r);
@@ -981,11 +965,12 @@ impl PersistentHeap {
 
     /// Runs one logged standalone step for arena `a`: the record, fence; its metadata
     /// step and `*dst` (the block, or null for a free), fence; retire, fence.
+    /// `record` gets its sequence number here, from the log it goes to.
     fn run_logged(
         &self,
         a: u32,
         arena: &mut Arena,
-        record: &MicroLogSlot,
+        record: MicroLogSlot,
         step: Step,
         dst_off: u64,
     ) {
@@ -993,6 +978,10 @@ impl PersistentHeap {
             self.run_ring_logged(a, arena, record, step, dst_off);
             return;
         }
+        let record = MicroLogSlot {
+            seq: arena.seq + 1,
+            ..record
+        };
         let slot = self.sb.slot_offset(a) as usize;
         self.media.write(slot, &record.encode());
         self.media.flush(slot, LINE as usize);
@@ -1012,7 +1001,7 @@ impl PersistentHeap {
         &self,
         a: u32,
         arena: &mut Arena,
-        record: &MicroLogSlot,
+        record: MicroLogSlot,
         step: Step,
         dst_off: u64,
     ) {
@@ -1021,7 +1010,7 @@ impl PersistentHeap {
         }
         let record = MicroLogSlot {
             seq: arena.ring.next_seq(),
-            ..*record
+            ..record
         };
         metadata_log::append(&self.media, &self.sb, a, arena.ring.tail, &record);
         self.media.write_u64(dst_off as usize, record.dst_value());
@@ -1038,16 +1027,11 @@ impl PersistentHeap {
         if arena.ring.tail == 0 {
             return;
         }
-        let mut lines = DirtyLines::default();
-        for (step, op) in arena.pending.drain(..) {
-            lines.add(store_step(&self.media, &self.sb, step, op));
-        }
-        lines.flush(&self.media);
-        self.media.fence();
         let last = arena.ring.next_seq() - 1;
-        arena.ring.base += arena.ring.tail;
+        let steps = std::mem::take(&mut arena.pending);
+        checkpoint_ring(&self.media, &self.sb, a, steps, DirtyLines::default(), last);
+        arena.ring.base = last + 1;
         arena.ring.tail = 0;
-        metadata_log::restart(&self.media, &self.sb, a, arena.ring.base, last);
         arena.checkpoints += 1;
     }
 
@@ -1223,6 +1207,25 @@ enum Content {
     Huge { regions: u32 },
 }
 
+/// The log a record was read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RecordLog {
+    /// An arena's micro-log slot (any block).
+    MicroLog,
+    /// An arena's metadata-log ring (small and big blocks only).
+    MetadataLog,
+}
+
+impl RecordLog {
+    /// Its name in damage reports.
+    fn name(self) -> &'static str {
+        match self {
+            RecordLog::MicroLog => "micro-log",
+            RecordLog::MetadataLog => "metadata-log",
+        }
+    }
+}
+
 /// What reading every segment (or a run of them) found.
 #[derive(Default)]
 struct Scan {
@@ -1319,21 +1322,28 @@ impl Reader<'_> {
                 || self.sb.region_of(a.offset()).is_some())
     }
 
-    /// Checks a pending record against the table before anything is redone: where its
-    /// metadata step stores.
-    fn check_redo(&self, a: u32, r: &MicroLogSlot, entries: &[Option<TableEntry>]) -> Result<Step> {
-        let why = |reason: &str| {
-            self.corrupt(
-                self.sb.slot_offset(a),
-                format!("micro-log record {r:?} of arena {a}: {reason}"),
-            )
-        };
+    /// Checks a record read from `log` at file-0 offset `at` against the table before
+    /// anything is redone: a pointer slot recovery may store to, and where its metadata
+    /// step stores.
+    fn check_record(
+        &self,
+        at: u64,
+        log: RecordLog,
+        r: &MicroLogSlot,
+        entries: &[Option<TableEntry>],
+    ) -> Result<Step> {
+        let why = |reason: &str| self.corrupt(at, format!("{} record {r:?}: {reason}", log.name()));
         if !self.dst_ok(r.dst) {
             return Err(why(
                 "its pointer slot is not a word of the root or a region",
             ));
         }
-        self.plan(r, entries).map_err(|reason| why(&reason))
+        match self.plan(r, entries).map_err(|reason| why(&reason))? {
+            Step::Huge { .. } if log == RecordLog::MetadataLog => {
+                Err(why("a huge block is never in a metadata log"))
+            }
+            step => Ok(step),
+        }
     }
 
     /// Replays every arena's metadata-log ring into the in-place metadata (see
@@ -1369,7 +1379,7 @@ impl Reader<'_> {
             let steps = ring
                 .records
                 .iter()
-                .map(|(at, r)| self.check_ring_record(*at, r, &entries))
+                .map(|(at, r)| self.check_record(*at, RecordLog::MetadataLog, r, &entries))
                 .collect::<Result<Vec<_>>>()?;
             rings.push((ring, steps));
         }
@@ -1381,9 +1391,6 @@ impl Reader<'_> {
                 continue;
             };
             let mut lines = DirtyLines::default();
-            for ((_, r), step) in ring.records.iter().zip(steps) {
-                lines.add(store_step(self.media, self.sb, *step, r.op));
-            }
             if last.seq > ring.done {
                 // The call had not returned: finish its pointer store.
                 let dst = PAddr::from_raw(last.dst).offset();
@@ -1391,33 +1398,15 @@ impl Reader<'_> {
                 lines.add(dst);
                 redone += 1;
             }
-            lines.flush(self.media);
-            self.media.fence();
-            metadata_log::restart(self.media, self.sb, a as u32, last.seq + 1, last.seq);
+            let steps = steps
+                .iter()
+                .zip(&ring.records)
+                .map(|(&s, (_, r))| (s, r.op));
+            checkpoint_ring(self.media, self.sb, a as u32, steps, lines, last.seq);
             replayed += ring.records.len() as u64;
             bases.push(last.seq + 1);
         }
         Ok((bases, replayed, redone))
-    }
-
-    /// Checks a metadata-log record at file-0 offset `at`: a small or big block in a
-    /// segment of its kind, and a pointer slot recovery may store to.
-    fn check_ring_record(
-        &self,
-        at: u64,
-        r: &MicroLogSlot,
-        entries: &[Option<TableEntry>],
-    ) -> Result<Step> {
-        let why = |reason: &str| self.corrupt(at, format!("metadata-log record {r:?}: {reason}"));
-        if !self.dst_ok(r.dst) {
-            return Err(why(
-                "its pointer slot is not a word of the root or a region",
-            ));
-        }
-        match self.plan(r, entries).map_err(|reason| why(&reason))? {
-            Step::Huge { .. } => Err(why("a huge block is never in a metadata log")),
-            step => Ok(step),
-        }
     }
 
     /// Redoes a pending record: its metadata step and its pointer store, durably.
@@ -1678,6 +1667,25 @@ enum Step {
         region: u64,
         count: u64,
     },
+}
+
+/// Stores `steps` of arena `a`'s ring in place, flushes each line they dirtied (and
+/// the lines already in `lines`) once, fences, and starts the ring over after record
+/// `last` (the checkpoint of [`metadata_log`], at run time and in recovery alike).
+fn checkpoint_ring(
+    media: &Media,
+    sb: &Superblock,
+    a: u32,
+    steps: impl IntoIterator<Item = (Step, MicroOp)>,
+    mut lines: DirtyLines,
+    last: u64,
+) {
+    for (step, op) in steps {
+        lines.add(store_step(media, sb, step, op));
+    }
+    lines.flush(media);
+    media.fence();
+    metadata_log::restart(media, sb, a, last + 1, last);
 }
 
 /// Stores a small or big step's bit or word in place, unflushed, and returns where
