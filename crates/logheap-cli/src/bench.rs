@@ -211,39 +211,21 @@ fn plan(args: &Args) -> Vec<Planned> {
     };
     let mut runs = Vec::new();
     for &w in &workloads {
-        if w.is_allocator() {
-            // One and two threads unless told (002 measures per-thread scaling).
+        // The fragmentation workloads are single-threaded and sized by the --frag
+        // options; alloc-random runs on one and two threads unless told (002 measures
+        // per-thread scaling); neither has a value size or a utilisation.
+        let (threads, sizes, utilisations) = if w.is_fragmentation() {
+            (vec![1], vec![0], vec![None])
+        } else if w.is_allocator() {
             let threads = if args.threads.is_empty() {
                 vec![1, 2]
             } else {
                 args.threads.clone()
             };
-            for e in engines_for(w) {
-                for &threads in &threads {
-                    runs.push(Planned {
-                        engine: e.clone(),
-                        workload: w,
-                        threads,
-                        value_size: 0,
-                        utilisation: None,
-                    });
-                }
-            }
-            continue;
-        }
-        if w.is_fragmentation() {
-            // Single-threaded, and sized by the --frag options.
-            for e in engines_for(w) {
-                runs.push(Planned {
-                    engine: e,
-                    workload: w,
-                    threads: 1,
-                    value_size: 0,
-                    utilisation: None,
-                });
-            }
-            continue;
-        }
+            (threads, vec![0], vec![None])
+        } else {
+            (threads.clone(), sizes.clone(), utilisations.clone())
+        };
         for &value_size in &sizes {
             for &utilisation in &utilisations {
                 for e in engines_for(w) {
@@ -670,4 +652,66 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("results in {}", out.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn planned(line: &[&str]) -> Vec<(String, usize, usize, Option<f64>)> {
+        let cli = Cli::parse_from(std::iter::once("bench").chain(line.iter().copied()));
+        plan(&cli.args)
+            .into_iter()
+            .map(|r| (r.engine, r.threads, r.value_size, r.utilisation))
+            .collect()
+    }
+
+    #[test]
+    fn allocator_and_fragmentation_workloads_take_their_own_threads_and_no_value_size() {
+        let runs = planned(&[
+            "--workload",
+            "alloc-random",
+            "--engine",
+            "alloc",
+            "--engine",
+            "glibc",
+        ]);
+        let want = |e: &str, t| (e.to_string(), t, 0, None);
+        assert_eq!(
+            runs,
+            [
+                want("alloc", 1),
+                want("alloc", 2),
+                want("glibc", 1),
+                want("glibc", 2)
+            ]
+        );
+        let runs = planned(&[
+            "--workload",
+            "alloc-random",
+            "--engine",
+            "alloc",
+            "--threads",
+            "3",
+        ]);
+        assert_eq!(runs, [want("alloc", 3)]);
+        let runs = planned(&["--workload", "frag-w1", "--engine", "log", "--threads", "4"]);
+        assert_eq!(runs, [want("log", 1)], "fragmentation is single-threaded");
+        let runs = planned(&[
+            "--workload",
+            "hashtable-ins",
+            "--engine",
+            "log",
+            "--threads",
+            "2",
+        ]);
+        assert_eq!(runs, [("log".to_string(), 2, 128, None)]);
+    }
 }
