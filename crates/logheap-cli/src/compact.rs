@@ -1,14 +1,24 @@
 //! `logheap compact`: compacts a pool's log ([`logheap::Pool::compact`]) and closes it
-//! cleanly, so that the log holds little more than its live data.
+//! cleanly, so that the log holds little more than its live data. On a persistent-heap
+//! pool (engine `alloc`) it defragments instead
+//! ([`PersistentHeap::defragment`](logheap::alloc::PersistentHeap::defragment)): every
+//! free page is punched out of the file, which keeps its size.
 
-use logheap::Pool;
+use logheap::alloc::PersistentHeap;
+use logheap::{EngineKind, Error, Pool};
 
 /// Options of `logheap compact`.
 pub use crate::PoolArgs as Args;
 
 /// Opens the pool, compacts it, closes it and prints what changed.
 pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
-    let pool = Pool::open(&args.path)?;
+    let pool = match Pool::open(&args.path) {
+        Err(Error::WrongEngine {
+            found: EngineKind::Alloc,
+            ..
+        }) => return defragment(args),
+        opened => opened?,
+    };
     let live = pool.stats().log.unwrap_or_default().live_log_bytes;
     let c = pool.compact();
     pool.close()?;
@@ -33,6 +43,33 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     );
     if c.chunks_skipped > 0 {
         println!("left as they were: {} chunks", c.chunks_skipped);
+    }
+    Ok(())
+}
+
+/// Opens the persistent heap, punches out every free page, closes it and prints what
+/// changed.
+fn defragment(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    let heap = PersistentHeap::open(&args.path)?;
+    let d = heap.defragment(u64::MAX)?;
+    heap.close()?;
+    if args.json {
+        println!("{}", serde_json::to_string(&d)?);
+        return Ok(());
+    }
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    println!("pool            {}", args.path.display());
+    println!(
+        "punched         {:.1} MiB of free space in {} holes",
+        mib(d.punched_bytes),
+        d.holes
+    );
+    if let (Some(before), Some(after)) = (d.disk_bytes_before, d.disk_bytes_after) {
+        println!(
+            "on disk         {:.1} MiB -> {:.1} MiB",
+            mib(before),
+            mib(after)
+        );
     }
     Ok(())
 }

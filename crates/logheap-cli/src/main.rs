@@ -45,7 +45,7 @@ enum Command {
     /// Exits 0 when sound, 1 when damaged, 2 when the pool cannot be checked.
     Check(check::Args),
     /// Compact a pool's log (copy its live data into as few chunks as it fits) and
-    /// close it cleanly.
+    /// close it cleanly; on a persistent-heap pool, punch its free pages out of the file.
     Compact(compact::Args),
     /// Print a pool file's header, state and logs without opening it.
     Inspect(inspect::Args),

@@ -331,3 +331,52 @@ fn compact_shrinks_a_pool_full_of_stale_data_and_keeps_its_objects() {
     );
     assert_eq!(std::fs::read(&junk).unwrap(), vec![7u8; 8192]);
 }
+
+#[test]
+fn compact_punches_the_free_space_out_of_a_persistent_heap_and_keeps_its_blocks() {
+    use logheap::alloc::{HeapOptions, PersistentHeap};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("heap.pool");
+    let options = HeapOptions {
+        size: 16 << 20,
+        segment_size: 1 << 20,
+        arenas: 1,
+        ..HeapOptions::default()
+    };
+    let heap = PersistentHeap::create(&path, &options).unwrap();
+    let slot = |i: u64| heap.root().checked_add(8 * i).unwrap();
+    for i in 0..40 {
+        let a = heap.allocate_into(slot(i), 64 << 10).unwrap();
+        heap.write(a, &[i as u8; 64 << 10]).unwrap();
+        heap.persist(a, 64 << 10).unwrap();
+    }
+    for i in 1..40 {
+        heap.deallocate(slot(i)).unwrap();
+    }
+    let kept = heap.read_u64(slot(0)).unwrap();
+    heap.close().unwrap();
+    let out = run(&["compact", "--json"], &path);
+    assert!(out.status.success(), "{out:?}");
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let punched = d["punched_bytes"].as_u64().unwrap();
+    assert!(punched >= 39 * (64 << 10), "{d}");
+    assert!(
+        d["disk_bytes_after"].as_u64().unwrap() < d["disk_bytes_before"].as_u64().unwrap(),
+        "{d}"
+    );
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        16 << 20,
+        "same size"
+    );
+    let heap = PersistentHeap::open(&path).unwrap();
+    assert!(heap.stats().recovery.was_clean);
+    let a = logheap::alloc::PAddr::from_raw(kept);
+    let mut buf = vec![1u8; 64 << 10];
+    heap.read(a, &mut buf).unwrap();
+    assert!(buf.iter().all(|&b| b == 0), "block 0 kept its bytes");
+    drop(heap);
+    let out = run(&["compact"], &path);
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("punched"));
+}

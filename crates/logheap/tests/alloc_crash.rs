@@ -170,7 +170,7 @@ fn check_recovery_crashes(image: Vec<u8>, model: &Model, tally: &Tally) {
 }
 
 /// Runs `ops` random operations (in batches on fresh threads, so both arenas work),
-/// calling `around` before and after each with the model.
+/// keeping the model up to date, and defragmenting every third batch.
 fn run_workload(heap: &PersistentHeap, model: &Arc<Mutex<Model>>, seed: u64, ops: u32) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut done = 0;
@@ -203,6 +203,10 @@ fn run_workload(heap: &PersistentHeap, model: &Arc<Mutex<Model>>, seed: u64, ops
             });
         });
         done += batch.len() as u32;
+        // Punch holes in the free space now and then: later crash images hold them.
+        if done % 30 == 0 {
+            heap.defragment(u64::MAX).unwrap();
+        }
     }
 }
 

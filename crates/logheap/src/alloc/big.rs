@@ -223,6 +223,13 @@ impl BigRuns {
             .is_some_and(|s| s.len_at_start[first as usize] == usable)
     }
 
+    /// Every free run, as `(region, first granule, granules)`.
+    pub(crate) fn free_runs(&self) -> impl Iterator<Item = (u32, u32, u32)> + '_ {
+        self.segments
+            .iter()
+            .flat_map(|(&region, seg)| seg.runs().map(move |(start, len)| (region, start, len)))
+    }
+
     /// The number of segments.
     pub(crate) fn segments(&self) -> usize {
         self.segments.len()

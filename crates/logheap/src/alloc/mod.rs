@@ -15,6 +15,7 @@
 
 mod addr;
 mod big;
+mod defragment;
 pub(crate) mod home;
 mod layout;
 mod metadata_log;
@@ -22,6 +23,7 @@ mod persistent_heap;
 mod small;
 
 pub use addr::{MAX_FILE_ID, MAX_OFFSET, OFFSET_BITS, PAddr};
+pub use defragment::Defragmentation;
 pub use layout::{DEFAULT_LOG_RECORDS, MetadataPolicy};
 pub use persistent_heap::{Block, HeapOptions, HeapRecovery, HeapStats, PersistentHeap};
 

@@ -32,6 +32,7 @@ use crossbeam_utils::CachePadded;
 
 use super::addr::PAddr;
 use super::big::{self, BigBlock, BigRuns};
+use super::defragment::{self, Defragmentation};
 use super::layout::{
     CHUNK, CHUNK_HEADER, DIGEST_WORD, ENTRY_STATE, GRANULE, HUGE_THRESHOLD, LINE, LIVE,
     MetadataPolicy, MicroLogSlot, MicroOp, SLOT_OP, SMALL_MAX, SUPERBLOCK_BYTES, SegmentKind,
@@ -669,6 +670,48 @@ impl PersistentHeap {
         }
         out.sort_unstable();
         Ok(out)
+    }
+
+    /// Gives the storage of free memory back to the file system, largest free range
+    /// first, until `target` bytes are given back (`u64::MAX`: every free page), keeping
+    /// the file's size (002's defragmentation; see [`Defragmentation`]). Free regions,
+    /// free runs of big segments and empty chunks of small segments are punched; nothing
+    /// allocated and no metadata is touched, and the heap stays usable: a punched page
+    /// takes storage again when it is next written. Allocation waits while this runs.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the file system cannot punch holes.
+    pub fn defragment(&self, target: u64) -> Result<Defragmentation> {
+        // Every arena, then the free regions (the order allocation takes them in), so no
+        // free range is handed out while it is punched.
+        let arenas: Vec<_> = self
+            .arenas
+            .iter()
+            .map(|a| a.lock().expect("arena lock"))
+            .collect();
+        let regions = self.regions.lock().expect("regions lock");
+        let seg = self.sb.segment_size;
+        let mut free: Vec<Range<u64>> = defragment::coalesce(regions.free.iter().map(|&r| {
+            let base = self.sb.region_offset(u64::from(r));
+            base..base + seg
+        }));
+        for arena in &arenas {
+            let chunks = arena.small.empty_chunks().map(|c| c..c + CHUNK);
+            free.extend(defragment::coalesce(chunks));
+            free.extend(arena.big.free_runs().map(|(region, start, len)| {
+                let base = self.sb.region_offset(u64::from(region));
+                let start = base + u64::from(start) * GRANULE;
+                start..start + u64::from(len) * GRANULE
+            }));
+        }
+        let before = self.file.disk_bytes();
+        let mut done = defragment::punch_largest_first(&self.media, free, target)
+            .map_err(|e| Error::io(self.file.path(), "punch holes in", e))?;
+        drop(regions);
+        drop(arenas);
+        done.disk_bytes_before = before;
+        done.disk_bytes_after = self.file.disk_bytes();
+        Ok(done)
     }
 
     /// The heap's figures.

@@ -244,6 +244,12 @@ impl SmallChunks {
         }
     }
 
+    /// The file-0 offsets of the chunks with no used block, in address order (their
+    /// bytes, all but the header kept at the segment's start, hold nothing).
+    pub(crate) fn empty_chunks(&self) -> impl Iterator<Item = u64> + '_ {
+        self.empty.iter().copied()
+    }
+
     /// Whether every chunk of a segment is empty.
     pub(crate) fn all_empty(&self, g: &Geometry) -> bool {
         self.segments

@@ -565,6 +565,50 @@ impl Media {
         });
     }
 
+    /// Gives back to the file system the storage of the whole pages inside
+    /// `[offset, offset + len)`, whose contents the caller no longer needs (002's
+    /// defragmentation: "punch holes in free blocks"). The file keeps its size; the pages
+    /// read as zeros afterwards and take storage again when next written. Returns the bytes
+    /// of the pages given back (0 when the range holds no whole page).
+    ///
+    /// On a file this is `madvise(MADV_REMOVE)`, which the kernel documents as equivalent
+    /// to `fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)` over the same bytes; it
+    /// works through the mapping, so it needs no file descriptor. On simulation media the
+    /// pages become zeros in memory and in the persisted image at once (a hole is
+    /// durable when the call returns, as the file system's punch is).
+    ///
+    /// # Errors
+    /// When the file system cannot punch holes (`EOPNOTSUPP`) or the kernel refuses.
+    ///
+    /// # Panics
+    /// If the range is outside the media, or the media is mapped read-only.
+    pub fn discard(&self, offset: usize, len: usize) -> std::io::Result<u64> {
+        self.check(offset, len);
+        let page = rustix::param::page_size();
+        let start = offset.next_multiple_of(page);
+        let end = (offset + len) / page * page;
+        if end <= start {
+            return Ok(0);
+        }
+        match &self.backing {
+            Backing::Sim(s) => s.discard(start, end - start),
+            Backing::File(_) => {
+                // SAFETY: `start..end` is page aligned and inside this shared mapping;
+                // the caller promises no one needs its contents, and every later access
+                // still finds mapped memory (the pages read as zeros).
+                unsafe {
+                    rustix::mm::madvise(
+                        self.base.as_ptr().add(start).cast(),
+                        end - start,
+                        rustix::mm::Advice::LinuxRemove,
+                    )
+                }?;
+            }
+            Backing::ReadOnly(_) => read_only_store(),
+        }
+        Ok((end - start) as u64)
+    }
+
     /// Flush then fence: `[offset, offset + len)` is durable when it returns.
     pub fn persist(&self, offset: usize, len: usize) {
         self.flush(offset, len);

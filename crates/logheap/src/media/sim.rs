@@ -182,6 +182,24 @@ impl CrashSimulator {
         }
     }
 
+    /// Zeroes `[offset, offset + len)` (whole lines) in memory and in the persisted image,
+    /// dropping the stores pending there: a punched hole, durable at once.
+    pub(crate) fn discard(&self, offset: usize, len: usize) {
+        let mut st = self.lock();
+        for w in &self.memory[offset / WORD..(offset + len) / WORD] {
+            w.store(0, Ordering::Relaxed);
+        }
+        st.persisted[offset..offset + len].fill(0);
+        let lines: Vec<usize> = st
+            .pending
+            .range(offset / CACHE_LINE..(offset + len) / CACHE_LINE)
+            .map(|(&l, _)| l)
+            .collect();
+        for l in lines {
+            st.pending.remove(&l);
+        }
+    }
+
     /// Marks every store so far to the lines overlapping the range as flushed by `thread`.
     pub(crate) fn flush(&self, offset: usize, len: usize, thread: u64) {
         if len == 0 {

@@ -295,6 +295,14 @@ impl PoolFile {
         self.was_clean
     }
 
+    /// Bytes the pool file occupies on its file system (`st_blocks × 512`: less than its
+    /// size when it is sparse or has holes punched), or `None` for a pool in memory.
+    pub fn disk_bytes(&self) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt;
+        let file = self._file.as_ref()?;
+        file.metadata().ok().map(|m| m.blocks() * 512)
+    }
+
     /// Marks the pool cleanly closed (durably) and releases it.
     pub fn close(self) -> Result<()> {
         set_state(&self.media, PoolState { clean: true });
