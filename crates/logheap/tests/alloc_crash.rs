@@ -170,7 +170,8 @@ fn check_recovery_crashes(image: Vec<u8>, model: &Model, tally: &Tally) {
 }
 
 /// Runs `ops` random operations (in batches on fresh threads, so both arenas work),
-/// keeping the model up to date, and defragmenting every third batch.
+/// keeping the model up to date, with volatile blocks taken and freed between them, and
+/// defragmenting every third batch.
 fn run_workload(heap: &PersistentHeap, model: &Arc<Mutex<Model>>, seed: u64, ops: u32) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut done = 0;
@@ -187,7 +188,19 @@ fn run_workload(heap: &PersistentHeap, model: &Arc<Mutex<Model>>, seed: u64, ops
             .collect();
         std::thread::scope(|s| {
             s.spawn(|| {
+                // Volatile blocks beside the persistent ones: never in a crash image.
+                let mut scratch = Vec::new();
                 for &(i, size) in &batch {
+                    if size % 3 == 0 {
+                        // (Not written: stores never flushed would stay pending in the
+                        // simulator and multiply every later fence's crash images.)
+                        scratch.push(heap.allocate_volatile(size).unwrap());
+                    }
+                    if size % 4 == 0
+                        && let Some(v) = scratch.pop()
+                    {
+                        heap.deallocate_volatile(v).unwrap();
+                    }
                     let p = slot(heap, i);
                     let current = heap.read_u64(p).unwrap();
                     model.lock().unwrap().in_flight = Some((i, current == 0));
@@ -199,6 +212,9 @@ fn run_workload(heap: &PersistentHeap, model: &Arc<Mutex<Model>>, seed: u64, ops
                     let mut m = model.lock().unwrap();
                     m.slots[i as usize] = heap.read_u64(p).unwrap();
                     m.in_flight = None;
+                }
+                for v in scratch {
+                    heap.deallocate_volatile(v).unwrap();
                 }
             });
         });

@@ -469,3 +469,102 @@ fn defragmenting_gives_free_pages_back_and_keeps_every_live_block() {
     check(&heap);
     assert_eq!(heap.blocks().unwrap().len(), 120);
 }
+
+#[test]
+fn the_volatile_heap_costs_no_fence_stays_apart_and_is_empty_at_every_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("heap");
+    let heap = PersistentHeap::create(&path, &options()).unwrap();
+    let kept = heap.allocate_into(slot(&heap, 0), 5000).unwrap();
+    heap.write(kept, &[9; 5000]).unwrap();
+    heap.persist(kept, 5000).unwrap();
+    let regions_before = heap.stats().regions_used;
+    let media_before = heap.stats().media;
+    // Small, big and huge volatile blocks (a segment here is 256 KiB).
+    let sizes = [8u64, 100, 4032, 4033, 70_000, 300_000];
+    let mut blocks = Vec::new();
+    for (i, &size) in sizes.iter().enumerate() {
+        let v = heap.allocate_volatile(size).unwrap();
+        assert!(heap.usable_size(v).unwrap() >= size);
+        heap.write(v, &vec![i as u8 + 1; size as usize]).unwrap();
+        blocks.push((v, size));
+    }
+    let traffic = heap.stats().media.since(&media_before);
+    assert_eq!(
+        (traffic.fences, traffic.lines_flushed),
+        (0, 0),
+        "volatile allocation persists nothing"
+    );
+    let s = heap.stats();
+    assert_eq!(s.volatile_allocations, sizes.len() as u64);
+    assert!(s.volatile_allocated_bytes >= sizes.iter().sum::<u64>());
+    assert_eq!(s.allocations, 1, "the persistent count is apart");
+    // No volatile block overlaps another or a persistent block, and none is persistent.
+    let persistent = heap.blocks().unwrap();
+    assert_eq!(persistent.len(), 1);
+    let mut all: Vec<Block> = blocks
+        .iter()
+        .map(|&(addr, _)| Block {
+            addr,
+            size: heap.usable_size(addr).unwrap(),
+        })
+        .chain(persistent)
+        .collect();
+    all.sort();
+    disjoint(&all);
+    for (i, &(v, size)) in blocks.iter().enumerate() {
+        let mut buf = vec![0; size as usize];
+        heap.read(v, &mut buf).unwrap();
+        assert!(buf.iter().all(|&b| b == i as u8 + 1));
+    }
+    // Persistent pointers may not live there; each side frees only its own blocks.
+    let (small, _) = blocks[1];
+    assert!(matches!(
+        heap.allocate_into(small, 64),
+        Err(Error::InvalidAddress { .. })
+    ));
+    assert!(matches!(
+        heap.deallocate(small),
+        Err(Error::InvalidAddress { .. })
+    ));
+    heap.write_u64(slot(&heap, 1), small.raw()).unwrap();
+    assert!(matches!(
+        heap.deallocate(slot(&heap, 1)),
+        Err(Error::InvalidFree { .. })
+    ));
+    heap.write_u64(slot(&heap, 1), 0).unwrap();
+    assert!(matches!(
+        heap.deallocate_volatile(kept),
+        Err(Error::InvalidFree { .. })
+    ));
+    // A persistent block may hold a pointer to a volatile one and vice versa.
+    heap.write_u64(small, kept.raw()).unwrap();
+    // Freeing everything gives the regions back; a second free is refused.
+    for &(v, _) in &blocks {
+        heap.deallocate_volatile(v).unwrap();
+        assert!(matches!(
+            heap.deallocate_volatile(v),
+            Err(Error::InvalidFree { .. })
+        ));
+    }
+    let s = heap.stats();
+    assert_eq!((s.volatile_allocations, s.volatile_allocated_bytes), (0, 0));
+    assert!(s.regions_used <= regions_before + 2, "{s:?}");
+    // Volatile blocks left at a clean close, and at a crash, are gone at the next open.
+    for size in sizes {
+        heap.allocate_volatile(size).unwrap();
+    }
+    heap.close().unwrap();
+    let heap = PersistentHeap::open(&path).unwrap();
+    assert_eq!(heap.stats().volatile_allocations, 0);
+    assert_eq!(heap.stats().regions_used, regions_before);
+    let v = heap.allocate_volatile(300_000).unwrap();
+    drop(heap);
+    let heap = PersistentHeap::open(&path).unwrap();
+    assert!(!heap.stats().recovery.was_clean);
+    assert_eq!(heap.stats().regions_used, regions_before);
+    assert!(heap.read(v, &mut [0; 8]).is_err(), "its region is free");
+    let mut buf = vec![0; 5000];
+    heap.read(kept, &mut buf).unwrap();
+    assert!(buf.iter().all(|&b| b == 9));
+}

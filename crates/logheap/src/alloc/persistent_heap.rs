@@ -17,11 +17,17 @@
 //! - With [`MetadataPolicy::MetadataLog`] (004), small and big allocations and frees
 //!   append a record to their arena's metadata-log ring instead of using the micro-log
 //!   slot and storing their bit or word in place: see [`metadata_log`](super::metadata_log).
+//! - A volatile heap (004) shares the regions: [`allocate_volatile`](PersistentHeap::allocate_volatile)
+//!   takes blocks from segments that have the same DRAM state as persistent ones but no
+//!   table entry and no stored metadata, so they cost no flush or fence and every open
+//!   finds their regions free.
+//! - [`defragment`](PersistentHeap::defragment) punches free space out of the file
+//!   (002), largest free range first.
 //! - Opening rebuilds every DRAM structure from the metadata (chunk headers, page
 //!   tables, the segment table). A cleanly closed heap also checks a digest of all the
 //!   metadata written at close, so a flipped bit there is reported, not trusted.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -148,6 +154,10 @@ pub struct HeapStats {
     pub metadata: MetadataPolicy,
     /// Metadata-log checkpoints since the heap was opened.
     pub checkpoints: u64,
+    /// Live blocks of the volatile heap.
+    pub volatile_allocations: u64,
+    /// Their usable bytes.
+    pub volatile_allocated_bytes: u64,
 }
 
 /// One block, as found in the persistent metadata by [`PersistentHeap::blocks`].
@@ -166,6 +176,10 @@ const USE_BIG: u32 = 2 << 24;
 const USE_HUGE: u32 = 3 << 24;
 const USE_HUGE_TAIL: u32 = 4 << 24;
 const USE_KIND: u32 = 0xff << 24;
+/// Set beside the kind for a region of the volatile heap.
+const USE_VOLATILE: u32 = 1 << 23;
+/// The arena bits of a region's use.
+const USE_ARENA: u32 = 0xffff;
 
 /// An arena: its segments' DRAM state and its micro-log slot.
 #[derive(Debug, Default)]
@@ -189,6 +203,9 @@ struct Arena {
 struct Regions {
     free: BTreeSet<u32>,
     generation: Vec<u64>,
+    /// The volatile heap's huge blocks: their first region and their count of regions
+    /// (a persistent huge block's count is in its table entry).
+    volatile_huge: BTreeMap<u32, u64>,
 }
 
 /// A persistent heap in a pool file of its own (engine `alloc`): see the module docs.
@@ -205,6 +222,9 @@ pub struct PersistentHeap {
     sb: Superblock,
     root: Range<u64>,
     arenas: Box<[CachePadded<Mutex<Arena>>]>,
+    /// The volatile heap's arenas (004): DRAM state only, over regions that have no
+    /// table entry, so every open finds them free.
+    volatile: Box<[CachePadded<Mutex<Arena>>]>,
     regions: Mutex<Regions>,
     /// Per region, its use (see `USE_*`), readable without a lock.
     uses: Box<[AtomicU32]>,
@@ -418,6 +438,9 @@ impl PersistentHeap {
             blocks: scan.blocks,
             seconds: started.elapsed().as_secs_f64(),
         };
+        let volatile = (0..sb.arenas)
+            .map(|_| CachePadded::new(Mutex::new(Arena::default())))
+            .collect();
         Ok(PersistentHeap {
             media,
             sb,
@@ -426,7 +449,12 @@ impl PersistentHeap {
                 .into_iter()
                 .map(|a| CachePadded::new(Mutex::new(a)))
                 .collect(),
-            regions: Mutex::new(Regions { free, generation }),
+            volatile,
+            regions: Mutex::new(Regions {
+                free,
+                generation,
+                volatile_huge: BTreeMap::new(),
+            }),
             uses,
             recovery,
             file,
@@ -478,10 +506,10 @@ impl PersistentHeap {
         let policy = size_policy(self.sb.segment_size, size)
             .filter(|_| size <= self.max_allocation())
             .ok_or(Error::InvalidSize(size))?;
-        let dst_off = self.word(dst)?;
+        let dst_off = self.persistent_word(dst)?;
         let a = arena_hint() % self.arenas.len();
         let mut arena = self.arenas[a].lock().expect("arena lock");
-        let (offset, usable, step) = self.reserve(a, &mut arena, policy, size)?;
+        let (offset, usable, step) = self.reserve(a, &mut arena, policy, size, false)?;
         if zeroed {
             self.media.fill(offset as usize, usable as usize, 0);
             self.media.flush(offset as usize, usable as usize);
@@ -491,11 +519,72 @@ impl PersistentHeap {
         Ok(PAddr::new(0, offset).expect("file 0"))
     }
 
+    /// Allocates a block of at least `size` bytes (contents unspecified) in the volatile
+    /// heap (004: the device "partitioned to volatile + persistent heap"), for data that
+    /// need not survive: nothing about it is logged, flushed or stored as metadata, so it
+    /// costs no fence, and every open of the heap starts with the volatile heap empty.
+    /// Its blocks come from the same regions as persistent ones and are read and written
+    /// through the same calls; they may hold persistent pointers, but a persistent
+    /// pointer may not live in one (allocate_into and deallocate refuse such a `dst`),
+    /// and a pointer to one kept in persistent memory dangles after the next open.
+    pub fn allocate_volatile(&self, size: u64) -> Result<PAddr> {
+        let policy = size_policy(self.sb.segment_size, size)
+            .filter(|_| size <= self.max_allocation())
+            .ok_or(Error::InvalidSize(size))?;
+        let a = arena_hint() % self.volatile.len();
+        let mut arena = self.volatile[a].lock().expect("arena lock");
+        let (offset, _, _) = self.reserve(a, &mut arena, policy, size, true)?;
+        Ok(PAddr::new(0, offset).expect("file 0"))
+    }
+
+    /// Frees a block of the volatile heap (see
+    /// [`allocate_volatile`](PersistentHeap::allocate_volatile)).
+    ///
+    /// # Errors
+    /// [`Error::InvalidFree`] when `addr` is not the start of a live volatile block.
+    pub fn deallocate_volatile(&self, addr: PAddr) -> Result<()> {
+        let invalid = || Error::InvalidFree { home: addr.raw() };
+        let region = self.region_at(addr).ok_or_else(invalid)?;
+        let used = self.uses[region as usize].load(Ordering::Acquire);
+        if used & USE_VOLATILE == 0 {
+            return Err(invalid());
+        }
+        match used & USE_KIND {
+            USE_SMALL | USE_BIG => {
+                let mut arena = self.volatile[(used & USE_ARENA) as usize]
+                    .lock()
+                    .expect("arena lock");
+                if self.uses[region as usize].load(Ordering::Acquire) != used {
+                    return Err(invalid()); // the segment was given back meanwhile
+                }
+                let (held, _) = self
+                    .held_block(&arena, used, region, addr.offset())
+                    .ok_or_else(invalid)?;
+                match held {
+                    Held::Small(b) => arena.small.give_back(b),
+                    Held::Big(b) => arena.big.give_back(b),
+                }
+                self.give_back_if_empty(&mut arena, used, region);
+                Ok(())
+            }
+            USE_HUGE if addr.offset() == self.sb.region_offset(u64::from(region)) => {
+                let mut regions = self.regions.lock().expect("regions lock");
+                let count = regions.volatile_huge.remove(&region).ok_or_else(invalid)?;
+                for r in region..region + count as u32 {
+                    self.uses[r as usize].store(0, Ordering::Release);
+                    regions.free.insert(r);
+                }
+                Ok(())
+            }
+            _ => Err(invalid()),
+        }
+    }
+
     /// Frees the block whose address is stored at `dst` and stores null there, durably
     /// (a null `*dst` is a no-op, as `free(NULL)`). A crash at any point leaves either
     /// the block allocated and `*dst` unchanged, or the block free and `*dst` null.
     pub fn deallocate(&self, dst: PAddr) -> Result<()> {
-        let dst_off = self.word(dst)?;
+        let dst_off = self.persistent_word(dst)?;
         let addr = PAddr::from_raw(self.media.read_u64(dst_off as usize));
         if addr.is_null() {
             return Ok(());
@@ -504,9 +593,12 @@ impl PersistentHeap {
         let offset = addr.offset();
         let region = self.region_at(addr).ok_or_else(invalid)?;
         let used = self.uses[region as usize].load(Ordering::Acquire);
+        if used & USE_VOLATILE != 0 {
+            return Err(invalid());
+        }
         match used & USE_KIND {
             USE_SMALL | USE_BIG => {
-                let a = (used & !USE_KIND) as usize;
+                let a = (used & USE_ARENA) as usize;
                 let mut arena = self.arenas[a].lock().expect("arena lock");
                 if self.uses[region as usize].load(Ordering::Acquire) != used {
                     return Err(invalid()); // the segment was given back meanwhile
@@ -570,7 +662,12 @@ impl PersistentHeap {
         let used = self.uses[region as usize].load(Ordering::Acquire);
         match used & USE_KIND {
             USE_SMALL | USE_BIG => {
-                let arena = self.arenas[(used & !USE_KIND) as usize]
+                let arenas = if used & USE_VOLATILE != 0 {
+                    &self.volatile
+                } else {
+                    &self.arenas
+                };
+                let arena = arenas[(used & USE_ARENA) as usize]
                     .lock()
                     .expect("arena lock");
                 let (held, _) = self
@@ -582,7 +679,7 @@ impl PersistentHeap {
                 })
             }
             USE_HUGE if addr.offset() == self.sb.region_offset(u64::from(region)) => {
-                Ok(self.entry(region).ok_or_else(invalid)?.size)
+                self.huge_size(region, used).ok_or_else(invalid)
             }
             _ => Err(invalid()),
         }
@@ -687,6 +784,7 @@ impl PersistentHeap {
         let arenas: Vec<_> = self
             .arenas
             .iter()
+            .chain(self.volatile.iter())
             .map(|a| a.lock().expect("arena lock"))
             .collect();
         let regions = self.regions.lock().expect("regions lock");
@@ -734,6 +832,24 @@ impl PersistentHeap {
             s.big_segments += arena.big.segments() as u64;
             s.dram_bytes += arena.small.dram_bytes() + arena.big.dram_bytes();
             s.checkpoints += arena.checkpoints;
+        }
+        for arena in self.volatile.iter() {
+            let arena = arena.lock().expect("arena lock");
+            let (n, b) = arena.small.live();
+            let (m, c) = arena.big.live();
+            s.volatile_allocations += n + m;
+            s.volatile_allocated_bytes += b + c;
+            s.dram_bytes += arena.small.dram_bytes() + arena.big.dram_bytes();
+        }
+        for &count in self
+            .regions
+            .lock()
+            .expect("regions lock")
+            .volatile_huge
+            .values()
+        {
+            s.volatile_allocations += 1;
+            s.volatile_allocated_bytes += count * self.sb.segment_size;
         }
         for (r, u) in self.uses.iter().enumerate() {
             let u = u.load(Ordering::Acquire);
@@ -786,6 +902,18 @@ impl PersistentHeap {
         self.reader().entry(u64::from(r)).ok().flatten()
     }
 
+    /// The bytes of the huge block whose first region is `head`, of the volatile heap
+    /// when `used` (the use of any of its regions) says so.
+    fn huge_size(&self, head: u32, used: u32) -> Option<u64> {
+        if used & USE_VOLATILE != 0 {
+            let regions = self.regions.lock().expect("regions lock");
+            let count = regions.volatile_huge.get(&head)?;
+            Some(count * self.sb.segment_size)
+        } else {
+            self.entry(head).map(|e| e.size)
+        }
+    }
+
     /// The region holding `addr`, if it is in one.
     fn region_at(&self, addr: PAddr) -> Option<u32> {
         if addr.file() != 0 {
@@ -803,13 +931,14 @@ impl PersistentHeap {
         arena: &mut MutexGuard<'_, Arena>,
         policy: SizePolicy,
         size: u64,
+        volatile: bool,
     ) -> Result<(u64, u64, Step)> {
         match policy {
             SizePolicy::Small(class) => {
                 let b = match arena.small.take(class) {
                     Some(b) => b,
                     None => {
-                        self.add_segment(a, arena, SegmentKind::Small, size)?;
+                        self.add_segment(a, arena, SegmentKind::Small, size, volatile)?;
                         arena.small.take(class).expect("a new segment has room")
                     }
                 };
@@ -825,7 +954,7 @@ impl PersistentHeap {
                 let b = match arena.big.take(len) {
                     Some(b) => b,
                     None => {
-                        self.add_segment(a, arena, SegmentKind::Big, size)?;
+                        self.add_segment(a, arena, SegmentKind::Big, size, volatile)?;
                         arena.big.take(len).expect("a new segment has room")
                     }
                 };
@@ -848,9 +977,15 @@ impl PersistentHeap {
                 for r in start..start + count as u32 {
                     regions.free.remove(&r);
                 }
-                self.uses[start as usize].store(USE_HUGE, Ordering::Release);
+                let flag = if volatile {
+                    regions.volatile_huge.insert(start, count);
+                    USE_VOLATILE
+                } else {
+                    0
+                };
+                self.uses[start as usize].store(USE_HUGE | flag, Ordering::Release);
                 for r in start + 1..start + count as u32 {
-                    self.uses[r as usize].store(USE_HUGE_TAIL, Ordering::Release);
+                    self.uses[r as usize].store(USE_HUGE_TAIL | flag, Ordering::Release);
                 }
                 let offset = self.sb.region_offset(u64::from(start));
                 let step = Step::Huge {
@@ -864,19 +999,50 @@ impl PersistentHeap {
 
     /// Takes a free region as a new segment of `kind` for arena `a`: zeroes its
     /// metadata and writes its table entry, durably (two fences), then adds it to the
-    /// arena's DRAM state.
+    /// arena's DRAM state. A segment of the volatile heap gets the same DRAM state and
+    /// no store at all (its region has no table entry, so it is free at the next open).
     fn add_segment(
         &self,
         a: usize,
         arena: &mut MutexGuard<'_, Arena>,
         kind: SegmentKind,
         size: u64,
+        volatile: bool,
     ) -> Result<()> {
         let mut regions = self.regions.lock().expect("regions lock");
         let r = regions.free.pop_first().ok_or(Error::HeapFull { size })?;
         regions.generation[r as usize] += 1;
         let generation = regions.generation[r as usize];
         drop(regions);
+        let base = self.sb.region_offset(u64::from(r));
+        let seg = self.sb.segment_size;
+        let flag = if volatile { USE_VOLATILE } else { 0 };
+        if !volatile {
+            self.write_segment_entry(a, r, kind, generation);
+        }
+        match kind {
+            SegmentKind::Small => {
+                let g = small::Geometry::of(base, seg);
+                let chunks = vec![ChunkState::default(); g.chunks as usize];
+                arena.small.add_segment(g, chunks.into_boxed_slice());
+                arena.small_segments.insert(r);
+                self.uses[r as usize].store(USE_SMALL | flag | a as u32, Ordering::Release);
+            }
+            _ => {
+                let first = big::table_granules(seg) as u32;
+                let granules = (seg / GRANULE) as u32;
+                arena
+                    .big
+                    .add_segment(r, granules, &[(first, granules - first)], &[]);
+                self.uses[r as usize].store(USE_BIG | flag | a as u32, Ordering::Release);
+            }
+        }
+        Ok(())
+    }
+
+    /// Zeroes the metadata of region `r` as a new segment of `kind` and writes its table
+    /// entry, durably (two fences).
+    fn write_segment_entry(&self, a: usize, r: u32, kind: SegmentKind, generation: u64) {
         let base = self.sb.region_offset(u64::from(r));
         let seg = self.sb.segment_size;
         match kind {
@@ -905,24 +1071,6 @@ impl PersistentHeap {
         self.media.fence();
         self.media.write_u64(at + ENTRY_STATE as usize, LIVE);
         self.media.persist(at + ENTRY_STATE as usize, 8);
-        match kind {
-            SegmentKind::Small => {
-                let g = small::Geometry::of(base, seg);
-                let chunks = vec![ChunkState::default(); g.chunks as usize];
-                arena.small.add_segment(g, chunks.into_boxed_slice());
-                arena.small_segments.insert(r);
-                self.uses[r as usize].store(USE_SMALL | a as u32, Ordering::Release);
-            }
-            _ => {
-                let first = big::table_granules(seg) as u32;
-                let granules = (seg / GRANULE) as u32;
-                arena
-                    .big
-                    .add_segment(r, granules, &[(first, granules - first)], &[]);
-                self.uses[r as usize].store(USE_BIG | a as u32, Ordering::Release);
-            }
-        }
-        Ok(())
     }
 
     /// Gives the segment of `region` back to the free regions when it is empty and its
@@ -947,11 +1095,13 @@ impl PersistentHeap {
         if !empty {
             return;
         }
-        // No ring record may name the segment once its region is free.
-        self.checkpoint(used & !USE_KIND, arena);
-        let at = self.sb.entry_offset(u64::from(region)) as usize + ENTRY_STATE as usize;
-        self.media.write_u64(at, 0);
-        self.media.persist(at, 8);
+        if used & USE_VOLATILE == 0 {
+            // No ring record may name the segment once its region is free.
+            self.checkpoint(used & USE_ARENA, arena);
+            let at = self.sb.entry_offset(u64::from(region)) as usize + ENTRY_STATE as usize;
+            self.media.write_u64(at, 0);
+            self.media.persist(at, 8);
+        }
         if used & USE_KIND == USE_SMALL {
             arena.small.remove_segment(&small::Geometry::of(base, seg));
             arena.small_segments.remove(&region);
@@ -1099,6 +1249,21 @@ impl PersistentHeap {
         self.data_range(addr, 8)
     }
 
+    /// [`word`](Self::word), for a word that will hold a persistent pointer: never in the
+    /// volatile heap, which recovery does not know.
+    fn persistent_word(&self, addr: PAddr) -> Result<u64> {
+        let at = self.word(addr)?;
+        let region = self.sb.region_of(at);
+        if region.is_some_and(|r| self.uses[r as usize].load(Ordering::Acquire) & USE_VOLATILE != 0)
+        {
+            return Err(Error::InvalidAddress {
+                addr,
+                reason: "a persistent pointer cannot live in the volatile heap",
+            });
+        }
+        Ok(at)
+    }
+
     /// The file-0 offset of `[addr, addr + len)` when it lies in the root area or in the
     /// data part of one region in use (never over allocator metadata).
     fn data_range(&self, addr: PAddr, len: u64) -> Result<u64> {
@@ -1133,11 +1298,12 @@ impl PersistentHeap {
             USE_HUGE | USE_HUGE_TAIL => {
                 // The huge block this region belongs to ends where its run ends.
                 let mut head = region;
-                while self.uses[head as usize].load(Ordering::Acquire) == USE_HUGE_TAIL && head > 0
+                while self.uses[head as usize].load(Ordering::Acquire) & USE_KIND == USE_HUGE_TAIL
+                    && head > 0
                 {
                     head -= 1;
                 }
-                let run = self.entry(head as u32).map_or(0, |e| e.size);
+                let run = self.huge_size(head as u32, used).unwrap_or(0);
                 let head_base = self.sb.region_offset(head);
                 (head_base, head_base + run)
             }
