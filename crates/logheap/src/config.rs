@@ -214,6 +214,7 @@ impl Config {
             chunk_size: self.chunk_size,
             media: self.media,
             reserve_space: self.reserve_space,
+            map_address: crate::pool::MapAddress::Anywhere,
         }
     }
 }

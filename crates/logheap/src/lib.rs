@@ -71,6 +71,6 @@ pub use engine::{
 pub use error::{Error, Result};
 pub use heap::{Pool, Stats};
 pub use media::{Durability, Emulation, FlushInstruction, Media, MediaConfig, MediaCounters};
-pub use pool::{EngineKind, PoolFile, PoolOptions};
+pub use pool::{EngineKind, MapAddress, PoolFile, PoolOptions};
 pub use ptr::PPtr;
 pub use tx::Tx;

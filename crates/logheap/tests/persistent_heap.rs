@@ -568,3 +568,137 @@ fn the_volatile_heap_costs_no_fence_stays_apart_and_is_empty_at_every_open() {
     heap.read(kept, &mut buf).unwrap();
     assert!(buf.iter().all(|&b| b == 9));
 }
+
+/// Builds a list of `n` nodes of 64 bytes whose first word is the native address of
+/// the next node (0 at the end) and second word its number, with the head's native
+/// address in root slot 0; returns the head.
+fn native_list(heap: &PersistentHeap, n: u64) -> *const u8 {
+    let mut next = 0u64;
+    for i in (0..n).rev() {
+        let node = heap.allocate_into(slot(heap, 1), 64).unwrap();
+        heap.write_u64(node, next).unwrap();
+        heap.write_u64(node.checked_add(8).unwrap(), i).unwrap();
+        heap.persist(node, 16).unwrap();
+        next = heap.direct(node, 64).unwrap() as u64;
+        // The node is owned by the list from here: forget the slot (it is reused).
+        heap.write_u64(slot(heap, 1), 0).unwrap();
+    }
+    heap.write_u64(slot(heap, 0), next).unwrap();
+    heap.persist(slot(heap, 0), 8).unwrap();
+    next as *const u8
+}
+
+/// Follows a native list from the head stored in root slot 0, checking each node's
+/// number, and returns its length.
+fn follow_native_list(heap: &PersistentHeap) -> u64 {
+    let mut p = heap.read_u64(slot(heap, 0)).unwrap() as *const u64;
+    let mut n = 0;
+    while !p.is_null() {
+        let addr = heap.addr_of(p.cast()).expect("a node inside the heap");
+        heap.direct(addr, 64).expect("a node in a block");
+        // SAFETY: `direct` just checked that 64 bytes at `p` lie in an allocated block
+        // of this open heap's mapping.
+        let (next, number) = unsafe { (p.read_volatile(), p.add(1).read_volatile()) };
+        assert_eq!(number, n);
+        n += 1;
+        p = next as *const u64;
+    }
+    n
+}
+
+#[test]
+fn a_fixed_address_heap_maps_at_the_same_address_so_native_pointers_stay_valid() {
+    use logheap::MapAddress;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fixed");
+    let fixed = HeapOptions {
+        map_address: MapAddress::Fixed,
+        ..options()
+    };
+    let heap = PersistentHeap::create(&path, &fixed).unwrap();
+    let at = heap.map_address().expect("a fixed heap says where it is");
+    assert!(((16u64 << 40)..(80 << 40)).contains(&at), "{at:#x}");
+    assert_eq!(
+        heap.direct(heap.root(), 8).unwrap() as u64,
+        at + heap.root().offset()
+    );
+    native_list(&heap, 100);
+    assert_eq!(follow_native_list(&heap), 100);
+    heap.close().unwrap();
+    // Reopened (cleanly, then after a crash), the same address and the same pointers.
+    let heap = PersistentHeap::open(&path).unwrap();
+    assert_eq!(heap.map_address(), Some(at));
+    assert_eq!(follow_native_list(&heap), 100);
+    drop(heap);
+    let heap = PersistentHeap::open(&path).unwrap();
+    assert!(!heap.stats().recovery.was_clean);
+    assert_eq!(follow_native_list(&heap), 100);
+
+    // Another pool that must live at the same address cannot be created or opened
+    // while this one is mapped: a clear error, and nothing left behind.
+    let other = dir.path().join("other");
+    let err = PersistentHeap::create(
+        &other,
+        &HeapOptions {
+            map_address: MapAddress::At(at),
+            ..options()
+        },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::Media {
+                source: logheap::media::MediaError::AddressTaken { .. },
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains(&format!("{at:#x}")), "{err}");
+    assert!(!other.exists());
+    drop(heap);
+    let heap = PersistentHeap::create(
+        &other,
+        &HeapOptions {
+            map_address: MapAddress::At(at),
+            ..options()
+        },
+    )
+    .unwrap();
+    heap.close().unwrap();
+    let first = PersistentHeap::open(&other).unwrap();
+    let err = PersistentHeap::open(&path).unwrap_err();
+    assert!(err.to_string().contains("another mapping"), "{err}");
+    drop(first);
+    assert_eq!(
+        follow_native_list(&PersistentHeap::open(&path).unwrap()),
+        100
+    );
+
+    // Addresses a pool cannot be mapped at are refused at creation.
+    for bad in [at + 1, 1 << 47] {
+        let r = PersistentHeap::create(
+            dir.path().join("bad"),
+            &HeapOptions {
+                map_address: MapAddress::At(bad),
+                ..options()
+            },
+        );
+        assert!(matches!(r, Err(Error::InvalidConfig(_))), "{bad:#x}");
+    }
+}
+
+#[test]
+fn a_relocatable_heap_resolves_addresses_against_wherever_it_is_mapped() {
+    let heap = PersistentHeap::create_sim(&options(), SimConfig::default()).unwrap();
+    assert_eq!(heap.map_address(), None);
+    let a = heap.allocate_into(slot(&heap, 0), 100).unwrap();
+    let p = heap.resolve(a).unwrap();
+    assert_eq!(heap.direct(a, 100).unwrap(), p);
+    assert_eq!(heap.addr_of(p), Some(a));
+    assert!(heap.direct(a, 1 << 20).is_err(), "past the block's segment");
+    assert!(heap.resolve(PAddr::new(0, 1 << 39).unwrap()).is_none());
+    assert!(heap.resolve(PAddr::new(2, 64).unwrap()).is_none());
+    assert_eq!(heap.addr_of(std::ptr::null()), None);
+}

@@ -49,7 +49,7 @@ use super::small::{self, ChunkState, SmallBlock, SmallChunks};
 use crate::error::{Error, Result};
 use crate::media::{Media, MediaConfig, MediaCounters, SimConfig};
 use crate::pool::header::SUPERBLOCK;
-use crate::pool::{EngineKind, PoolFile, PoolOptions};
+use crate::pool::{EngineKind, MapAddress, PoolFile, PoolOptions};
 
 /// How to create a [`PersistentHeap`].
 #[derive(Debug, Clone, Copy)]
@@ -75,6 +75,11 @@ pub struct HeapOptions {
     pub log_records: u64,
     /// Claim the file's whole size at creation (see [`PoolOptions::reserve_space`]).
     pub reserve_space: bool,
+    /// Where the heap is mapped: anywhere (persistent data holds [`PAddr`]s, resolved
+    /// against the mapping), or at a fixed address recorded in the header, so
+    /// persistent data may also hold native pointers (004; see [`MapAddress`] and
+    /// [`PersistentHeap::direct`]).
+    pub map_address: MapAddress,
 }
 
 impl Default for HeapOptions {
@@ -88,6 +93,7 @@ impl Default for HeapOptions {
             metadata: MetadataPolicy::InPlace,
             log_records: super::layout::DEFAULT_LOG_RECORDS,
             reserve_space: true,
+            map_address: MapAddress::Anywhere,
         }
     }
 }
@@ -101,6 +107,7 @@ impl HeapOptions {
             chunk_size: self.segment_size,
             media: self.media,
             reserve_space: self.reserve_space,
+            map_address: self.map_address,
         }
     }
 }
@@ -480,6 +487,40 @@ impl PersistentHeap {
     /// simulator).
     pub fn media(&self) -> &Arc<Media> {
         &self.media
+    }
+
+    /// The address the heap is mapped at in every process when it was created with a
+    /// fixed [`MapAddress`], else `None` (it is mapped wherever the kernel picks).
+    pub fn map_address(&self) -> Option<u64> {
+        let at = self.file.header().map_address;
+        (at != 0).then_some(at)
+    }
+
+    /// The native address of `[addr, addr + len)`, checked as [`read`](Self::read)
+    /// checks (in the root area or inside one block's segment), for reading through
+    /// plain loads. It stays valid while the heap is open; with a fixed
+    /// [`map_address`](Self::map_address) it is the same at every open, so it may be
+    /// stored in persistent data (through [`write_u64`](Self::write_u64), like every
+    /// store) and followed after a restart.
+    pub fn direct(&self, addr: PAddr, len: u64) -> Result<*const u8> {
+        let at = self.data_range(addr, len)?;
+        Ok((self.media.base_address() + at as usize) as *const u8)
+    }
+
+    /// The native address of `addr`, checked only against the file's bounds (as a
+    /// persistent pointer's dereference in a hot loop is: one compare and one add), or
+    /// `None` outside them. Prefer [`direct`](Self::direct) unless the check shows.
+    #[inline]
+    pub fn resolve(&self, addr: PAddr) -> Option<*const u8> {
+        (addr.file() == 0 && addr.offset() < self.media.len() as u64)
+            .then(|| (self.media.base_address() + addr.offset() as usize) as *const u8)
+    }
+
+    /// The persistent address of a native pointer into this heap's mapping (the inverse
+    /// of [`resolve`](Self::resolve)), or `None` when it points elsewhere.
+    pub fn addr_of(&self, ptr: *const u8) -> Option<PAddr> {
+        let offset = (ptr as usize).checked_sub(self.media.base_address())?;
+        (offset < self.media.len()).then(|| PAddr::new(0, offset as u64))?
     }
 
     /// The largest block this heap can ever hold (a huge block over every region).

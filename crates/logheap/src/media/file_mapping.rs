@@ -37,8 +37,10 @@ unsafe impl Send for FileMapping {}
 unsafe impl Sync for FileMapping {}
 
 impl FileMapping {
-    /// Maps the first `len` bytes of `file` (which must be at least that long).
-    pub(crate) fn new(file: &File, len: usize) -> std::io::Result<FileMapping> {
+    /// Maps the first `len` bytes of `file` (which must be at least that long), at
+    /// address `at` when given (`MAP_FIXED_NOREPLACE`: an error of kind `AlreadyExists`
+    /// when something is mapped there already), else where the kernel picks.
+    pub(crate) fn new(file: &File, len: usize, at: Option<usize>) -> std::io::Result<FileMapping> {
         if len == 0 {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
@@ -46,29 +48,49 @@ impl FileMapping {
             ));
         }
         let prot = ProtFlags::READ | ProtFlags::WRITE;
-        // SAFETY: a fresh mapping at an address the kernel picks; no existing memory is
-        // affected. The file stays open for as long as the caller needs; the mapping
-        // remains valid after the descriptor is closed.
+        let (hint, fixed) = match at {
+            Some(a) => (a as *mut std::ffi::c_void, MapFlags::FIXED_NOREPLACE),
+            None => (std::ptr::null_mut(), MapFlags::empty()),
+        };
+        // SAFETY: a fresh mapping at an address the kernel picks, or at `at` with
+        // MAP_FIXED_NOREPLACE, which fails rather than replace anything mapped there: no
+        // existing memory is affected. The mapping stays valid after the descriptor is
+        // closed.
         let sync = unsafe {
             rustix::mm::mmap(
-                std::ptr::null_mut(),
+                hint,
                 len,
                 prot,
-                MapFlags::SHARED_VALIDATE | MapFlags::SYNC,
+                MapFlags::SHARED_VALIDATE | MapFlags::SYNC | fixed,
                 file,
                 0,
             )
         };
         let (addr, mode) = match sync {
             Ok(addr) => (addr, MapMode::Sync),
+            Err(e) if e == rustix::io::Errno::EXIST => return Err(address_taken(at)),
             Err(_) => {
                 // SAFETY: as above, without MAP_SYNC.
-                let addr = unsafe {
-                    rustix::mm::mmap(std::ptr::null_mut(), len, prot, MapFlags::SHARED, file, 0)
-                }?;
+                let addr =
+                    unsafe { rustix::mm::mmap(hint, len, prot, MapFlags::SHARED | fixed, file, 0) }
+                        .map_err(|e| {
+                            if e == rustix::io::Errno::EXIST {
+                                address_taken(at)
+                            } else {
+                                e.into()
+                            }
+                        })?;
                 (addr, MapMode::Shared)
             }
         };
+        if let Some(a) = at
+            && addr as usize != a
+        {
+            // A kernel older than 4.17 takes MAP_FIXED_NOREPLACE as a hint only.
+            // SAFETY: unmaps exactly the fresh mapping made above, which nothing uses.
+            let _ = unsafe { rustix::mm::munmap(addr, len) };
+            return Err(address_taken(at));
+        }
         let ptr = NonNull::new(addr.cast::<u8>())
             .ok_or_else(|| std::io::Error::other("mmap returned a null address"))?;
         Ok(FileMapping { ptr, len, mode })
@@ -129,6 +151,17 @@ impl FileMapping {
         }?;
         Ok(())
     }
+}
+
+/// The error of a fixed mapping whose address range is taken.
+fn address_taken(at: Option<usize>) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::AlreadyExists,
+        format!(
+            "the address {:#x} is taken by another mapping",
+            at.unwrap_or(0)
+        ),
+    )
 }
 
 impl Drop for FileMapping {

@@ -128,6 +128,17 @@ pub enum MediaError {
     /// The forced flush instruction does not exist on this CPU.
     #[error("the CPU does not support the {0} instruction")]
     UnsupportedFlush(FlushInstruction),
+    /// The address a pool must be mapped at (a fixed mapping) is taken by another
+    /// mapping in this process.
+    #[error(
+        "cannot map {len} bytes at {addr:#x}, where the pool must be mapped: another mapping (another pool, a library, the heap) holds part of that range"
+    )]
+    AddressTaken {
+        /// The address asked for.
+        addr: usize,
+        /// Bytes asked for.
+        len: usize,
+    },
     /// Mapping the file failed.
     #[error("cannot map {len} bytes: {source}")]
     Map {
@@ -210,9 +221,24 @@ fn thread_token() -> u64 {
 impl Media {
     /// Maps the first `len` bytes of `file` (`MAP_SYNC` where the file system allows it).
     pub fn map_file(file: &File, len: usize, config: &MediaConfig) -> Result<Media, MediaError> {
+        Media::map_file_at(file, len, config, None)
+    }
+
+    /// Like [`map_file`](Media::map_file), at address `at` when given
+    /// (`MAP_FIXED_NOREPLACE`; [`MediaError::AddressTaken`] when the range is in use).
+    pub fn map_file_at(
+        file: &File,
+        len: usize,
+        config: &MediaConfig,
+        at: Option<usize>,
+    ) -> Result<Media, MediaError> {
         let flush = resolve_flush(config)?;
-        let mapping =
-            FileMapping::new(file, len).map_err(|source| MediaError::Map { len, source })?;
+        let mapping = FileMapping::new(file, len, at).map_err(|source| match at {
+            Some(addr) if source.kind() == std::io::ErrorKind::AlreadyExists => {
+                MediaError::AddressTaken { addr, len }
+            }
+            _ => MediaError::Map { len, source },
+        })?;
         Ok(Media::with_backing(
             mapping.ptr(),
             len,
@@ -291,6 +317,12 @@ impl Media {
             counters: CounterRegistry::default(),
             msync_errors: AtomicU64::new(0),
         }
+    }
+
+    /// The address the media's first byte is mapped at in this process (valid while the
+    /// media lives; on simulation media, the simulator's volatile view).
+    pub fn base_address(&self) -> usize {
+        self.base.as_ptr() as usize
     }
 
     /// Length in bytes.

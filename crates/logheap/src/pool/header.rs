@@ -18,7 +18,7 @@
 //! | 72 | 8 | data area size |
 //! | 80 | 8 | chunk size |
 //! | 88 | 8 | creation time (Unix seconds) |
-//! | 96 | 8 | reserved (0) |
+//! | 96 | 8 | fixed mapping address (0: the pool may be mapped anywhere) |
 //! | 104 | 4 | CRC32C of bytes 0..104 |
 //! | 128 | 8 | state word: flags (low 32 bits) and CRC32C of the flags (high 32 bits) |
 //! | 512..4096 | | superblock: engine-owned metadata |
@@ -46,6 +46,9 @@ pub const STATE_OFFSET: u64 = 128;
 pub const SUPERBLOCK: Range<u64> = 512..HEADER_SIZE;
 
 const CRC_COVERED: usize = 104;
+/// The end of the user address space a fixed mapping may use (x86-64 and AArch64 with
+/// 4-level page tables: 128 TiB).
+pub(crate) const MAX_USER_ADDRESS: u64 = 1 << 47;
 const STATE_CLEAN: u32 = 1;
 const MAX_ROOT_SIZE: u64 = 1 << 30;
 const MIN_CHUNK: u64 = 4096;
@@ -79,6 +82,9 @@ pub struct Header {
     pub created_unix_secs: u64,
     /// Where things are.
     pub layout: PoolLayout,
+    /// The address the pool is always mapped at, or 0 when it may be mapped anywhere
+    /// (see [`MapAddress`](super::MapAddress)).
+    pub map_address: u64,
 }
 
 /// Geometry asked for at creation.
@@ -112,12 +118,13 @@ impl Header {
                 root,
                 data: data_offset..geometry.pool_size.max(data_offset),
             },
+            map_address: 0,
         };
         header.check_geometry()?;
         Ok(header)
     }
 
-    fn check_geometry(&self) -> std::result::Result<(), String> {
+    pub(crate) fn check_geometry(&self) -> std::result::Result<(), String> {
         let l = &self.layout;
         if l.root.start != HEADER_SIZE {
             return Err(format!(
@@ -164,6 +171,17 @@ impl Header {
         if self.pool_size > isize::MAX as u64 {
             return Err(format!("pool size {} cannot be mapped", self.pool_size));
         }
+        if self.map_address != 0 {
+            let end = self.map_address.checked_add(self.pool_size);
+            if !self.map_address.is_multiple_of(HEADER_SIZE)
+                || end.is_none_or(|e| e > MAX_USER_ADDRESS)
+            {
+                return Err(format!(
+                    "fixed mapping address {:#x} is not page aligned below {MAX_USER_ADDRESS:#x} with room for {} bytes",
+                    self.map_address, self.pool_size
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -184,6 +202,7 @@ impl Header {
             (72, l.data.end - l.data.start),
             (80, self.chunk_size),
             (88, self.created_unix_secs),
+            (96, self.map_address),
         ] {
             b[at..at + 8].copy_from_slice(&v.to_le_bytes());
         }
@@ -258,6 +277,7 @@ impl Header {
             pool_size: u64_at(40),
             chunk_size: u64_at(80),
             created_unix_secs: u64_at(88),
+            map_address: u64_at(96),
             layout: PoolLayout {
                 superblock: SUPERBLOCK,
                 root: root_offset..root_offset.saturating_add(u64_at(56)),

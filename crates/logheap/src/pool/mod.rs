@@ -43,6 +43,51 @@ pub struct PoolOptions {
     /// be larger than the free space, and a file system that fills up ends the process
     /// with `SIGBUS` at the store that finds no room.
     pub reserve_space: bool,
+    /// Where the pool is mapped in each process that opens it.
+    pub map_address: MapAddress,
+}
+
+/// Where a pool is mapped in the address space of each process that opens it.
+///
+/// A relocatable pool (the default) holds offsets, resolved against wherever the pool
+/// is mapped (004's "lazy swizzling"). A pool with a fixed address is mapped at the same
+/// address at every open (004's "constant virtual address"), so persistent data may hold
+/// native pointers; opening fails with [`MediaError::AddressTaken`](crate::media::MediaError::AddressTaken)
+/// (inside [`Error::Media`]) when something else is mapped there. Pools on simulation
+/// media live in process memory and ignore the fixed address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MapAddress {
+    /// Wherever the kernel picks.
+    #[default]
+    Anywhere,
+    /// At an address picked at creation from the pool's UUID, in a range of the address
+    /// space ordinary mappings do not use (16 TiB to 80 TiB), and recorded in the header.
+    Fixed,
+    /// At this address (page aligned, below 128 TiB), recorded in the header.
+    At(u64),
+}
+
+/// Where [`MapAddress::Fixed`] picks addresses: a range far below the kernel's mmap area
+/// (just under the stack, near 128 TiB) and far above the program and its heap.
+const FIXED_RANGE: std::ops::Range<u64> = (16 << 40)..(80 << 40);
+
+impl MapAddress {
+    /// The address to record for a pool of `size` bytes with `uuid` (0: anywhere).
+    fn resolve(self, size: u64, uuid: &uuid::Uuid) -> u64 {
+        match self {
+            MapAddress::Anywhere => 0,
+            MapAddress::At(addr) => addr,
+            MapAddress::Fixed => {
+                // Slots aligned to the pool's size (at least 1 GiB): pools with
+                // different UUIDs rarely share one.
+                let slot = size.max(1 << 30).next_power_of_two();
+                let slots = ((FIXED_RANGE.end - FIXED_RANGE.start) / slot).max(1);
+                let (hi, lo) = uuid.as_u64_pair();
+                FIXED_RANGE.start + ((hi ^ lo) % slots) * slot
+            }
+        }
+    }
 }
 
 impl Default for PoolOptions {
@@ -54,6 +99,7 @@ impl Default for PoolOptions {
             chunk_size: 32 << 10,
             media: MediaConfig::default(),
             reserve_space: true,
+            map_address: MapAddress::Anywhere,
         }
     }
 }
@@ -375,7 +421,7 @@ fn claim_space(file: &File, path: &Path, size: u64, reserve: bool) -> Result<()>
 }
 
 fn new_header(options: &PoolOptions) -> Result<Header> {
-    Header::new(
+    let mut header = Header::new(
         options.engine,
         Geometry {
             pool_size: options.size,
@@ -383,7 +429,10 @@ fn new_header(options: &PoolOptions) -> Result<Header> {
             chunk_size: options.chunk_size,
         },
     )
-    .map_err(Error::InvalidConfig)
+    .map_err(Error::InvalidConfig)?;
+    header.map_address = options.map_address.resolve(options.size, &header.uuid);
+    header.check_geometry().map_err(Error::InvalidConfig)?;
+    Ok(header)
 }
 
 /// Writes the header and an "open" state word, durably, through the media.
@@ -407,7 +456,8 @@ fn lock(file: &File, path: &Path) -> Result<()> {
 }
 
 fn map(file: &File, header: &Header, config: &MediaConfig, path: &Path) -> Result<Media> {
-    Media::map_file(file, header.pool_size as usize, config).map_err(|source| Error::Media {
+    let at = (header.map_address != 0).then_some(header.map_address as usize);
+    Media::map_file_at(file, header.pool_size as usize, config, at).map_err(|source| Error::Media {
         path: path.into(),
         source,
     })
