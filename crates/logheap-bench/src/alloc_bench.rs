@@ -45,6 +45,16 @@ pub fn is_persistent_heap(engine: &str) -> bool {
     engine == ALLOC || engine == ALLOC_LOG
 }
 
+/// The metadata policy of a persistent-heap engine name (`alloc-log`: the metadata
+/// log; any other: in place).
+pub fn policy_of(engine: &str) -> MetadataPolicy {
+    if engine == ALLOC_LOG {
+        MetadataPolicy::MetadataLog
+    } else {
+        MetadataPolicy::InPlace
+    }
+}
+
 /// The operations of one run: the preload (one thread) and each thread's measured ones,
 /// as `slot | size << 32` (slots numbered over all threads).
 struct Ops {
@@ -108,11 +118,7 @@ pub fn run(spec: &RunSpec, phase: &dyn Fn(&str)) -> Result<RunResult, Box<dyn st
                         Some(e) => media.emulation(e),
                         None => media,
                     },
-                    metadata: if engine == ALLOC_LOG {
-                        MetadataPolicy::MetadataLog
-                    } else {
-                        MetadataPolicy::InPlace
-                    },
+                    metadata: policy_of(engine),
                     ..HeapOptions::default()
                 },
             )?;

@@ -1,6 +1,7 @@
 //! The fragmentation workloads W1-W3 of "Log-structured Non-volatile Main Memory"
-//! (USENIX ATC 2017, §5.4, Fig. 9), run on the log engine and, as the paper's DRAM
-//! allocator baselines, on glibc's malloc and on jemalloc.
+//! (USENIX ATC 2017, §5.4, Fig. 9), run on the log engine, on the persistent heap
+//! (`alloc`, `alloc-log`: 002's allocator) and, as the paper's DRAM allocator
+//! baselines, on glibc's malloc and on jemalloc.
 //!
 //! The paper takes the workloads from "Log-structured Memory for DRAM-based Storage"
 //! (Rumble et al., FAST 2014) and follows its method, which this module follows too:
@@ -20,6 +21,9 @@
 //! external fragmentation count), and held bytes are what the allocator holds for them:
 //!
 //! - `log`: the pool's chunks in use (in any log) times the chunk size;
+//! - `alloc`, `alloc-log`: the heap's regions in use (segments and huge blocks) times
+//!   the segment size; after the run, [`PersistentHeap::defragment`] punches the free
+//!   pages out of them, and what is left is reported as the compacted figure;
 //! - `glibc`: `arena + hblkhd` of `mallinfo2` at the end, less the bytes other code had
 //!   in use before the run (`uordblks + hblkhd`); `mallinfo2` reports the main arena
 //!   only, so the run must be on the process's main thread (it checks that the main
@@ -35,7 +39,8 @@ use std::alloc::{GlobalAlloc, Layout};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use logheap::{Config, Emulation, Error, Pool};
+use logheap::alloc::{HeapOptions, PAddr, PersistentHeap};
+use logheap::{Config, Emulation, Error, MediaConfig, Pool};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tikv_jemallocator::Jemalloc;
@@ -239,7 +244,45 @@ pub fn run(spec: &FragSpec) -> Result<FragOutcome, Box<dyn std::error::Error>> {
     match spec.engine.as_str() {
         GLIBC => run_glibc(spec),
         JEMALLOC => run_jemalloc(spec),
+        e if crate::alloc_bench::is_persistent_heap(e) => run_persistent_heap(spec),
         _ => run_log(spec),
+    }
+}
+
+/// Tries pool sizes from `first` up, 5% more each time, until `attempt` runs to its end
+/// (`Some`): the smallest pool the workload fits in, with the sizes that did not.
+fn smallest_fitting(
+    spec: &FragSpec,
+    first: u64,
+    attempt: impl Fn(u64) -> Result<Option<FragOutcome>, Box<dyn std::error::Error>>,
+) -> Result<FragOutcome, Box<dyn std::error::Error>> {
+    let mut tried = Vec::new();
+    let mut size = spec.pool_size.unwrap_or(first);
+    loop {
+        match attempt(size)? {
+            Some(mut outcome) => {
+                outcome.pools_too_small = tried;
+                return Ok(outcome);
+            }
+            None if spec.pool_size.is_some() => {
+                return Err(format!(
+                    "{} on {}: the pool of {size} bytes filled up",
+                    spec.workload, spec.engine
+                )
+                .into());
+            }
+            None if size > 64 * spec.total.max(1 << 20) => {
+                return Err(format!(
+                    "{} on {}: full even in a pool of {size} bytes",
+                    spec.workload, spec.engine
+                )
+                .into());
+            }
+            None => {
+                tried.push(size);
+                size += size / 20;
+            }
+        }
     }
 }
 
@@ -279,34 +322,9 @@ impl Heap for LogHeap<'_> {
 
 fn run_log(spec: &FragSpec) -> Result<FragOutcome, Box<dyn std::error::Error>> {
     let chunk = Config::default().chunk_size;
-    let mut tried = Vec::new();
-    let mut size = spec.pool_size.unwrap_or_else(|| spec.live.max(16 * chunk));
-    loop {
-        match run_log_in(spec, size)? {
-            Some(mut outcome) => {
-                outcome.pools_too_small = tried;
-                return Ok(outcome);
-            }
-            None if spec.pool_size.is_some() => {
-                return Err(format!(
-                    "{} on {}: the pool of {size} bytes filled up (PoolFull)",
-                    spec.workload, spec.engine
-                )
-                .into());
-            }
-            None if size > 64 * spec.total.max(1 << 20) => {
-                return Err(format!(
-                    "{} on {}: PoolFull even in a pool of {size} bytes",
-                    spec.workload, spec.engine
-                )
-                .into());
-            }
-            None => {
-                tried.push(size);
-                size += size / 20;
-            }
-        }
-    }
+    smallest_fitting(spec, spec.live.max(16 * chunk), |size| {
+        run_log_in(spec, size)
+    })
 }
 
 /// One log-engine run in a pool of `size` bytes; `None` when it filled up.
@@ -354,6 +372,119 @@ fn run_log_in(
         log: after.log,
     };
     pool.close()?;
+    Ok(Some(outcome))
+}
+
+// ---------------------------------------------------------------- the persistent heap
+
+/// The persistent heap: each object's pointer lives in a root slot (002's reference
+/// passing), the handle is the slot's number, and every object is filled and persisted.
+struct HeapRun<'h> {
+    heap: &'h PersistentHeap,
+    free_slots: Vec<u64>,
+    buf: Vec<u8>,
+}
+
+impl HeapRun<'_> {
+    fn slot(&self, i: u64) -> PAddr {
+        self.heap
+            .root()
+            .checked_add(8 * i)
+            .expect("slots are inside the root area")
+    }
+}
+
+impl Heap for HeapRun<'_> {
+    type Handle = u64;
+
+    fn step(
+        &mut self,
+        sizes: &[(u64, u8)],
+        victims: &[u64],
+        out: &mut Vec<u64>,
+    ) -> Result<(), Error> {
+        for &s in victims {
+            self.heap.deallocate(self.slot(s))?;
+            self.free_slots.push(s);
+        }
+        for &(size, fill) in sizes {
+            let s = self.free_slots.pop().ok_or(Error::HeapFull { size })?;
+            let block = self.heap.allocate_into(self.slot(s), size)?;
+            self.buf.clear();
+            self.buf.resize(size as usize, fill);
+            self.heap.write(block, &self.buf)?;
+            self.heap.persist(block, size)?;
+            out.push(s);
+        }
+        Ok(())
+    }
+}
+
+fn run_persistent_heap(spec: &FragSpec) -> Result<FragOutcome, Box<dyn std::error::Error>> {
+    let segment = HeapOptions::default().segment_size;
+    smallest_fitting(spec, spec.live.max(16 * segment), |size| {
+        run_persistent_heap_in(spec, size)
+    })
+}
+
+/// One persistent-heap run in a heap of `size` bytes; `None` when it filled up.
+fn run_persistent_heap_in(
+    spec: &FragSpec,
+    size: u64,
+) -> Result<Option<FragOutcome>, Box<dyn std::error::Error>> {
+    let dir = crate::harness::pool_dir_in(spec.dir.as_deref())?;
+    let slots = most_live(spec) as u64;
+    let media = MediaConfig::default();
+    let heap = PersistentHeap::create(
+        dir.path().join("frag.heap"),
+        &HeapOptions {
+            size,
+            arenas: 1,
+            root_size: (slots * 8).next_multiple_of(64),
+            media: match spec.emulation {
+                Some(e) => media.emulation(e),
+                None => media,
+            },
+            metadata: crate::alloc_bench::policy_of(&spec.engine),
+            reserve_space: false,
+            ..HeapOptions::default()
+        },
+    )?;
+    let mut objects = Vec::with_capacity(slots as usize);
+    let before = heap.stats();
+    let start = Instant::now();
+    let mut run = HeapRun {
+        heap: &heap,
+        free_slots: (0..slots).rev().collect(),
+        buf: Vec::new(),
+    };
+    let (allocations, frees) = match drive(&mut run, spec, &mut objects) {
+        Ok(n) => n,
+        Err(Error::HeapFull { .. }) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let seconds = start.elapsed().as_secs_f64();
+    let after = heap.stats();
+    let live_bytes: u64 = objects.iter().map(|&(_, s)| s).sum();
+    // The free pages inside the regions in use, punched: what the heap still holds.
+    let punched = heap.defragment(u64::MAX)?;
+    let free_regions = (after.regions - after.regions_used) * after.segment_size;
+    let compacted = after.pm_bytes_used - punched.free_bytes.saturating_sub(free_regions);
+    let outcome = FragOutcome {
+        allocations,
+        frees,
+        seconds,
+        live_bytes,
+        held_bytes: after.pm_bytes_used,
+        allocator_bytes: after.allocated_bytes,
+        resident_bytes: None,
+        pool_bytes: Some(size),
+        pools_too_small: Vec::new(),
+        compacted_held_bytes: Some(compacted),
+        log: None,
+        media: Some(after.media.since(&before.media)),
+    };
+    heap.close()?;
     Ok(Some(outcome))
 }
 
@@ -541,6 +672,27 @@ mod tests {
         assert!((0.0..1.0).contains(&f), "{f}");
         // It ran in a pool smaller than all it allocated (2 MiB).
         assert!(out.pool_bytes.unwrap() < 2 << 20, "{out:?}");
+    }
+
+    #[test]
+    fn the_persistent_heap_runs_every_workload_and_defragmenting_holds_less() {
+        for engine in [crate::alloc_bench::ALLOC, crate::alloc_bench::ALLOC_LOG] {
+            for w in [Workload::FragW1, Workload::FragW3] {
+                let out = run(&spec(engine, w)).unwrap();
+                assert!(out.live_bytes > 0 && out.live_bytes <= 256 << 10, "{out:?}");
+                // Usable sizes round the asked-for ones up, never down.
+                assert!(out.allocator_bytes >= out.live_bytes, "{out:?}");
+                assert!(out.held_bytes >= out.allocator_bytes, "{out:?}");
+                let compacted = out.compacted_held_bytes.unwrap();
+                assert!(
+                    compacted >= out.live_bytes && compacted < out.held_bytes,
+                    "{out:?}"
+                );
+                assert!((0.0..1.0).contains(&out.fragmentation()), "{out:?}");
+                // Every allocation persisted its pointer and its bytes.
+                assert!(out.media.unwrap().fences >= 2 * out.allocations, "{out:?}");
+            }
+        }
     }
 
     #[test]

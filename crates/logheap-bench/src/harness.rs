@@ -338,7 +338,8 @@ pub(crate) fn pool_dir_in(dir: Option<&Path>) -> Result<tempfile::TempDir, Strin
 /// The engine `pmdk` runs the same workloads on PMDK's libpmemobj ([`crate::pmdk`]);
 /// when this build has no PMDK it is an error saying so
 /// ([`pmdk::UNAVAILABLE`](crate::pmdk::UNAVAILABLE)). The fragmentation workloads run
-/// through [`crate::fragmentation`] (on the log engine, `glibc` or `jemalloc`).
+/// through [`crate::fragmentation`] (on the log engine, the persistent heap, `glibc` or
+/// `jemalloc`).
 pub fn run_reporting(
     spec: &RunSpec,
     phase: &dyn Fn(&str),
@@ -559,9 +560,12 @@ fn run_fragmentation(
 ) -> Result<RunResult, Box<dyn std::error::Error>> {
     use crate::fragmentation::{FragSpec, is_dram_allocator};
     if spec.engine == crate::pmdk::ENGINE {
-        return Err("the fragmentation workloads run on log engines, glibc and jemalloc".into());
+        return Err(
+            "the fragmentation workloads run on log engines, the persistent heap, glibc and jemalloc"
+                .into(),
+        );
     }
-    if !is_dram_allocator(&spec.engine) {
+    if !is_dram_allocator(&spec.engine) && !crate::alloc_bench::is_persistent_heap(&spec.engine) {
         config_for(&spec.engine)?;
     }
     let f = spec.frag;
@@ -612,7 +616,7 @@ fn run_fragmentation(
         aborts_per_tx: media.map_or(0.0, |m| m.aborts as f64 / steps as f64),
         node_cache_hit_ratio: log.and_then(|l| l.node_cache_hit_ratio),
         dram_bytes: log.map(|l| l.mapping_dram_bytes),
-        pm_bytes_used: log.map(|_| out.held_bytes),
+        pm_bytes_used: out.pool_bytes.map(|_| out.held_bytes),
         preload_seconds: 0.0,
         space: SpaceFigures {
             fragmentation: Some(out.fragmentation()),

@@ -9,7 +9,7 @@
 //!
 //! The cleaning benchmarks (issue 10) are options of the same command: the
 //! fragmentation workloads `frag-w1`, `frag-w2`, `frag-w3` (Fig. 9; default engines
-//! `log`, `glibc`, `jemalloc`), `--utilisation` (each run in a pool its preload fills to
+//! `log`, `alloc`, `glibc`, `jemalloc`), `--utilisation` (each run in a pool its preload fills to
 //! that share, so the cleaner works; Fig. 11), and the engine `log-cleaning` (the
 //! paper's LSNVMM-Cleaning setting). `--plot DIR` draws their figures into `DIR`.
 
@@ -37,7 +37,7 @@ pub struct Args {
     workloads: Vec<Workload>,
     /// Engines to run (repeat; default: log-base, log-2l, log-2l-gu, log-2l-gu-c, log,
     /// and pmdk when this build has PMDK's libpmemobj; for the fragmentation workloads
-    /// log, glibc and jemalloc). `log-cleaning` is log in the paper's LSNVMM-Cleaning
+    /// log, alloc, glibc and jemalloc). `log-cleaning` is log in the paper's LSNVMM-Cleaning
     /// setting (chunks more than half stale cleaned every 1,000 commits).
     #[arg(long = "engine")]
     engines: Vec<String>,
@@ -176,7 +176,9 @@ fn plan(args: &Args) -> Vec<Planned> {
             return args.engines.clone();
         }
         if w.is_fragmentation() {
-            return ["log", GLIBC, JEMALLOC].map(String::from).to_vec();
+            return ["log", alloc_bench::ALLOC, GLIBC, JEMALLOC]
+                .map(String::from)
+                .to_vec();
         }
         if w.is_allocator() {
             return alloc_bench::engines()
@@ -292,10 +294,13 @@ fn check_plan(runs: &[Planned]) -> Result<(), String> {
             continue;
         }
         if alloc_bench::is_persistent_heap(engine) {
-            return Err(format!(
-                "--engine {engine} (the persistent heap) runs only alloc-random, not {}",
-                r.workload
-            ));
+            if !r.workload.is_fragmentation() {
+                return Err(format!(
+                    "--engine {engine} (the persistent heap) runs only alloc-random and the fragmentation workloads (frag-w1, frag-w2, frag-w3), not {}",
+                    r.workload
+                ));
+            }
+            continue;
         }
         if is_dram_allocator(engine) {
             if !r.workload.is_fragmentation() {
@@ -309,7 +314,7 @@ fn check_plan(runs: &[Planned]) -> Result<(), String> {
         if engine == pmdk::ENGINE {
             if r.workload.is_fragmentation() {
                 return Err(format!(
-                    "--engine pmdk does not run {} (the fragmentation workloads run on log engines, glibc and jemalloc)",
+                    "--engine pmdk does not run {} (the fragmentation workloads run on log engines, the persistent heap, glibc and jemalloc)",
                     r.workload
                 ));
             }

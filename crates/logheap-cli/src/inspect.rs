@@ -34,6 +34,10 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     println!("root area   {}..{}", l.root.start, l.root.end);
     println!("data area   {}..{}", l.data.start, l.data.end);
     println!("created     {} (Unix seconds)", header.created_unix_secs);
+    match header.map_address {
+        0 => println!("mapped at   anywhere (relocatable)"),
+        at => println!("mapped at   {at:#x} (fixed)"),
+    }
     println!(
         "state       {}",
         if state.clean {
