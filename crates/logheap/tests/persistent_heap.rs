@@ -617,11 +617,18 @@ fn a_fixed_address_heap_maps_at_the_same_address_so_native_pointers_stay_valid()
     };
     let heap = PersistentHeap::create(&path, &fixed).unwrap();
     let at = heap.map_address().expect("a fixed heap says where it is");
-    assert!(((16u64 << 40)..(80 << 40)).contains(&at), "{at:#x}");
+    assert!(((32u64 << 40)..(96 << 40)).contains(&at), "{at:#x}");
     assert_eq!(
         heap.direct(heap.root(), 8).unwrap() as u64,
         at + heap.root().offset()
     );
+    // A fixed mapping is made as a relocatable one is (MAP_SYNC where the file system
+    // has it), and its format tells older builds to keep away.
+    let relocatable = PersistentHeap::create(dir.path().join("relocatable"), &options()).unwrap();
+    assert_eq!(heap.media().map_mode(), relocatable.media().map_mode());
+    drop(relocatable);
+    let version = u32::from_le_bytes(std::fs::read(&path).unwrap()[8..12].try_into().unwrap());
+    assert_eq!(version, 4);
     native_list(&heap, 100);
     assert_eq!(follow_native_list(&heap), 100);
     heap.close().unwrap();
@@ -677,7 +684,7 @@ fn a_fixed_address_heap_maps_at_the_same_address_so_native_pointers_stay_valid()
     );
 
     // Addresses a pool cannot be mapped at are refused at creation.
-    for bad in [at + 1, 1 << 47] {
+    for bad in [at + 1, 1 << 47, 4096] {
         let r = PersistentHeap::create(
             dir.path().join("bad"),
             &HeapOptions {

@@ -490,10 +490,11 @@ impl PersistentHeap {
     }
 
     /// The address the heap is mapped at in every process when it was created with a
-    /// fixed [`MapAddress`], else `None` (it is mapped wherever the kernel picks).
+    /// fixed [`MapAddress`], else `None` (it is mapped wherever the kernel picks, and on
+    /// simulation media, which ignore the recorded address).
     pub fn map_address(&self) -> Option<u64> {
         let at = self.file.header().map_address;
-        (at != 0).then_some(at)
+        (at != 0 && self.media.base_address() as u64 == at).then_some(at)
     }
 
     /// The native address of `[addr, addr + len)`, checked as [`read`](Self::read)
@@ -816,6 +817,11 @@ impl PersistentHeap {
     /// free runs of big segments and empty chunks of small segments are punched; nothing
     /// allocated and no metadata is touched, and the heap stays usable: a punched page
     /// takes storage again when it is next written. Allocation waits while this runs.
+    ///
+    /// A heap created with [`reserve_space`](HeapOptions::reserve_space) gives up that
+    /// promise for the pages punched: should the file system fill up, a store to a
+    /// punched page that is reused ends the process with `SIGBUS`, as in a sparse
+    /// pool. Punch only where the file system keeps room.
     ///
     /// # Errors
     /// [`Error::Io`] when the file system cannot punch holes.

@@ -38,8 +38,8 @@ unsafe impl Sync for FileMapping {}
 
 impl FileMapping {
     /// Maps the first `len` bytes of `file` (which must be at least that long), at
-    /// address `at` when given (`MAP_FIXED_NOREPLACE`: an error of kind `AlreadyExists`
-    /// when something is mapped there already), else where the kernel picks.
+    /// address `at` when given (an error of kind `AlreadyExists` when something is
+    /// mapped in that range already), else where the kernel picks.
     pub(crate) fn new(file: &File, len: usize, at: Option<usize>) -> std::io::Result<FileMapping> {
         if len == 0 {
             return Err(std::io::Error::new(
@@ -48,14 +48,19 @@ impl FileMapping {
             ));
         }
         let prot = ProtFlags::READ | ProtFlags::WRITE;
+        // A fixed address is first reserved with an anonymous MAP_FIXED_NOREPLACE
+        // mapping (which fails when anything is there), then the file is mapped over the
+        // reservation with MAP_FIXED. MAP_FIXED_NOREPLACE cannot go with the file
+        // mapping itself: under MAP_SHARED_VALIDATE the kernel refuses it as unknown, so
+        // a fixed pool would lose MAP_SYNC.
         let (hint, fixed) = match at {
-            Some(a) => (a as *mut std::ffi::c_void, MapFlags::FIXED_NOREPLACE),
+            Some(a) => (reserve(a, len)?, MapFlags::FIXED),
             None => (std::ptr::null_mut(), MapFlags::empty()),
         };
-        // SAFETY: a fresh mapping at an address the kernel picks, or at `at` with
-        // MAP_FIXED_NOREPLACE, which fails rather than replace anything mapped there: no
-        // existing memory is affected. The mapping stays valid after the descriptor is
-        // closed.
+        // SAFETY: a fresh mapping at an address the kernel picks, or exactly over this
+        // process's own reservation of `[at, at + len)` made just above (MAP_FIXED
+        // replaces only that): no other memory is affected. The mapping stays valid
+        // after the descriptor is closed.
         let sync = unsafe {
             rustix::mm::mmap(
                 hint,
@@ -66,31 +71,25 @@ impl FileMapping {
                 0,
             )
         };
-        let (addr, mode) = match sync {
-            Ok(addr) => (addr, MapMode::Sync),
-            Err(e) if e == rustix::io::Errno::EXIST => return Err(address_taken(at)),
+        let mapped = match sync {
+            Ok(addr) => Ok((addr, MapMode::Sync)),
+            // SAFETY: as above, without MAP_SYNC.
             Err(_) => {
-                // SAFETY: as above, without MAP_SYNC.
-                let addr =
-                    unsafe { rustix::mm::mmap(hint, len, prot, MapFlags::SHARED | fixed, file, 0) }
-                        .map_err(|e| {
-                            if e == rustix::io::Errno::EXIST {
-                                address_taken(at)
-                            } else {
-                                e.into()
-                            }
-                        })?;
-                (addr, MapMode::Shared)
+                unsafe { rustix::mm::mmap(hint, len, prot, MapFlags::SHARED | fixed, file, 0) }
+                    .map(|addr| (addr, MapMode::Shared))
             }
         };
-        if let Some(a) = at
-            && addr as usize != a
-        {
-            // A kernel older than 4.17 takes MAP_FIXED_NOREPLACE as a hint only.
-            // SAFETY: unmaps exactly the fresh mapping made above, which nothing uses.
-            let _ = unsafe { rustix::mm::munmap(addr, len) };
-            return Err(address_taken(at));
-        }
+        let (addr, mode) = match mapped {
+            Ok(m) => m,
+            Err(e) => {
+                if !hint.is_null() {
+                    // SAFETY: unmaps exactly the reservation made above, which nothing
+                    // uses.
+                    let _ = unsafe { rustix::mm::munmap(hint, len) };
+                }
+                return Err(e.into());
+            }
+        };
         let ptr = NonNull::new(addr.cast::<u8>())
             .ok_or_else(|| std::io::Error::other("mmap returned a null address"))?;
         Ok(FileMapping { ptr, len, mode })
@@ -151,6 +150,36 @@ impl FileMapping {
         }?;
         Ok(())
     }
+}
+
+/// Reserves `[at, at + len)` with an inaccessible anonymous mapping, or fails with
+/// [`address_taken`] when anything is mapped in that range.
+fn reserve(at: usize, len: usize) -> std::io::Result<*mut std::ffi::c_void> {
+    let want = at as *mut std::ffi::c_void;
+    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; the new one is
+    // inaccessible and reserves no memory.
+    let got = unsafe {
+        rustix::mm::mmap_anonymous(
+            want,
+            len,
+            ProtFlags::empty(),
+            MapFlags::PRIVATE | MapFlags::FIXED_NOREPLACE | MapFlags::NORESERVE,
+        )
+    }
+    .map_err(|e| {
+        if e == rustix::io::Errno::EXIST {
+            address_taken(Some(at))
+        } else {
+            e.into()
+        }
+    })?;
+    if got != want {
+        // A kernel older than 4.17 takes MAP_FIXED_NOREPLACE as a hint only.
+        // SAFETY: unmaps exactly the fresh mapping made above, which nothing uses.
+        let _ = unsafe { rustix::mm::munmap(got, len) };
+        return Err(address_taken(Some(at)));
+    }
+    Ok(want)
 }
 
 /// The error of a fixed mapping whose address range is taken.

@@ -36,8 +36,12 @@ use crate::error::{Error, Result};
 
 /// First eight bytes of every pool file.
 pub const MAGIC: [u8; 8] = *b"LOGHEAP\0";
-/// The pool format this build reads and writes.
+/// The pool format this build writes for a relocatable pool (and reads).
 pub const FORMAT_VERSION: u32 = 3;
+/// The format of a pool with a fixed mapping address (header word 96): a format of its
+/// own, so a build that does not know the word refuses the pool instead of mapping it
+/// elsewhere and following native pointers into the wrong memory.
+pub const FIXED_FORMAT_VERSION: u32 = 4;
 /// Size of the header page; the root area starts here.
 pub const HEADER_SIZE: u64 = 4096;
 /// Offset of the state word.
@@ -49,6 +53,9 @@ const CRC_COVERED: usize = 104;
 /// The end of the user address space a fixed mapping may use (x86-64 and AArch64 with
 /// 4-level page tables: 128 TiB).
 pub(crate) const MAX_USER_ADDRESS: u64 = 1 << 47;
+/// The lowest fixed mapping address accepted (below it lie the program, its heap and
+/// the null-pointer guard).
+pub(crate) const MIN_FIXED_ADDRESS: u64 = 4 << 30;
 const STATE_CLEAN: u32 = 1;
 const MAX_ROOT_SIZE: u64 = 1 << 30;
 const MIN_CHUNK: u64 = 4096;
@@ -171,13 +178,21 @@ impl Header {
         if self.pool_size > isize::MAX as u64 {
             return Err(format!("pool size {} cannot be mapped", self.pool_size));
         }
+        let fixed_format = self.format_version == FIXED_FORMAT_VERSION;
+        if fixed_format != (self.map_address != 0) {
+            return Err(format!(
+                "format {} with fixed mapping address {:#x}: format {FIXED_FORMAT_VERSION} and a fixed address go together",
+                self.format_version, self.map_address
+            ));
+        }
         if self.map_address != 0 {
             let end = self.map_address.checked_add(self.pool_size);
             if !self.map_address.is_multiple_of(HEADER_SIZE)
+                || self.map_address < MIN_FIXED_ADDRESS
                 || end.is_none_or(|e| e > MAX_USER_ADDRESS)
             {
                 return Err(format!(
-                    "fixed mapping address {:#x} is not page aligned below {MAX_USER_ADDRESS:#x} with room for {} bytes",
+                    "fixed mapping address {:#x} is not page aligned between {MIN_FIXED_ADDRESS:#x} and {MAX_USER_ADDRESS:#x} with room for {} bytes",
                     self.map_address, self.pool_size
                 ));
             }
@@ -243,7 +258,7 @@ impl Header {
         let computed = crc32c::crc32c(&page[..CRC_COVERED]);
         // Another version with an intact header is another format; a version that fails
         // the checksum is damage.
-        if version != FORMAT_VERSION && stored == computed {
+        if version != FORMAT_VERSION && version != FIXED_FORMAT_VERSION && stored == computed {
             return Err(Error::UnsupportedVersion {
                 path: path.into(),
                 found: version,

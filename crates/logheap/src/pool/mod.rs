@@ -62,15 +62,16 @@ pub enum MapAddress {
     #[default]
     Anywhere,
     /// At an address picked at creation from the pool's UUID, in a range of the address
-    /// space ordinary mappings do not use (16 TiB to 80 TiB), and recorded in the header.
+    /// space ordinary mappings do not use (32 TiB to 96 TiB), and recorded in the header.
     Fixed,
     /// At this address (page aligned, below 128 TiB), recorded in the header.
     At(u64),
 }
 
 /// Where [`MapAddress::Fixed`] picks addresses: a range far below the kernel's mmap area
-/// (just under the stack, near 128 TiB) and far above the program and its heap.
-const FIXED_RANGE: std::ops::Range<u64> = (16 << 40)..(80 << 40);
+/// (just under the stack, near 128 TiB), far above the program and its heap, and above
+/// AddressSanitizer's shadow (which ends just past 16 TiB).
+const FIXED_RANGE: std::ops::Range<u64> = (32 << 40)..(96 << 40);
 
 impl MapAddress {
     /// The address to record for a pool of `size` bytes with `uuid` (0: anywhere).
@@ -79,9 +80,11 @@ impl MapAddress {
             MapAddress::Anywhere => 0,
             MapAddress::At(addr) => addr,
             MapAddress::Fixed => {
-                // Slots aligned to the pool's size (at least 1 GiB): pools with
-                // different UUIDs rarely share one.
-                let slot = size.max(1 << 30).next_power_of_two();
+                // Slots of the pool's size rounded up to a power of two (at least
+                // 2 MiB), aligned to it: a million slots for pools of 64 MiB, so pools
+                // with different UUIDs rarely share one, and pools of one size never
+                // overlap in part.
+                let slot = size.max(2 << 20).next_power_of_two();
                 let slots = ((FIXED_RANGE.end - FIXED_RANGE.start) / slot).max(1);
                 let (hi, lo) = uuid.as_u64_pair();
                 FIXED_RANGE.start + ((hi ^ lo) % slots) * slot
@@ -431,6 +434,9 @@ fn new_header(options: &PoolOptions) -> Result<Header> {
     )
     .map_err(Error::InvalidConfig)?;
     header.map_address = options.map_address.resolve(options.size, &header.uuid);
+    if header.map_address != 0 {
+        header.format_version = header::FIXED_FORMAT_VERSION;
+    }
     header.check_geometry().map_err(Error::InvalidConfig)?;
     Ok(header)
 }
