@@ -107,16 +107,15 @@ pub fn run(spec: &RunSpec, phase: &dyn Fn(&str)) -> Result<RunResult, Box<dyn st
     match spec.engine.as_str() {
         engine @ (ALLOC | ALLOC_LOG) => {
             let dir = pool_dir(spec)?;
-            let media = MediaConfig::default();
             let heap = PersistentHeap::create(
                 dir.path().join("heap"),
                 &HeapOptions {
                     size: pool_size,
                     arenas: threads as u32,
                     root_size: (slots * 8).next_multiple_of(64),
-                    media: match spec.emulation {
-                        Some(e) => media.emulation(e),
-                        None => media,
+                    media: MediaConfig {
+                        emulation: spec.emulation,
+                        ..MediaConfig::default()
                     },
                     metadata: policy_of(engine),
                     ..HeapOptions::default()

@@ -434,16 +434,15 @@ fn run_persistent_heap_in(
 ) -> Result<Option<FragOutcome>, Box<dyn std::error::Error>> {
     let dir = crate::harness::pool_dir_in(spec.dir.as_deref())?;
     let slots = most_live(spec) as u64;
-    let media = MediaConfig::default();
     let heap = PersistentHeap::create(
         dir.path().join("frag.heap"),
         &HeapOptions {
             size,
             arenas: 1,
             root_size: (slots * 8).next_multiple_of(64),
-            media: match spec.emulation {
-                Some(e) => media.emulation(e),
-                None => media,
+            media: MediaConfig {
+                emulation: spec.emulation,
+                ..MediaConfig::default()
             },
             metadata: crate::alloc_bench::policy_of(&spec.engine),
             reserve_space: false,
@@ -677,7 +676,7 @@ mod tests {
     #[test]
     fn the_persistent_heap_runs_every_workload_and_defragmenting_holds_less() {
         for engine in [crate::alloc_bench::ALLOC, crate::alloc_bench::ALLOC_LOG] {
-            for w in [Workload::FragW1, Workload::FragW3] {
+            for w in [Workload::FragW1, Workload::FragW2, Workload::FragW3] {
                 let out = run(&spec(engine, w)).unwrap();
                 assert!(out.live_bytes > 0 && out.live_bytes <= 256 << 10, "{out:?}");
                 // Usable sizes round the asked-for ones up, never down.

@@ -602,7 +602,8 @@ fn run_fragmentation(
         ops: out.allocations,
         elements: 0,
         value_size: 0,
-        emulated: log.is_some() && spec.emulation.is_some(),
+        // Every engine with a pool (log, alloc) ran on the emulated media.
+        emulated: out.pool_bytes.is_some() && spec.emulation.is_some(),
         seconds: out.seconds,
         tx_per_s: out.allocations as f64 / out.seconds.max(1e-9),
         ops_per_s: None,

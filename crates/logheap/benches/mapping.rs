@@ -14,6 +14,8 @@
 use std::hint::black_box;
 use std::time::Duration;
 
+mod common;
+
 use criterion::{Criterion, criterion_group, criterion_main};
 use logheap::{Config, MappingConfig, PPtr, Pool};
 
@@ -26,13 +28,7 @@ struct Fixture {
 }
 
 fn fixture(mapping: MappingConfig) -> Fixture {
-    let dir = tempfile::Builder::new()
-        .tempdir_in(if std::path::Path::new("/dev/shm").is_dir() {
-            "/dev/shm"
-        } else {
-            "/tmp"
-        })
-        .expect("temporary directory");
+    let dir = common::pool_dir();
     let config = Config::default().size(4 << 30).mapping(mapping);
     let pool = Pool::create(dir.path().join("bench.pool"), &config).expect("pool");
     let mut objs = Vec::new();

@@ -16,6 +16,8 @@
 use std::hint::black_box;
 use std::time::Duration;
 
+mod common;
+
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use logheap::MapAddress;
 use logheap::alloc::{HeapOptions, PAddr, PersistentHeap};
@@ -34,13 +36,7 @@ struct List {
 }
 
 fn list(nodes: u64) -> List {
-    let dir = tempfile::Builder::new()
-        .tempdir_in(if std::path::Path::new("/dev/shm").is_dir() {
-            "/dev/shm"
-        } else {
-            "/tmp"
-        })
-        .expect("temporary directory");
+    let dir = common::pool_dir();
     let heap = PersistentHeap::create(
         dir.path().join("chase.heap"),
         &HeapOptions {

@@ -144,6 +144,11 @@ fn bad_arguments_are_refused_and_change_nothing() {
     }
     let chunk_header = PAddr::new(0, a.offset() / 8192 * 8192).unwrap();
     assert!(heap.write_u64(chunk_header, 0).is_err());
+    assert_eq!(
+        heap.blocks().unwrap(),
+        before,
+        "the refused calls changed nothing"
+    );
     // Freeing something that is not a block, twice, or through a moved pointer.
     heap.write_u64(slot(&heap, 2), a.raw() + 16).unwrap();
     assert!(matches!(
@@ -539,6 +544,10 @@ fn the_volatile_heap_costs_no_fence_stays_apart_and_is_empty_at_every_open() {
     ));
     // A persistent block may hold a pointer to a volatile one and vice versa.
     heap.write_u64(small, kept.raw()).unwrap();
+    heap.write_u64(kept, small.raw()).unwrap();
+    assert_eq!(heap.read_u64(small).unwrap(), kept.raw());
+    assert_eq!(heap.read_u64(kept).unwrap(), small.raw());
+    heap.write(kept, &[9; 8]).unwrap();
     // Freeing everything gives the regions back; a second free is refused.
     for &(v, _) in &blocks {
         heap.deallocate_volatile(v).unwrap();
@@ -697,7 +706,7 @@ fn a_fixed_address_heap_maps_at_the_same_address_so_native_pointers_stay_valid()
 }
 
 #[test]
-fn a_relocatable_heap_resolves_addresses_against_wherever_it_is_mapped() {
+fn a_relocatable_heap_resolves_addresses_against_its_mapping() {
     let heap = PersistentHeap::create_sim(&options(), SimConfig::default()).unwrap();
     assert_eq!(heap.map_address(), None);
     let a = heap.allocate_into(slot(&heap, 0), 100).unwrap();

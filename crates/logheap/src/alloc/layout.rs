@@ -161,6 +161,13 @@ impl Superblock {
         policy: MetadataPolicy,
         log_records: u64,
     ) -> Result<Superblock, String> {
+        if data.end > super::addr::MAX_OFFSET + 1 {
+            return Err(format!(
+                "a heap of {} bytes: a persistent address reaches {} bytes into a file",
+                data.end,
+                super::addr::MAX_OFFSET + 1
+            ));
+        }
         if !segment_size.is_power_of_two() || !(MIN_SEGMENT..=MAX_SEGMENT).contains(&segment_size) {
             return Err(format!(
                 "segment size {segment_size} is not a power of two between {MIN_SEGMENT} and {MAX_SEGMENT}"
@@ -633,6 +640,12 @@ mod tests {
         ));
         assert!(Superblock::plan(8192..65536, 1 << 20, 2, MetadataPolicy::InPlace, 0).is_err());
         assert!(Superblock::plan(8192..(8 << 20), 3 << 20, 2, MetadataPolicy::InPlace, 0).is_err());
+        // Past 1 TiB a file offset no longer fits a persistent address.
+        let tib = 1u64 << 40;
+        assert!(Superblock::plan(8192..tib, 1 << 20, 2, MetadataPolicy::InPlace, 0).is_ok());
+        assert!(
+            Superblock::plan(8192..tib + 4096, 1 << 20, 2, MetadataPolicy::InPlace, 0).is_err()
+        );
     }
 
     #[test]

@@ -205,6 +205,33 @@ struct Arena {
     checkpoints: u64,
 }
 
+impl Arena {
+    /// Its live small and big blocks and their usable bytes.
+    fn live(&self) -> (u64, u64) {
+        let (n, b) = self.small.live();
+        let (m, c) = self.big.live();
+        (n + m, b + c)
+    }
+
+    /// DRAM held by its indexes (approximate).
+    fn dram_bytes(&self) -> u64 {
+        self.small.dram_bytes() + self.big.dram_bytes()
+    }
+
+    /// Gives back a block it holds (DRAM only); whether its segment may now be empty (a
+    /// small block's chunk emptied, or any big block: checking a big segment costs one
+    /// look, a small one a look at every chunk).
+    fn give_back(&mut self, held: Held) -> bool {
+        match held {
+            Held::Small(b) => self.small.give_back(b),
+            Held::Big(b) => {
+                self.big.give_back(b);
+                true
+            }
+        }
+    }
+}
+
 /// Which regions are free, and how often each was taken.
 #[derive(Debug)]
 struct Regions {
@@ -602,11 +629,9 @@ impl PersistentHeap {
                 let (held, _) = self
                     .held_block(&arena, used, region, addr.offset())
                     .ok_or_else(invalid)?;
-                match held {
-                    Held::Small(b) => arena.small.give_back(b),
-                    Held::Big(b) => arena.big.give_back(b),
+                if arena.give_back(held) {
+                    self.give_back_if_empty(&mut arena, used, region);
                 }
-                self.give_back_if_empty(&mut arena, used, region);
                 Ok(())
             }
             USE_HUGE if addr.offset() == self.sb.region_offset(u64::from(region)) => {
@@ -662,11 +687,9 @@ impl PersistentHeap {
                     },
                 };
                 self.run_logged(a as u32, &mut arena, record, step, dst_off);
-                match held {
-                    Held::Small(b) => arena.small.give_back(b),
-                    Held::Big(b) => arena.big.give_back(b),
+                if arena.give_back(held) {
+                    self.give_back_if_empty(&mut arena, used, region);
                 }
-                self.give_back_if_empty(&mut arena, used, region);
                 Ok(())
             }
             USE_HUGE if offset == self.sb.region_offset(u64::from(region)) => {
@@ -871,22 +894,20 @@ impl PersistentHeap {
         };
         for arena in self.arenas.iter() {
             let arena = arena.lock().expect("arena lock");
-            let (n, b) = arena.small.live();
-            let (m, c) = arena.big.live();
-            s.allocations += n + m;
-            s.allocated_bytes += b + c;
+            let (n, b) = arena.live();
+            s.allocations += n;
+            s.allocated_bytes += b;
             s.small_segments += arena.small_segments.len() as u64;
             s.big_segments += arena.big.segments() as u64;
-            s.dram_bytes += arena.small.dram_bytes() + arena.big.dram_bytes();
+            s.dram_bytes += arena.dram_bytes();
             s.checkpoints += arena.checkpoints;
         }
         for arena in self.volatile.iter() {
             let arena = arena.lock().expect("arena lock");
-            let (n, b) = arena.small.live();
-            let (m, c) = arena.big.live();
-            s.volatile_allocations += n + m;
-            s.volatile_allocated_bytes += b + c;
-            s.dram_bytes += arena.small.dram_bytes() + arena.big.dram_bytes();
+            let (n, b) = arena.live();
+            s.volatile_allocations += n;
+            s.volatile_allocated_bytes += b;
+            s.dram_bytes += arena.dram_bytes();
         }
         for &count in self
             .regions

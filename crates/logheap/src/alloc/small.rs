@@ -317,8 +317,9 @@ impl SmallChunks {
         })
     }
 
-    /// Gives back a block (a cancelled reservation, or a free once durable).
-    pub(crate) fn give_back(&mut self, b: SmallBlock) {
+    /// Gives back a block (a cancelled reservation, or a free once durable); whether its
+    /// chunk is now empty.
+    pub(crate) fn give_back(&mut self, b: SmallBlock) -> bool {
         let c = self.chunk_mut(b.chunk).expect("the block's chunk is known");
         debug_assert!(c.bits[b.block as usize / 64] & 1 << (b.block % 64) != 0);
         c.bits[b.block as usize / 64] &= !(1 << (b.block % 64));
@@ -327,9 +328,12 @@ impl SmallChunks {
         if c.used == 0 {
             self.partial[class].remove(&b.chunk);
             self.empty.insert(b.chunk);
-        } else if c.used + 1 == blocks_per_chunk(class) {
+            return true;
+        }
+        if c.used + 1 == blocks_per_chunk(class) {
             self.partial[class].insert(b.chunk);
         }
+        false
     }
 
     /// The class of the chunk at `chunk`, and whether block `block` is allocated there.
@@ -415,11 +419,14 @@ mod tests {
         assert_eq!((a.chunk, a.block, b.block), (CHUNK, 0, 1));
         let d = s.take(c).unwrap();
         assert_eq!((d.chunk, d.block), (2 * CHUNK, 0), "chunk 1 is full");
-        s.give_back(a);
+        assert!(!s.give_back(a), "its chunk still holds b");
         assert_eq!(s.take(c).unwrap(), a, "a partial chunk is used first");
-        for blk in [a, b, d] {
-            s.give_back(blk);
-        }
+        let emptied: Vec<bool> = [a, b, d].into_iter().map(|blk| s.give_back(blk)).collect();
+        assert_eq!(
+            emptied,
+            [false, true, true],
+            "each chunk says when it empties"
+        );
         assert!(s.all_empty(&g));
         let small = s.take(0).unwrap();
         assert_eq!(

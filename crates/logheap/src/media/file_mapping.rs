@@ -73,8 +73,8 @@ impl FileMapping {
         };
         let mapped = match sync {
             Ok(addr) => Ok((addr, MapMode::Sync)),
-            // SAFETY: as above, without MAP_SYNC.
             Err(_) => {
+                // SAFETY: as above, without MAP_SYNC.
                 unsafe { rustix::mm::mmap(hint, len, prot, MapFlags::SHARED | fixed, file, 0) }
                     .map(|addr| (addr, MapMode::Shared))
             }
@@ -168,7 +168,7 @@ fn reserve(at: usize, len: usize) -> std::io::Result<*mut std::ffi::c_void> {
     }
     .map_err(|e| {
         if e == rustix::io::Errno::EXIST {
-            address_taken(Some(at))
+            address_taken(at)
         } else {
             e.into()
         }
@@ -177,19 +177,16 @@ fn reserve(at: usize, len: usize) -> std::io::Result<*mut std::ffi::c_void> {
         // A kernel older than 4.17 takes MAP_FIXED_NOREPLACE as a hint only.
         // SAFETY: unmaps exactly the fresh mapping made above, which nothing uses.
         let _ = unsafe { rustix::mm::munmap(got, len) };
-        return Err(address_taken(Some(at)));
+        return Err(address_taken(at));
     }
     Ok(want)
 }
 
 /// The error of a fixed mapping whose address range is taken.
-fn address_taken(at: Option<usize>) -> std::io::Error {
+fn address_taken(at: usize) -> std::io::Error {
     std::io::Error::new(
         std::io::ErrorKind::AlreadyExists,
-        format!(
-            "the address {:#x} is taken by another mapping",
-            at.unwrap_or(0)
-        ),
+        format!("the address {at:#x} is taken by another mapping"),
     )
 }
 

@@ -190,14 +190,8 @@ impl CrashSimulator {
             w.store(0, Ordering::Relaxed);
         }
         st.persisted[offset..offset + len].fill(0);
-        let lines: Vec<usize> = st
-            .pending
-            .range(offset / CACHE_LINE..(offset + len) / CACHE_LINE)
-            .map(|(&l, _)| l)
-            .collect();
-        for l in lines {
-            st.pending.remove(&l);
-        }
+        let lines = offset / CACHE_LINE..(offset + len) / CACHE_LINE;
+        st.pending.retain(|l, _| !lines.contains(l));
     }
 
     /// Marks every store so far to the lines overlapping the range as flushed by `thread`.
