@@ -23,8 +23,13 @@ pub struct Defragmentation {
     /// Bytes of whole pages given back to the file system (a page punched before and
     /// not written since is counted again; it costs nothing).
     pub punched_bytes: u64,
-    /// Bytes the pool file occupied on its file system before and after, when it is a
-    /// file (`st_blocks × 512`).
+    /// Empty extension files removed first (see
+    /// [`PersistentHeap::shrink`](super::PersistentHeap::shrink)).
+    pub files_removed: u64,
+    /// Their data bytes.
+    pub file_bytes_removed: u64,
+    /// Bytes the pool's files occupied on their file system before and after, when they
+    /// are files (`st_blocks × 512`).
     pub disk_bytes_before: Option<u64>,
     /// See [`disk_bytes_before`](Defragmentation::disk_bytes_before).
     pub disk_bytes_after: Option<u64>,

@@ -118,8 +118,23 @@ impl MetadataPolicy {
     }
 }
 
-/// The heap's format version (superblock bytes 8..12).
-pub(crate) const LAYOUT_VERSION: u32 = 1;
+/// The heap's format version (superblock bytes 8..12) with extension files.
+pub(crate) const LAYOUT_VERSION: u32 = 2;
+/// The format version of a heap of one file (bytes 96..120 of its superblock are zero).
+pub(crate) const ONE_FILE_LAYOUT_VERSION: u32 = 1;
+/// The most extension files a heap may have.
+pub(crate) const MAX_FILES: u64 = 1 << 20;
+
+/// How a heap may grow: up to `max_files` extension files, each a slot of
+/// `file_regions` regions (a huge block's file may take several slots). Both 0: the
+/// heap is one file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Growth {
+    /// Extension-file slots.
+    pub max_files: u64,
+    /// Regions per slot.
+    pub file_regions: u64,
+}
 const SUPERBLOCK_MAGIC: [u8; 8] = *b"LHALLOC1";
 /// Bytes of the superblock covered by its CRC.
 const SUPERBLOCK_CRC_COVERED: usize = 120;
@@ -149,6 +164,15 @@ pub(crate) struct Superblock {
     pub ring_offset: u64,
     /// Records in each ring (0 without them).
     pub ring_records: u64,
+    /// Regions in file 0 (all of them in a heap of one file); the others are in the
+    /// extension files' slots.
+    pub local_regions: u64,
+    /// Regions of one extension-file slot (0 in a heap of one file).
+    pub file_regions: u64,
+    /// Extension-file slots, and entries of the file table (0 in a heap of one file).
+    pub max_files: u64,
+    /// Offset of the file table in file 0 (0 without one).
+    pub file_table_offset: u64,
 }
 
 impl Superblock {
@@ -160,6 +184,7 @@ impl Superblock {
         arenas: u32,
         policy: MetadataPolicy,
         log_records: u64,
+        growth: Growth,
     ) -> Result<Superblock, String> {
         if data.end > super::addr::MAX_OFFSET + 1 {
             return Err(format!(
@@ -168,6 +193,19 @@ impl Superblock {
                 super::addr::MAX_OFFSET + 1
             ));
         }
+        let Growth {
+            max_files,
+            file_regions,
+        } = growth;
+        if (max_files == 0) != (file_regions == 0) || max_files > MAX_FILES {
+            return Err(format!(
+                "{max_files} extension files of {file_regions} regions: both or neither, and at most {MAX_FILES} files"
+            ));
+        }
+        let ext_regions = max_files
+            .checked_mul(file_regions)
+            .filter(|&n| n <= u64::from(u32::MAX) / 2)
+            .ok_or_else(|| format!("{max_files} files of {file_regions} regions are too many"))?;
         if !segment_size.is_power_of_two() || !(MIN_SEGMENT..=MAX_SEGMENT).contains(&segment_size) {
             return Err(format!(
                 "segment size {segment_size} is not a power of two between {MIN_SEGMENT} and {MAX_SEGMENT}"
@@ -192,31 +230,54 @@ impl Superblock {
             }
         };
         let ring_bytes = u64::from(arenas) * ring_bytes(ring_records);
-        let overhead = microlog_bytes + ring_bytes + REGION_ALIGN + GRANULE;
-        let region_count = space.saturating_sub(overhead) / (segment_size + LINE);
-        if region_count == 0 {
+        let file_table_bytes = (max_files * LINE).next_multiple_of(GRANULE);
+        // The table has an entry for every region of every extension file as well.
+        let overhead = microlog_bytes
+            + ring_bytes
+            + REGION_ALIGN
+            + GRANULE
+            + file_table_bytes
+            + ext_regions * LINE
+            + if max_files > 0 { GRANULE } else { 0 };
+        let local_regions = space.saturating_sub(overhead) / (segment_size + LINE);
+        if local_regions == 0 {
             return Err(format!(
                 "a data area of {space} bytes holds no {segment_size}-byte segment"
             ));
         }
+        let region_count = local_regions + ext_regions;
         let table_offset = data.start;
-        let microlog_offset = table_offset + (region_count * LINE).next_multiple_of(GRANULE);
+        let file_table_offset = table_offset + (region_count * LINE).next_multiple_of(GRANULE);
+        let microlog_offset = file_table_offset + file_table_bytes;
+        let file_table_offset = if max_files > 0 { file_table_offset } else { 0 };
         let ring_offset = match policy {
             MetadataPolicy::InPlace => 0,
             MetadataPolicy::MetadataLog => microlog_offset + microlog_bytes,
         };
         let regions_offset =
             (microlog_offset + microlog_bytes + ring_bytes).next_multiple_of(REGION_ALIGN);
-        let mut region_count = region_count;
-        while regions_offset + region_count * segment_size > data.end {
-            region_count -= 1;
+        let mut local_regions = local_regions;
+        while regions_offset + local_regions * segment_size > data.end {
+            local_regions -= 1;
         }
-        if region_count == 0 {
+        if local_regions == 0 {
             return Err(format!(
                 "a data area of {space} bytes holds no {segment_size}-byte segment"
             ));
         }
+        let region_count = local_regions + ext_regions;
+        let span = regions_offset + region_count * segment_size;
+        if span > super::addr::MAX_OFFSET + 1 {
+            return Err(format!(
+                "a heap whose files span {span} bytes: at most {} bytes are supported",
+                super::addr::MAX_OFFSET + 1
+            ));
+        }
         Ok(Superblock {
+            local_regions,
+            file_regions,
+            max_files,
+            file_table_offset,
             segment_size,
             arenas,
             table_offset,
@@ -243,7 +304,14 @@ impl Superblock {
     pub(crate) fn encode(&self) -> [u8; SUPERBLOCK_BYTES] {
         let mut b = [0u8; SUPERBLOCK_BYTES];
         b[0..8].copy_from_slice(&SUPERBLOCK_MAGIC);
-        b[8..12].copy_from_slice(&LAYOUT_VERSION.to_le_bytes());
+        // A heap of one file keeps layout 1 (bytes 96..120 zero), so builds that know
+        // only that layout still open it; one of several files is layout 2.
+        let version = if self.max_files > 0 {
+            LAYOUT_VERSION
+        } else {
+            ONE_FILE_LAYOUT_VERSION
+        };
+        b[8..12].copy_from_slice(&version.to_le_bytes());
         b[12..16].copy_from_slice(&self.policy.code().to_le_bytes());
         b[16..24].copy_from_slice(&self.segment_size.to_le_bytes());
         b[24..28].copy_from_slice(&(CHUNK as u32).to_le_bytes());
@@ -257,6 +325,12 @@ impl Superblock {
         b[72..80].copy_from_slice(&self.region_count.to_le_bytes());
         b[80..88].copy_from_slice(&self.ring_offset.to_le_bytes());
         b[88..96].copy_from_slice(&self.ring_records.to_le_bytes());
+        if self.max_files > 0 {
+            b[96..104].copy_from_slice(&self.local_regions.to_le_bytes());
+            b[104..108].copy_from_slice(&(self.file_regions as u32).to_le_bytes());
+            b[108..112].copy_from_slice(&(self.max_files as u32).to_le_bytes());
+            b[112..120].copy_from_slice(&self.file_table_offset.to_le_bytes());
+        }
         let crc = crc32c::crc32c(&b[..SUPERBLOCK_CRC_COVERED]);
         b[SUPERBLOCK_CRC_COVERED..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -275,11 +349,19 @@ impl Superblock {
             return Err(SuperblockError::Checksum { stored, computed });
         }
         let version = u32_at(b, 8);
-        if version != LAYOUT_VERSION {
+        if version != LAYOUT_VERSION && version != ONE_FILE_LAYOUT_VERSION {
             return Err(SuperblockError::Invalid(format!(
-                "heap layout version {version} (this build reads {LAYOUT_VERSION})"
+                "heap layout version {version} (this build reads {ONE_FILE_LAYOUT_VERSION} and {LAYOUT_VERSION})"
             )));
         }
+        let growth = if version == LAYOUT_VERSION {
+            Growth {
+                max_files: u64::from(u32_at(b, 108)),
+                file_regions: u64::from(u32_at(b, 104)),
+            }
+        } else {
+            Growth::default()
+        };
         let policy = match u32_at(b, 12) {
             0 => MetadataPolicy::InPlace,
             1 => MetadataPolicy::MetadataLog,
@@ -307,10 +389,34 @@ impl Superblock {
             policy,
             ring_offset: u64_at(b, 80),
             ring_records: u64_at(b, 88),
+            local_regions: if version == LAYOUT_VERSION {
+                u64_at(b, 96)
+            } else {
+                u64_at(b, 72)
+            },
+            file_regions: growth.file_regions,
+            max_files: growth.max_files,
+            file_table_offset: if version == LAYOUT_VERSION {
+                u64_at(b, 112)
+            } else {
+                0
+            },
         };
+        if version == LAYOUT_VERSION && growth.max_files == 0 {
+            return Err(SuperblockError::Invalid(
+                "layout 2 without extension files".into(),
+            ));
+        }
         // The stored layout must be exactly the one this data area and these
         // parameters give, so no offset read here can point outside the pool.
-        match Superblock::plan(data, s.segment_size, s.arenas, s.policy, s.ring_records) {
+        match Superblock::plan(
+            data,
+            s.segment_size,
+            s.arenas,
+            s.policy,
+            s.ring_records,
+            growth,
+        ) {
             Ok(expected) if expected == s && u64::from(u32_at(b, 44)) == s.region_count => Ok(s),
             Ok(expected) => Err(SuperblockError::Invalid(format!(
                 "layout {s:?} does not match the pool's data area (expected {expected:?})"
@@ -328,6 +434,49 @@ impl Superblock {
     pub(crate) fn region_of(&self, offset: u64) -> Option<u64> {
         let r = offset.checked_sub(self.regions_offset)? / self.segment_size;
         (r < self.region_count).then_some(r)
+    }
+
+    /// Bytes of address space the heap's files span: file 0, then every extension
+    /// slot's regions.
+    pub(crate) fn span(&self) -> u64 {
+        self.region_offset(self.region_count)
+    }
+
+    /// The first region of extension slot `k`.
+    pub(crate) fn slot_region(&self, k: u64) -> u64 {
+        self.local_regions + k * self.file_regions
+    }
+
+    /// The extension slot holding region `r` (`None` in file 0).
+    pub(crate) fn slot_of_region(&self, r: u64) -> Option<u64> {
+        r.checked_sub(self.local_regions)
+            .map(|e| e / self.file_regions)
+    }
+
+    /// Whether a run of regions may not continue from region `r - 1` into `r` (a file
+    /// starts at `r`: a huge block never spans two files).
+    pub(crate) fn file_starts_at(&self, r: u64) -> bool {
+        r >= self.local_regions && (r - self.local_regions).is_multiple_of(self.file_regions)
+    }
+
+    /// The persistent address of the block starting at `offset` of the span (a block
+    /// is in file 0, in a segments file of one slot, or at the start of its huge file,
+    /// so its slot is its file's).
+    pub(crate) fn block_addr(&self, offset: u64) -> super::PAddr {
+        let in_file = self
+            .region_of(offset)
+            .and_then(|r| self.slot_of_region(r))
+            .map(|k| {
+                let base = self.region_offset(self.slot_region(k));
+                (k as u32 + 1, super::files::FILE_DATA + offset - base)
+            });
+        let (file, at) = in_file.unwrap_or((0, offset));
+        super::PAddr::new(file, at).expect("inside the span")
+    }
+
+    /// Offset in file 0 of file-table entry `k` (extension slot `k`).
+    pub(crate) fn file_entry_offset(&self, k: u64) -> u64 {
+        self.file_table_offset + k * LINE
     }
 
     /// Offset in file 0 of table entry `r`.
@@ -479,6 +628,119 @@ impl TableEntry {
     }
 }
 
+/// What an extension file holds (file-table entry byte 8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FileKind {
+    /// Regions for segments (a file the heap grew by); removed by shrinking once all
+    /// its regions are free.
+    Segments = 1,
+    /// One huge block (002: a file per huge allocation); removed when the block is
+    /// freed.
+    Huge = 2,
+}
+
+/// Where an extension file is in its life (the state word of its file-table entry;
+/// 0 is no file). The words are far apart in Hamming distance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FileState {
+    /// Being created: recovery removes it.
+    Creating,
+    /// Created and attached.
+    Live,
+    /// Being removed: recovery finishes the removal.
+    Removing,
+}
+
+const FILE_CREATING: u64 = u64::from_le_bytes(*b"FILE+new");
+const FILE_LIVE: u64 = u64::from_le_bytes(*b"FILE\xa5liv");
+const FILE_REMOVING: u64 = u64::from_le_bytes(*b"FILE-del");
+/// Offset of the state word inside a file-table entry.
+pub(crate) const FILE_STATE: u64 = 0;
+const FILE_CRC: usize = 56;
+
+impl FileState {
+    /// Its state word.
+    pub(crate) fn word(self) -> u64 {
+        match self {
+            FileState::Creating => FILE_CREATING,
+            FileState::Live => FILE_LIVE,
+            FileState::Removing => FILE_REMOVING,
+        }
+    }
+}
+
+/// A file-table entry: extension slot `slot` (and the slots after it, for a huge block
+/// larger than one) holds a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FileEntry {
+    /// Its slot (also its place in the table; the file's id is `slot + 1`).
+    pub slot: u64,
+    /// What it holds.
+    pub kind: FileKind,
+    /// Slots it covers.
+    pub slots: u64,
+    /// Regions it holds (the file's data is this many segments long).
+    pub regions: u64,
+}
+
+impl FileEntry {
+    /// The entry's bytes after its state word, and their CRC (the state word is written
+    /// apart, once the body is durable).
+    pub(crate) fn encode_body(&self) -> [u8; 64] {
+        let mut b = [0u8; 64];
+        b[8] = self.kind as u8;
+        b[16..24].copy_from_slice(&self.slots.to_le_bytes());
+        b[24..32].copy_from_slice(&self.regions.to_le_bytes());
+        b[32..40].copy_from_slice(&self.slot.to_le_bytes());
+        let crc = crc32c::crc32c(&b[8..FILE_CRC]);
+        b[FILE_CRC..FILE_CRC + 4].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decodes entry `slot`: `Ok(None)` for no file, an error (why) for a damaged one.
+    pub(crate) fn decode(
+        b: &[u8; 64],
+        slot: u64,
+        sb: &Superblock,
+    ) -> Result<Option<(FileState, FileEntry)>, String> {
+        let state = match u64_at(b, FILE_STATE as usize) {
+            0 => return Ok(None),
+            FILE_CREATING => FileState::Creating,
+            FILE_LIVE => FileState::Live,
+            FILE_REMOVING => FileState::Removing,
+            other => return Err(format!("state word {other:#018x} is not a file state")),
+        };
+        let stored = u32_at(b, FILE_CRC);
+        let computed = crc32c::crc32c(&b[8..FILE_CRC]);
+        if stored != computed {
+            return Err(format!(
+                "checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
+            ));
+        }
+        let kind = match b[8] {
+            1 => FileKind::Segments,
+            2 => FileKind::Huge,
+            other => return Err(format!("unknown file kind {other}")),
+        };
+        let e = FileEntry {
+            slot: u64_at(b, 32),
+            kind,
+            slots: u64_at(b, 16),
+            regions: u64_at(b, 24),
+        };
+        let fits = e.slot == slot
+            && e.slots >= 1
+            && e.slots <= sb.max_files - slot
+            && e.regions >= 1
+            && e.regions <= e.slots * sb.file_regions
+            && (kind == FileKind::Huge || (e.slots == 1 && e.regions == sb.file_regions));
+        if !fits {
+            return Err(format!("{e:?} does not fit slot {slot}"));
+        }
+        Ok(Some((state, e)))
+    }
+}
+
 /// What a micro-log record does. The codes are far apart in Hamming distance, and a
 /// retired slot's op word is 0, so a flipped bit never makes a retired record pending.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -504,7 +766,7 @@ pub(crate) struct MicroLogSlot {
     pub seq: u64,
     /// What the record does.
     pub op: MicroOp,
-    /// Where the pointer to the block is stored.
+    /// Where the pointer to the block is stored (an offset of the heap's span).
     pub dst: u64,
     /// The block.
     pub addr: u64,
@@ -547,23 +809,23 @@ impl MicroLogSlot {
         })
     }
 
-    /// A record of `op` on the block at file-0 offset `addr` of `size` requested bytes,
+    /// A record of `op` on the block at span offset `addr` of `size` requested bytes,
     /// whose pointer lives at `dst`; its sequence number (0 here) is given by the log it
     /// is written to.
-    pub(crate) fn unsequenced(op: MicroOp, dst: super::PAddr, addr: u64, size: u64) -> Self {
+    pub(crate) fn unsequenced(op: MicroOp, dst: u64, addr: u64, size: u64) -> Self {
         MicroLogSlot {
             seq: 0,
             op,
-            dst: dst.raw(),
+            dst,
             addr,
             size,
         }
     }
 
     /// What the record stores at `dst`: the block (an allocation) or null (a free).
-    pub(crate) fn dst_value(&self) -> u64 {
+    pub(crate) fn dst_value(&self, sb: &Superblock) -> u64 {
         match self.op {
-            MicroOp::Allocate => self.addr,
+            MicroOp::Allocate => sb.block_addr(self.addr).raw(),
             MicroOp::Free => 0,
         }
     }
@@ -599,7 +861,7 @@ mod tests {
     use super::*;
 
     fn sb() -> Superblock {
-        Superblock::plan(8192..(8 << 20), 1 << 20, 2, MetadataPolicy::InPlace, 0).unwrap()
+        Superblock::plan(8192..(8 << 20), 1 << 20, 2, MetadataPolicy::InPlace, 0, Growth::default()).unwrap()
     }
 
     #[test]
@@ -638,13 +900,13 @@ mod tests {
             Superblock::decode(&b, 8192..(16 << 20)),
             Err(SuperblockError::Invalid(_))
         ));
-        assert!(Superblock::plan(8192..65536, 1 << 20, 2, MetadataPolicy::InPlace, 0).is_err());
-        assert!(Superblock::plan(8192..(8 << 20), 3 << 20, 2, MetadataPolicy::InPlace, 0).is_err());
+        assert!(Superblock::plan(8192..65536, 1 << 20, 2, MetadataPolicy::InPlace, 0, Growth::default()).is_err());
+        assert!(Superblock::plan(8192..(8 << 20), 3 << 20, 2, MetadataPolicy::InPlace, 0, Growth::default()).is_err());
         // Past 1 TiB a file offset no longer fits a persistent address.
         let tib = 1u64 << 40;
-        assert!(Superblock::plan(8192..tib, 1 << 20, 2, MetadataPolicy::InPlace, 0).is_ok());
+        assert!(Superblock::plan(8192..tib, 1 << 20, 2, MetadataPolicy::InPlace, 0, Growth::default()).is_ok());
         assert!(
-            Superblock::plan(8192..tib + 4096, 1 << 20, 2, MetadataPolicy::InPlace, 0).is_err()
+            Superblock::plan(8192..tib + 4096, 1 << 20, 2, MetadataPolicy::InPlace, 0, Growth::default()).is_err()
         );
     }
 

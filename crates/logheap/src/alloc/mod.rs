@@ -16,6 +16,7 @@
 mod addr;
 mod big;
 mod defragment;
+mod files;
 pub(crate) mod home;
 mod layout;
 mod metadata_log;

@@ -30,7 +30,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -39,9 +39,13 @@ use crossbeam_utils::CachePadded;
 use super::addr::PAddr;
 use super::big::{self, BigBlock, BigRuns};
 use super::defragment::{self, Defragmentation};
+use super::files::{
+    self, FILE_DATA, FileStore, FileTable, NO_FILE, Slot, set_file_state, slot_place,
+    write_file_entry,
+};
 use super::layout::{
-    CHUNK, CHUNK_HEADER, DIGEST_WORD, ENTRY_STATE, GRANULE, HUGE_THRESHOLD, LINE, LIVE,
-    MetadataPolicy, MicroLogSlot, MicroOp, SLOT_OP, SMALL_MAX, SUPERBLOCK_BYTES, SegmentKind,
+    CHUNK, CHUNK_HEADER, DIGEST_WORD, ENTRY_STATE, FileEntry, FileKind, FileState, GRANULE,
+    Growth, HUGE_THRESHOLD, LINE, LIVE, MetadataPolicy, MicroLogSlot, MicroOp, SLOT_OP, SMALL_MAX, SUPERBLOCK_BYTES, SegmentKind,
     Superblock, SuperblockError, TableEntry, class_of, decode_digest, encode_digest,
 };
 use super::metadata_log::{self, DirtyLines, RingState};
@@ -56,6 +60,15 @@ use crate::pool::{EngineKind, MapAddress, PoolFile, PoolOptions};
 pub struct HeapOptions {
     /// Size of the pool file in bytes.
     pub size: u64,
+    /// The most bytes the heap may grow to by adding extension files in `<pool>.d/`
+    /// (002's pool of several files), or 0 (the default): the heap is its pool file
+    /// alone. A growable heap also gives each huge block of 16 MiB or more a file of its
+    /// own, removed when the block is freed, and [`shrink`](PersistentHeap::shrink)
+    /// removes extension files whose regions are all free.
+    pub max_size: u64,
+    /// Bytes of each extension file the heap grows by (rounded down to whole segments,
+    /// at least one).
+    pub file_size: u64,
     /// Size of one segment (a power of two, 64 KiB to 64 MiB): the unit an arena takes
     /// for its small or big blocks. Blocks of this size or more are huge.
     pub segment_size: u64,
@@ -86,6 +99,8 @@ impl Default for HeapOptions {
     fn default() -> Self {
         HeapOptions {
             size: 64 << 20,
+            max_size: 0,
+            file_size: 64 << 20,
             segment_size: 4 << 20,
             arenas: std::thread::available_parallelism().map_or(1, |n| n.get().min(64) as u32),
             root_size: 4096,
@@ -99,6 +114,30 @@ impl Default for HeapOptions {
 }
 
 impl HeapOptions {
+    /// How the heap may grow: extension-file slots of `file_size` bytes, enough for
+    /// `max_size`.
+    fn growth(&self) -> Result<Growth> {
+        if self.max_size == 0 || self.max_size <= self.size {
+            return Ok(Growth::default());
+        }
+        let seg = self.segment_size.max(1);
+        let file_regions = (self.file_size / seg).max(1);
+        let max_files = (self.max_size - self.size).div_ceil(file_regions * seg);
+        if max_files > super::layout::MAX_FILES {
+            return Err(Error::InvalidConfig(format!(
+                "growing from {} to {} bytes by files of {} bytes takes {max_files} files; at most {} are supported",
+                self.size,
+                self.max_size,
+                file_regions * seg,
+                super::layout::MAX_FILES
+            )));
+        }
+        Ok(Growth {
+            max_files,
+            file_regions,
+        })
+    }
+
     fn pool_options(&self) -> PoolOptions {
         PoolOptions {
             size: self.size,
@@ -128,6 +167,15 @@ pub struct HeapRecovery {
     pub blocks: u64,
     /// Seconds spent rebuilding (after the pool file was opened).
     pub seconds: f64,
+    /// Extension files opened.
+    pub files: u64,
+    /// Extension files a crash left being created or removed, or holding no block any
+    /// more (a huge block's file whose allocation did not complete, or whose free
+    /// did): removed.
+    pub files_removed: u64,
+    /// Files in `<pool>.d/` that the file table does not name: reported, never touched
+    /// (their slots are not used).
+    pub orphan_files: u64,
 }
 
 /// Figures of a [`PersistentHeap`].
@@ -161,6 +209,10 @@ pub struct HeapStats {
     pub metadata: MetadataPolicy,
     /// Metadata-log checkpoints since the heap was opened.
     pub checkpoints: u64,
+    /// Extension files (see [`HeapOptions::max_size`]).
+    pub files: u64,
+    /// Their data bytes.
+    pub file_bytes: u64,
     /// Live blocks of the volatile heap.
     pub volatile_allocations: u64,
     /// Their usable bytes.
@@ -235,7 +287,10 @@ impl Arena {
 /// Which regions are free, and how often each was taken.
 #[derive(Debug)]
 struct Regions {
+    /// Free regions (only regions of files that exist).
     free: BTreeSet<u32>,
+    /// What each extension slot holds.
+    slots: Vec<Slot>,
     generation: Vec<u64>,
     /// The volatile heap's huge blocks: their first region and their count of regions
     /// (a persistent huge block's count is in its table entry).
@@ -262,6 +317,13 @@ pub struct PersistentHeap {
     regions: Mutex<Regions>,
     /// Per region, its use (see `USE_*`), readable without a lock.
     uses: Box<[AtomicU32]>,
+    /// Per region, the file holding it: 0 (the pool file), an extension file's id
+    /// (`slot + 1`), or `NO_FILE`; readable without a lock.
+    region_file: Box<[AtomicU32]>,
+    /// Per extension slot, the data bytes of the file starting there (0: none).
+    file_bytes: Box<[AtomicU64]>,
+    /// Where extension files are created and removed.
+    store: FileStore,
     recovery: HeapRecovery,
 }
 
@@ -282,15 +344,24 @@ impl PersistentHeap {
     /// Creates a heap in a new pool file at `path` (which must not exist).
     pub fn create(path: impl AsRef<Path>, options: &HeapOptions) -> Result<PersistentHeap> {
         let sb = plan(options)?;
-        let file =
-            PoolFile::create_with(path, &options.pool_options(), |media, _| format(media, &sb))?;
+        let path = path.as_ref();
+        let mut dir = path.as_os_str().to_owned();
+        dir.push(".d");
+        if sb.max_files > 0 && Path::new(&dir).exists() && !path.exists() {
+            // Files of another heap that was here: a new heap must not take them.
+            return Err(Error::AlreadyExists { path: dir.into() });
+        }
+        let file = PoolFile::create_spanning(path, &options.pool_options(), sb.span(), |media, _| {
+            format(media, &sb)
+        })?;
         PersistentHeap::start(file)
     }
 
     /// Creates a heap in memory on the crash-simulation media.
     pub fn create_sim(options: &HeapOptions, sim: SimConfig) -> Result<PersistentHeap> {
         let sb = plan(options)?;
-        let file = PoolFile::create_sim(&options.pool_options(), sim)?;
+        let len = sim_len(&sb);
+        let file = PoolFile::create_sim_spanning(&options.pool_options(), len, sim)?;
         format(file.media(), &sb);
         PersistentHeap::start(file)
     }
@@ -320,7 +391,7 @@ impl PersistentHeap {
         PersistentHeap::start(file)
     }
 
-    fn start(file: PoolFile) -> Result<PersistentHeap> {
+    fn start(mut file: PoolFile) -> Result<PersistentHeap> {
         let started = Instant::now();
         let path = file.path().to_path_buf();
         if file.header().engine != EngineKind::Alloc {
@@ -330,10 +401,9 @@ impl PersistentHeap {
                 expected: EngineKind::Alloc,
             });
         }
-        let media = file.media().clone();
         let layout = file.layout().clone();
         let mut raw = [0u8; SUPERBLOCK_BYTES];
-        media.read(SUPERBLOCK.start as usize, &mut raw);
+        file.media().read(SUPERBLOCK.start as usize, &mut raw);
         let sb = Superblock::decode(&raw, layout.data.clone()).map_err(|e| match e {
             SuperblockError::Checksum { stored, computed } => Error::Checksum {
                 path: path.clone(),
@@ -348,13 +418,33 @@ impl PersistentHeap {
                 reason,
             },
         })?;
+        let was_clean = file.was_clean();
+        if sb.max_files > 0 {
+            let span = if file.media().crash_simulator().is_some() {
+                sim_len(&sb)
+            } else {
+                sb.span()
+            };
+            file.extend_span(span)?;
+        }
+        let media = file.media().clone();
+        let store = FileStore::new(
+            &path,
+            &media,
+            file.header().uuid,
+            sb.span(),
+            sb.max_files,
+            true,
+        );
+        let mut files = FileTable::open(&media, &sb, &store, &path, was_clean)?;
+        let region_file = std::mem::take(&mut files.region_file);
         let reader = Reader {
             media: &media,
             sb: &sb,
             path: &path,
             root: layout.root.clone(),
+            region_file: &region_file,
         };
-        let was_clean = file.was_clean();
         let pending = reader.pending_slots();
         let mut redone = 0;
         if was_clean {
@@ -374,6 +464,7 @@ impl PersistentHeap {
                 })
                 .collect::<Result<Vec<_>>>()?;
             file.mark_open();
+            files.finish_unfinished(&media, &sb, &store)?;
             for ((a, r), step) in pending.iter().zip(steps) {
                 reader.redo(r, step);
                 retire(&media, sb.slot_offset(*a));
@@ -406,6 +497,7 @@ impl PersistentHeap {
             }
             file.mark_open();
         }
+        files.remove_empty_huge_files(&media, &sb, &store, &entries, &region_file)?;
         let mut seqs = vec![0; sb.arenas as usize];
         for (a, s) in seqs.iter_mut().enumerate() {
             let mut b = [0u8; 64];
@@ -434,6 +526,7 @@ impl PersistentHeap {
                     }
                 }
                 None if huge_tail.contains(&r) => {}
+                None if region_file[r].load(Ordering::Relaxed) == NO_FILE => {}
                 None => {
                     free.insert(r as u32);
                 }
@@ -471,6 +564,9 @@ impl PersistentHeap {
             segments: scan.segment_count,
             blocks: scan.blocks,
             seconds: started.elapsed().as_secs_f64(),
+            files: files.opened,
+            files_removed: files.removed,
+            orphan_files: files.orphans,
         };
         let volatile = (0..sb.arenas)
             .map(|_| CachePadded::new(Mutex::new(Arena::default())))
@@ -486,10 +582,14 @@ impl PersistentHeap {
             volatile,
             regions: Mutex::new(Regions {
                 free,
+                slots: files.slots,
                 generation,
                 volatile_huge: BTreeMap::new(),
             }),
             uses,
+            region_file,
+            file_bytes: files.file_bytes,
+            store,
             recovery,
             file,
         })
@@ -540,20 +640,55 @@ impl PersistentHeap {
     /// `None` outside them. Prefer [`direct`](Self::direct) unless the check shows.
     #[inline]
     pub fn resolve(&self, addr: PAddr) -> Option<*const u8> {
-        (addr.file() == 0 && addr.offset() < self.media.len() as u64)
-            .then(|| (self.media.base_address() + addr.offset() as usize) as *const u8)
+        let at = if addr.file() == 0 {
+            Some(addr.offset()).filter(|&o| o < self.file.header().pool_size)
+        } else {
+            self.span_offset(addr)
+        };
+        at.map(|o| (self.media.base_address() + o as usize) as *const u8)
     }
 
     /// The persistent address of a native pointer into this heap's mapping (the inverse
     /// of [`resolve`](Self::resolve)), or `None` when it points elsewhere.
     pub fn addr_of(&self, ptr: *const u8) -> Option<PAddr> {
-        let offset = (ptr as usize).checked_sub(self.media.base_address())?;
-        (offset < self.media.len()).then(|| PAddr::new(0, offset as u64))?
+        let offset = (ptr as usize).checked_sub(self.media.base_address())? as u64;
+        match self.sb.region_of(offset) {
+            None if offset < self.file.header().pool_size => PAddr::new(0, offset),
+            None => None,
+            Some(r) => self.paddr(offset, r),
+        }
+    }
+
+    /// The span offset of `addr` when it lies in one of the heap's files (file 0's
+    /// offsets are span offsets; an extension file's count from its start).
+    fn span_offset(&self, addr: PAddr) -> Option<u64> {
+        let (file, offset) = (addr.file(), addr.offset());
+        if file == 0 {
+            return Some(offset);
+        }
+        let k = u64::from(file) - 1;
+        let bytes = self.file_bytes.get(k as usize)?.load(Ordering::Acquire);
+        (FILE_DATA..FILE_DATA + bytes)
+            .contains(&offset)
+            .then(|| self.sb.region_offset(self.sb.slot_region(k)) + offset - FILE_DATA)
+    }
+
+    /// The persistent address of span offset `offset`, in region `r`.
+    fn paddr(&self, offset: u64, r: u64) -> Option<PAddr> {
+        match self.region_file[r as usize].load(Ordering::Acquire) {
+            NO_FILE => None,
+            0 => PAddr::new(0, offset),
+            id => {
+                let base = self.sb.region_offset(self.sb.slot_region(u64::from(id) - 1));
+                PAddr::new(id, FILE_DATA + offset - base)
+            }
+        }
     }
 
     /// The largest block this heap can ever hold (a huge block over every region).
     pub fn max_allocation(&self) -> u64 {
-        self.sb.region_count * self.sb.segment_size
+        let run = self.sb.local_regions.max(self.sb.file_regions);
+        run.max(self.sb.max_files * self.sb.file_regions) * self.sb.segment_size
     }
 
     /// Allocates a block of at least `size` bytes (contents unspecified) and stores its
@@ -583,9 +718,9 @@ impl PersistentHeap {
             self.media.fill(offset as usize, usable as usize, 0);
             self.media.flush(offset as usize, usable as usize);
         }
-        let record = MicroLogSlot::unsequenced(MicroOp::Allocate, dst, offset, size);
+        let record = MicroLogSlot::unsequenced(MicroOp::Allocate, dst_off, offset, size);
         self.run_logged(a as u32, &mut arena, record, step, dst_off);
-        Ok(PAddr::new(0, offset).expect("file 0"))
+        Ok(self.sb.block_addr(offset))
     }
 
     /// Allocates a block of at least `size` bytes (contents unspecified) in the volatile
@@ -603,7 +738,7 @@ impl PersistentHeap {
         let a = arena_hint() % self.volatile.len();
         let mut arena = self.volatile[a].lock().expect("arena lock");
         let (offset, _, _) = self.reserve(a, &mut arena, policy, size, true)?;
-        Ok(PAddr::new(0, offset).expect("file 0"))
+        Ok(self.sb.block_addr(offset))
     }
 
     /// Frees a block of the volatile heap (see
@@ -613,6 +748,7 @@ impl PersistentHeap {
     /// [`Error::InvalidFree`] when `addr` is not the start of a live volatile block.
     pub fn deallocate_volatile(&self, addr: PAddr) -> Result<()> {
         let invalid = || Error::InvalidFree { home: addr.raw() };
+        let offset = self.span_offset(addr).ok_or_else(invalid)?;
         let region = self.region_at(addr).ok_or_else(invalid)?;
         let used = self.uses[region as usize].load(Ordering::Acquire);
         if used & USE_VOLATILE == 0 {
@@ -627,20 +763,17 @@ impl PersistentHeap {
                     return Err(invalid()); // the segment was given back meanwhile
                 }
                 let (held, _) = self
-                    .held_block(&arena, used, region, addr.offset())
+                    .held_block(&arena, used, region, offset)
                     .ok_or_else(invalid)?;
                 if arena.give_back(held) {
                     self.give_back_if_empty(&mut arena, used, region);
                 }
                 Ok(())
             }
-            USE_HUGE if addr.offset() == self.sb.region_offset(u64::from(region)) => {
+            USE_HUGE if offset == self.sb.region_offset(u64::from(region)) => {
                 let mut regions = self.regions.lock().expect("regions lock");
                 let count = regions.volatile_huge.remove(&region).ok_or_else(invalid)?;
-                for r in region..region + count as u32 {
-                    self.uses[r as usize].store(0, Ordering::Release);
-                    regions.free.insert(r);
-                }
+                self.free_huge_regions(&mut regions, region, count);
                 Ok(())
             }
             _ => Err(invalid()),
@@ -657,7 +790,7 @@ impl PersistentHeap {
             return Ok(());
         }
         let invalid = || Error::InvalidFree { home: addr.raw() };
-        let offset = addr.offset();
+        let offset = self.span_offset(addr).ok_or_else(invalid)?;
         let region = self.region_at(addr).ok_or_else(invalid)?;
         let used = self.uses[region as usize].load(Ordering::Acquire);
         if used & USE_VOLATILE != 0 {
@@ -673,7 +806,7 @@ impl PersistentHeap {
                 let (held, size) = self
                     .held_block(&arena, used, region, offset)
                     .ok_or_else(invalid)?;
-                let record = MicroLogSlot::unsequenced(MicroOp::Free, dst, offset, size);
+                let record = MicroLogSlot::unsequenced(MicroOp::Free, dst_off, offset, size);
                 let step = match held {
                     Held::Small(b) => Step::Small {
                         header: self.small_geometry(region).header_of(b.chunk),
@@ -701,16 +834,14 @@ impl PersistentHeap {
                 }
                 let entry = self.entry(region).ok_or_else(invalid)?;
                 let count = entry.size / self.sb.segment_size;
-                let record = MicroLogSlot::unsequenced(MicroOp::Free, dst, offset, entry.requested);
+                let record =
+                    MicroLogSlot::unsequenced(MicroOp::Free, dst_off, offset, entry.requested);
                 let step = Step::Huge {
                     region: u64::from(region),
                     count,
                 };
                 self.run_logged(a as u32, &mut arena, record, step, dst_off);
-                for r in region..region + count as u32 {
-                    self.uses[r as usize].store(0, Ordering::Release);
-                    regions.free.insert(r);
-                }
+                self.free_huge_regions(&mut regions, region, count);
                 Ok(())
             }
             _ => Err(invalid()),
@@ -723,6 +854,7 @@ impl PersistentHeap {
             addr,
             reason: "not the start of an allocated block",
         };
+        let offset = self.span_offset(addr).ok_or_else(invalid)?;
         let region = self.region_at(addr).ok_or_else(invalid)?;
         let used = self.uses[region as usize].load(Ordering::Acquire);
         match used & USE_KIND {
@@ -736,14 +868,14 @@ impl PersistentHeap {
                     .lock()
                     .expect("arena lock");
                 let (held, _) = self
-                    .held_block(&arena, used, region, addr.offset())
+                    .held_block(&arena, used, region, offset)
                     .ok_or_else(invalid)?;
                 Ok(match held {
                     Held::Small(b) => u64::from(super::layout::CLASSES[b.class]),
                     Held::Big(b) => u64::from(b.len) * GRANULE,
                 })
             }
-            USE_HUGE if addr.offset() == self.sb.region_offset(u64::from(region)) => {
+            USE_HUGE if offset == self.sb.region_offset(u64::from(region)) => {
                 self.huge_size(region, used).ok_or_else(invalid)
             }
             _ => Err(invalid()),
@@ -808,8 +940,9 @@ impl PersistentHeap {
                                 let block = w as u32 * 64 + bits.trailing_zeros();
                                 bits &= bits - 1;
                                 out.push(Block {
-                                    addr: PAddr::new(0, small::block_offset(chunk, class, block))
-                                        .expect("file 0"),
+                                    addr: self
+                                        .sb
+                                        .block_addr(small::block_offset(chunk, class, block)),
                                     size: u64::from(super::layout::CLASSES[class]),
                                 });
                             }
@@ -819,13 +952,12 @@ impl PersistentHeap {
                 Content::Big { allocated, .. } => {
                     let base = self.sb.region_offset(u64::from(s.region));
                     out.extend(allocated.iter().map(|&(g, len)| Block {
-                        addr: PAddr::new(0, base + u64::from(g) * GRANULE).expect("file 0"),
+                        addr: self.sb.block_addr(base + u64::from(g) * GRANULE),
                         size: u64::from(len) * GRANULE,
                     }));
                 }
                 Content::Huge { regions } => out.push(Block {
-                    addr: PAddr::new(0, self.sb.region_offset(u64::from(s.region)))
-                        .expect("file 0"),
+                    addr: self.sb.block_addr(self.sb.region_offset(u64::from(s.region))),
                     size: u64::from(*regions) * self.sb.segment_size,
                 }),
             }
@@ -849,6 +981,9 @@ impl PersistentHeap {
     /// # Errors
     /// [`Error::Io`] when the file system cannot punch holes.
     pub fn defragment(&self, target: u64) -> Result<Defragmentation> {
+        let before = self.disk_bytes();
+        let (files_removed, file_bytes_removed) = self.shrink()?;
+        let target = target.saturating_sub(file_bytes_removed);
         // Every arena, then the free regions (the order allocation takes them in), so no
         // free range is handed out while it is punched.
         let arenas: Vec<_> = self
@@ -872,14 +1007,21 @@ impl PersistentHeap {
                 start..start + u64::from(len) * GRANULE
             }));
         }
-        let before = self.file.disk_bytes();
         let mut done = defragment::punch_largest_first(&self.media, free, target)
             .map_err(|e| Error::io(self.file.path(), "punch holes in", e))?;
         drop(regions);
         drop(arenas);
+        done.files_removed = files_removed;
+        done.file_bytes_removed = file_bytes_removed;
         done.disk_bytes_before = before;
-        done.disk_bytes_after = self.file.disk_bytes();
+        done.disk_bytes_after = self.disk_bytes();
         Ok(done)
+    }
+
+    /// Bytes the pool file and the extension files occupy on their file system, or
+    /// `None` in memory.
+    fn disk_bytes(&self) -> Option<u64> {
+        self.file.disk_bytes().map(|b| b + self.store.disk_bytes())
     }
 
     /// The heap's figures.
@@ -932,6 +1074,18 @@ impl PersistentHeap {
                 s.allocated_bytes += e.size;
             }
         }
+        s.regions = self
+            .region_file
+            .iter()
+            .filter(|f| f.load(Ordering::Acquire) != NO_FILE)
+            .count() as u64;
+        for b in self.file_bytes.iter() {
+            let b = b.load(Ordering::Acquire);
+            if b > 0 {
+                s.files += 1;
+                s.file_bytes += b;
+            }
+        }
         s.pm_bytes_used = s.regions_used * self.sb.segment_size;
         s.dram_bytes += (self.uses.len() * 4 + self.sb.region_count as usize * 8) as u64;
         s
@@ -962,6 +1116,7 @@ impl PersistentHeap {
             sb: &self.sb,
             path: self.file.path(),
             root: self.root.clone(),
+            region_file: &self.region_file,
         }
     }
 
@@ -984,10 +1139,8 @@ impl PersistentHeap {
 
     /// The region holding `addr`, if it is in one.
     fn region_at(&self, addr: PAddr) -> Option<u32> {
-        if addr.file() != 0 {
-            return None;
-        }
-        self.sb.region_of(addr.offset()).map(|r| r as u32)
+        let r = self.sb.region_of(self.span_offset(addr)?)?;
+        (self.region_file[r as usize].load(Ordering::Acquire) != NO_FILE).then_some(r as u32)
     }
 
     /// Takes a block of `size` bytes served by `policy` for arena `a` (DRAM only, plus
@@ -1040,11 +1193,26 @@ impl PersistentHeap {
             }
             SizePolicy::Huge(count) => {
                 let mut regions = self.regions.lock().expect("regions lock");
-                let start =
-                    first_run(&regions.free, count as u32).ok_or(Error::HeapFull { size })?;
-                for r in start..start + count as u32 {
-                    regions.free.remove(&r);
-                }
+                let start = if self.sb.max_files > 0 && size >= HUGE_THRESHOLD && !volatile {
+                    // 002: a file of its own, removed when the block is freed.
+                    let slots = count.div_ceil(self.sb.file_regions);
+                    let k = self.add_file(&mut regions, FileKind::Huge, slots, count, size)?;
+                    self.sb.slot_region(k) as u32
+                } else {
+                    let start = match first_run(&self.sb, &regions.free, count as u32) {
+                        Some(start) => start,
+                        None if count <= self.sb.file_regions => {
+                            self.grow(&mut regions, size)?;
+                            first_run(&self.sb, &regions.free, count as u32)
+                                .ok_or(Error::HeapFull { size })?
+                        }
+                        None => return Err(Error::HeapFull { size }),
+                    };
+                    for r in start..start + count as u32 {
+                        regions.free.remove(&r);
+                    }
+                    start
+                };
                 let flag = if volatile {
                     regions.volatile_huge.insert(start, count);
                     USE_VOLATILE
@@ -1078,6 +1246,9 @@ impl PersistentHeap {
         volatile: bool,
     ) -> Result<()> {
         let mut regions = self.regions.lock().expect("regions lock");
+        if regions.free.is_empty() {
+            self.grow(&mut regions, size)?;
+        }
         let r = regions.free.pop_first().ok_or(Error::HeapFull { size })?;
         regions.generation[r as usize] += 1;
         let generation = regions.generation[r as usize];
@@ -1106,6 +1277,140 @@ impl PersistentHeap {
             }
         }
         Ok(())
+    }
+
+    /// Creates an extension file of `kind` over `slots` free slots holding `regions`
+    /// regions (for a block of `size` bytes, named in errors), durably: its entry as
+    /// creating (two fences), the file, then its entry as live (one fence). Returns its
+    /// first slot. The file's regions are in no free list.
+    fn add_file(
+        &self,
+        regions: &mut Regions,
+        kind: FileKind,
+        slots: u64,
+        count: u64,
+        size: u64,
+    ) -> Result<u64> {
+        let k = (0..regions.slots.len() as u64)
+            .find(|&k| {
+                k + slots <= self.sb.max_files
+                    && (k..k + slots).all(|c| regions.slots[c as usize] == Slot::Empty)
+            })
+            .ok_or(Error::HeapFull { size })?;
+        let e = FileEntry {
+            slot: k,
+            kind,
+            slots,
+            regions: count,
+        };
+        let (id, at) = slot_place(&self.sb, k);
+        let bytes = count * self.sb.segment_size;
+        write_file_entry(&self.media, &self.sb, &e, FileState::Creating);
+        if let Err(err) = self.store.create(id, bytes, at) {
+            // The file is not there (creation links it last, and a failed attach
+            // leaves the slot unused): the entry goes.
+            set_file_state(&self.media, &self.sb, k, None);
+            if err.kind() == std::io::ErrorKind::AlreadyExists {
+                regions.slots[k as usize] = Slot::Orphan;
+            }
+            return Err(Error::io(&self.store.path(id), "create", err));
+        }
+        set_file_state(&self.media, &self.sb, k, Some(FileState::Live));
+        regions.slots[k as usize] = Slot::File(kind, slots);
+        for c in k + 1..k + slots {
+            regions.slots[c as usize] = Slot::Covered;
+        }
+        let first = self.sb.slot_region(k);
+        for r in first..first + count {
+            self.region_file[r as usize].store(id as u32, Ordering::Release);
+        }
+        self.file_bytes[k as usize].store(bytes, Ordering::Release);
+        Ok(k)
+    }
+
+    /// Removes the extension file starting at slot `k`, none of whose regions is in
+    /// use or in a free list, durably: its entry as removing (one fence), the file, then
+    /// no entry (one fence). On an error the slot stays unused until the next open
+    /// finishes the removal.
+    fn remove_file(&self, regions: &mut Regions, k: u64) -> std::io::Result<u64> {
+        let Slot::File(_, slots) = regions.slots[k as usize] else {
+            return Ok(0);
+        };
+        let (id, at) = slot_place(&self.sb, k);
+        let bytes = self.file_bytes[k as usize].swap(0, Ordering::AcqRel);
+        let first = self.sb.slot_region(k);
+        for r in first..first + bytes / self.sb.segment_size {
+            self.region_file[r as usize].store(NO_FILE, Ordering::Release);
+        }
+        set_file_state(&self.media, &self.sb, k, Some(FileState::Removing));
+        regions.slots[k as usize] = Slot::Removing;
+        self.store.remove(id, bytes, at)?;
+        set_file_state(&self.media, &self.sb, k, None);
+        for c in k..k + slots {
+            regions.slots[c as usize] = Slot::Empty;
+        }
+        Ok(bytes)
+    }
+
+    /// Grows the heap by one extension file of segments (for a block of `size` bytes,
+    /// named in errors), whose regions become free.
+    fn grow(&self, regions: &mut Regions, size: u64) -> Result<()> {
+        if self.sb.max_files == 0 {
+            return Err(Error::HeapFull { size });
+        }
+        let rpf = self.sb.file_regions;
+        let k = self.add_file(regions, FileKind::Segments, 1, rpf, size)?;
+        let first = self.sb.slot_region(k) as u32;
+        regions.free.extend(first..first + rpf as u32);
+        Ok(())
+    }
+
+    /// Marks the `count` regions of the huge block at `region` free: a huge block's
+    /// own file is removed (see `remove_file`; a failure leaves it for the next open),
+    /// other regions go back to the free list.
+    fn free_huge_regions(&self, regions: &mut Regions, region: u32, count: u64) {
+        for r in region..region + count as u32 {
+            self.uses[r as usize].store(0, Ordering::Release);
+        }
+        let own_file = self.sb.slot_of_region(u64::from(region)).filter(|&k| {
+            matches!(regions.slots[k as usize], Slot::File(FileKind::Huge, _))
+        });
+        match own_file {
+            Some(k) => {
+                let _ = self.remove_file(regions, k);
+            }
+            None => regions.free.extend(region..region + count as u32),
+        }
+    }
+
+    /// Removes every extension file of segments whose regions are all free, giving its
+    /// storage back (002: the pool "shrinks by removing empty files"); returns the files
+    /// removed and their data bytes. Allocation waits while this runs.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when a file cannot be removed (the files before it are).
+    pub fn shrink(&self) -> Result<(u64, u64)> {
+        let mut regions = self.regions.lock().expect("regions lock");
+        let (mut files, mut bytes) = (0, 0);
+        for k in 0..self.sb.max_files {
+            if regions.slots[k as usize] != Slot::File(FileKind::Segments, 1) {
+                continue;
+            }
+            let first = self.sb.slot_region(k) as u32;
+            let all = first..first + self.sb.file_regions as u32;
+            if !all.clone().all(|r| regions.free.contains(&r)) {
+                continue;
+            }
+            for r in all {
+                regions.free.remove(&r);
+            }
+            let (id, _) = slot_place(&self.sb, k);
+            bytes += self
+                .remove_file(&mut regions, k)
+                .map_err(|e| Error::io(&self.store.path(id), "remove", e))?;
+            files += 1;
+        }
+        Ok((files, bytes))
     }
 
     /// Zeroes the metadata of region `r` as a new segment of `kind` and writes its table
@@ -1248,7 +1553,8 @@ impl PersistentHeap {
         self.media.flush(slot, LINE as usize);
         self.media.fence();
         apply_step(&self.media, &self.sb, step, record.op, record.size);
-        self.media.write_u64(dst_off as usize, record.dst_value());
+        self.media
+            .write_u64(dst_off as usize, record.dst_value(&self.sb));
         self.media.flush(dst_off as usize, 8);
         self.media.fence();
         retire(&self.media, slot as u64);
@@ -1274,7 +1580,8 @@ impl PersistentHeap {
             ..record
         };
         metadata_log::append(&self.media, &self.sb, a, arena.ring.tail, &record);
-        self.media.write_u64(dst_off as usize, record.dst_value());
+        self.media
+            .write_u64(dst_off as usize, record.dst_value(&self.sb));
         self.media.flush(dst_off as usize, 8);
         self.media.fence();
         metadata_log::set_done(&self.media, &self.sb, a, record.seq);
@@ -1336,14 +1643,13 @@ impl PersistentHeap {
     /// data part of one region in use (never over allocator metadata).
     fn data_range(&self, addr: PAddr, len: u64) -> Result<u64> {
         let bad = |reason| Err(Error::InvalidAddress { addr, reason });
-        if addr.file() != 0 {
-            return bad("no such file in this heap");
-        }
-        let start = addr.offset();
+        let Some(start) = self.span_offset(addr) else {
+            return bad("no such file in this heap, or outside it");
+        };
         let Some(end) = start.checked_add(len) else {
             return bad("the range wraps around");
         };
-        if self.root.start <= start && end <= self.root.end {
+        if addr.file() == 0 && self.root.start <= start && end <= self.root.end {
             return Ok(start);
         }
         let Some(region) = self.sb.region_of(start) else {
@@ -1391,11 +1697,11 @@ enum Held {
     Big(BigBlock),
 }
 
-/// The first run of `count` consecutive free regions.
-fn first_run(free: &BTreeSet<u32>, count: u32) -> Option<u32> {
+/// The first run of `count` consecutive free regions inside one file.
+fn first_run(sb: &Superblock, free: &BTreeSet<u32>, count: u32) -> Option<u32> {
     let (mut start, mut len) = (0u32, 0u32);
     for &r in free {
-        if len > 0 && r == start + len {
+        if len > 0 && r == start + len && !sb.file_starts_at(u64::from(r)) {
             len += 1;
         } else {
             start = r;
@@ -1431,8 +1737,19 @@ fn plan(options: &HeapOptions) -> Result<Superblock> {
         options.arenas,
         options.metadata,
         options.log_records,
+        options.growth()?,
     )
     .map_err(Error::InvalidConfig)
+}
+
+/// Bytes of simulation media a heap needs: its span, and the directory of its extension
+/// files after it.
+fn sim_len(sb: &Superblock) -> u64 {
+    if sb.max_files == 0 {
+        sb.span()
+    } else {
+        sb.span() + files::sim_directory_bytes(sb.max_files)
+    }
 }
 
 /// Writes a new heap's superblock and the digest of its (empty) metadata; its table and
@@ -1463,6 +1780,8 @@ struct Reader<'a> {
     sb: &'a Superblock,
     path: &'a Path,
     root: Range<u64>,
+    /// Per region, the file holding it (`NO_FILE`: none, so nothing there may be read).
+    region_file: &'a [AtomicU32],
 }
 
 /// One segment's metadata, as read.
@@ -1554,14 +1873,35 @@ impl Reader<'_> {
             .map_err(|reason| self.corrupt(at, format!("segment-table entry {r}: {reason}")))
     }
 
-    /// Every table entry, checked, with huge blocks' runs checked to be free.
+    /// The file holding region `r` (`NO_FILE`: none).
+    fn file_of(&self, r: u64) -> u32 {
+        self.region_file[r as usize].load(Ordering::Relaxed)
+    }
+
+    /// Whether the `count` regions from `r` are all in the one file that exists.
+    fn in_one_file(&self, r: u64, count: u64) -> bool {
+        let file = self.file_of(r);
+        file != NO_FILE && (r..r + count).all(|t| self.file_of(t) == file)
+    }
+
+    /// Every table entry, checked, with huge blocks' runs checked to be free, and every
+    /// live entry's regions checked to be in one file that exists.
     fn entries(&self) -> Result<Vec<Option<TableEntry>>> {
         let entries = (0..self.sb.region_count)
             .map(|r| self.entry(r))
             .collect::<Result<Vec<_>>>()?;
         for e in entries.iter().flatten() {
+            let count = e.size / self.sb.segment_size;
+            if !self.in_one_file(u64::from(e.index), count) {
+                return Err(self.corrupt(
+                    self.sb.entry_offset(u64::from(e.index)),
+                    format!(
+                        "region {} is in use, but its {count} region(s) are not in one file of the heap",
+                        e.index
+                    ),
+                ));
+            }
             if e.kind == SegmentKind::Huge {
-                let count = e.size / self.sb.segment_size;
                 for t in u64::from(e.index) + 1..u64::from(e.index) + count {
                     if entries[t as usize].is_some() {
                         return Err(self.corrupt(
@@ -1592,11 +1932,12 @@ impl Reader<'_> {
     /// Whether `dst` is a word recovery may store a pointer to: in the root area or in
     /// a region (the block it lies in may itself be one this record frees or allocates).
     fn dst_ok(&self, dst: u64) -> bool {
-        let a = PAddr::from_raw(dst);
-        a.file() == 0
-            && a.offset().is_multiple_of(8)
-            && ((self.root.start <= a.offset() && a.offset() + 8 <= self.root.end)
-                || self.sb.region_of(a.offset()).is_some())
+        dst.is_multiple_of(8)
+            && ((self.root.start <= dst && dst + 8 <= self.root.end)
+                || self
+                    .sb
+                    .region_of(dst)
+                    .is_some_and(|r| self.file_of(r) != NO_FILE))
     }
 
     /// Checks a record read from `log` at file-0 offset `at` against the table before
@@ -1670,8 +2011,8 @@ impl Reader<'_> {
             let mut lines = DirtyLines::default();
             if last.seq > ring.done {
                 // The call had not returned: finish its pointer store.
-                let dst = PAddr::from_raw(last.dst).offset();
-                self.media.write_u64(dst as usize, last.dst_value());
+                let dst = last.dst;
+                self.media.write_u64(dst as usize, last.dst_value(self.sb));
                 lines.add(dst);
                 redone += 1;
             }
@@ -1689,8 +2030,8 @@ impl Reader<'_> {
     /// Redoes a pending record: its metadata step and its pointer store, durably.
     fn redo(&self, r: &MicroLogSlot, step: Step) {
         apply_step(self.media, self.sb, step, r.op, r.size);
-        let dst = PAddr::from_raw(r.dst).offset() as usize;
-        self.media.write_u64(dst, r.dst_value());
+        let dst = r.dst as usize;
+        self.media.write_u64(dst, r.dst_value(self.sb));
         self.media.flush(dst, 8);
         self.media.fence();
     }
@@ -1701,7 +2042,8 @@ impl Reader<'_> {
         let region = self
             .sb
             .region_of(r.addr)
-            .ok_or("the block is outside the regions")?;
+            .filter(|&region| self.file_of(region) != NO_FILE)
+            .ok_or("the block is outside the regions of the heap's files")?;
         let base = self.sb.region_offset(region);
         let entry = entries[region as usize];
         let seg = self.sb.segment_size;
@@ -1741,7 +2083,10 @@ impl Reader<'_> {
                 }
             }
             Some(SizePolicy::Huge(count)) => {
-                if r.addr != base || region + count > self.sb.region_count {
+                if r.addr != base
+                    || region + count > self.sb.region_count
+                    || !self.in_one_file(region, count)
+                {
                     return Err("not a huge block's place".into());
                 }
                 // Before its step the head entry is free (allocating) or live (freeing),

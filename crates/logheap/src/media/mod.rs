@@ -232,20 +232,128 @@ impl Media {
         config: &MediaConfig,
         at: Option<usize>,
     ) -> Result<Media, MediaError> {
+        Media::map_file_spanning(file, len, len, config, at)
+    }
+
+    /// Like [`map_file_at`](Media::map_file_at), inside `span` bytes of address space
+    /// (at least `len`): the media is `span` bytes long, and the bytes past `len` are
+    /// reserved for other files, [`attach`](Media::attach)ed later (a pool of several
+    /// files seen as one range, so one fence covers them all). Touching a part where no
+    /// file is attached is a fault.
+    pub fn map_file_spanning(
+        file: &File,
+        len: usize,
+        span: usize,
+        config: &MediaConfig,
+        at: Option<usize>,
+    ) -> Result<Media, MediaError> {
         let flush = resolve_flush(config)?;
-        let mapping = FileMapping::new(file, len, at).map_err(|source| match at {
+        let mapping = FileMapping::spanning(file, len, span, at).map_err(|source| match at {
             Some(addr) if source.kind() == std::io::ErrorKind::AlreadyExists => {
-                MediaError::AddressTaken { addr, len }
+                MediaError::AddressTaken { addr, len: span }
             }
-            _ => MediaError::Map { len, source },
+            _ => MediaError::Map { len: span, source },
         })?;
         Ok(Media::with_backing(
             mapping.ptr(),
-            len,
+            span,
             Backing::File(mapping),
             config,
             flush,
         ))
+    }
+
+    /// Grows a file media's span to `span` bytes (see
+    /// [`map_file_spanning`](Media::map_file_spanning)); its first `file_len` bytes stay
+    /// mapped from `file`, possibly at a new address (never with `fixed`: then the
+    /// address space after the mapping must be free). Simulation media, whose whole
+    /// length is memory, must be `span` bytes long already.
+    ///
+    /// # Errors
+    /// When the kernel refuses, the span after a fixed mapping is taken
+    /// ([`MediaError::AddressTaken`]), or simulation media are shorter.
+    pub fn extend(
+        &mut self,
+        file: Option<&File>,
+        file_len: usize,
+        span: usize,
+        fixed: bool,
+    ) -> Result<(), MediaError> {
+        let addr = self.base.as_ptr() as usize;
+        let map_error = |source: std::io::Error| match source.kind() {
+            std::io::ErrorKind::AlreadyExists => MediaError::AddressTaken { addr, len: span },
+            _ => MediaError::Map { len: span, source },
+        };
+        match (&mut self.backing, file) {
+            (Backing::File(m), Some(file)) => {
+                m.extend(file, file_len, span, fixed).map_err(map_error)?;
+                self.base = m.ptr();
+                self.len = self.len.max(span);
+                Ok(())
+            }
+            _ if span <= self.len => Ok(()),
+            _ => Err(MediaError::Map {
+                len: span,
+                source: std::io::Error::other(format!(
+                    "the media holds {} bytes, fewer than the {span} its files span",
+                    self.len
+                )),
+            }),
+        }
+    }
+
+    /// Maps `len` bytes of `file` from `file_offset` (both page aligned) at `offset` of
+    /// this media's span (see [`map_file_spanning`](Media::map_file_spanning)). On
+    /// simulation media, whose whole length is memory, this does nothing: the caller
+    /// keeps the range's contents.
+    ///
+    /// # Errors
+    /// When the range is not page aligned inside the media, the media is read-only, or
+    /// the kernel refuses.
+    ///
+    /// # Safety
+    /// Nothing may use `[offset, offset + len)` while this runs: its contents become the
+    /// file's.
+    pub unsafe fn attach(
+        &self,
+        offset: usize,
+        file: &File,
+        file_offset: u64,
+        len: usize,
+    ) -> std::io::Result<()> {
+        match &self.backing {
+            // SAFETY: as the caller promises.
+            Backing::File(m) => unsafe { m.attach(offset, file, file_offset, len) },
+            Backing::Sim(_) => Ok(()),
+            Backing::ReadOnly(_) => Err(std::io::Error::other("the media is read-only")),
+        }
+    }
+
+    /// Unmaps the file attached at `[offset, offset + len)` (see
+    /// [`attach`](Media::attach)); the range faults when touched until a file is attached
+    /// there again. On simulation media this does nothing.
+    ///
+    /// # Errors
+    /// As [`attach`](Media::attach).
+    ///
+    /// # Safety
+    /// Nothing may touch the range afterwards, until a file is attached there again.
+    pub unsafe fn detach(&self, offset: usize, len: usize) -> std::io::Result<()> {
+        match &self.backing {
+            // SAFETY: as the caller promises.
+            Backing::File(m) => unsafe { m.detach(offset, len) },
+            Backing::Sim(_) => Ok(()),
+            Backing::ReadOnly(_) => Err(std::io::Error::other("the media is read-only")),
+        }
+    }
+
+    /// The settings the media was made with.
+    pub fn config(&self) -> MediaConfig {
+        MediaConfig {
+            durability: self.durability,
+            flush: Some(self.flush),
+            emulation: self.emulation,
+        }
     }
 
     /// Maps the first `len` bytes of `file` for reading only (for checking tools: the

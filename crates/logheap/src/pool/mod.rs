@@ -143,8 +143,20 @@ impl PoolFile {
         options: &PoolOptions,
         format: impl FnOnce(&Media, &Header),
     ) -> Result<PoolFile> {
+        PoolFile::create_spanning(path, options, options.size, format)
+    }
+
+    /// Like [`create_with`](PoolFile::create_with), for a pool whose files will span
+    /// `span` bytes of address space (see [`extend_span`](PoolFile::extend_span)): a
+    /// fixed mapping address is picked with room for all of them.
+    pub(crate) fn create_spanning(
+        path: impl AsRef<Path>,
+        options: &PoolOptions,
+        span: u64,
+        format: impl FnOnce(&Media, &Header),
+    ) -> Result<PoolFile> {
         let path = path.as_ref();
-        let header = new_header(options)?;
+        let header = new_header(options, span)?;
         if path.exists() {
             return Err(Error::AlreadyExists { path: path.into() });
         }
@@ -255,14 +267,24 @@ impl PoolFile {
 
     /// Creates a pool in memory on the crash-simulation media.
     pub fn create_sim(options: &PoolOptions, sim: SimConfig) -> Result<PoolFile> {
-        let header = new_header(options)?;
-        let media =
-            Media::sim(header.pool_size as usize, &options.media, sim).map_err(|source| {
-                Error::Media {
-                    path: MEMORY_POOL.into(),
-                    source,
-                }
-            })?;
+        PoolFile::create_sim_spanning(options, options.size, sim)
+    }
+
+    /// Like [`create_sim`](PoolFile::create_sim), on `len` bytes of simulation media (at
+    /// least the pool's size): room for the other files of a pool of several files,
+    /// which live in the same simulated memory.
+    pub(crate) fn create_sim_spanning(
+        options: &PoolOptions,
+        len: u64,
+        sim: SimConfig,
+    ) -> Result<PoolFile> {
+        let header = new_header(options, len)?;
+        let media = Media::sim(len.max(header.pool_size) as usize, &options.media, sim).map_err(
+            |source| Error::Media {
+                path: MEMORY_POOL.into(),
+                source,
+            },
+        )?;
         write_header(&media, &header);
         Ok(PoolFile {
             path: MEMORY_POOL.into(),
@@ -316,6 +338,21 @@ impl PoolFile {
         if self.media.read_u64(STATE_OFFSET as usize) != open {
             set_state(&self.media, PoolState { clean: false });
         }
+    }
+
+    /// Grows the pool's media to `span` bytes of address space, the pool file mapped
+    /// over the first bytes and the rest reserved for other files the engine attaches
+    /// (see [`Media::extend`]). Must be called before the media is shared.
+    pub(crate) fn extend_span(&mut self, span: u64) -> Result<()> {
+        let fixed = self.header.map_address != 0;
+        let len = self.header.pool_size as usize;
+        let path = self.path.clone();
+        let media = Arc::get_mut(&mut self.media).ok_or_else(|| {
+            Error::InvalidConfig("the pool's media is in use; its span cannot grow".into())
+        })?;
+        media
+            .extend(self._file.as_ref(), len, span as usize, fixed)
+            .map_err(|source| Error::Media { path, source })
     }
 
     /// The file's path (a placeholder name for simulated pools).
@@ -423,7 +460,8 @@ fn claim_space(file: &File, path: &Path, size: u64, reserve: bool) -> Result<()>
         .map_err(|e| Error::io(path, "set length", e))
 }
 
-fn new_header(options: &PoolOptions) -> Result<Header> {
+/// The header of a new pool whose files span `span` bytes of address space.
+fn new_header(options: &PoolOptions, span: u64) -> Result<Header> {
     let mut header = Header::new(
         options.engine,
         Geometry {
@@ -433,7 +471,9 @@ fn new_header(options: &PoolOptions) -> Result<Header> {
         },
     )
     .map_err(Error::InvalidConfig)?;
-    header.map_address = options.map_address.resolve(options.size, &header.uuid);
+    header.map_address = options
+        .map_address
+        .resolve(span.max(options.size), &header.uuid);
     if header.map_address != 0 {
         header.format_version = header::FIXED_FORMAT_VERSION;
     }
