@@ -766,7 +766,7 @@ impl PersistentHeap {
                     .held_block(&arena, used, region, offset)
                     .ok_or_else(invalid)?;
                 if arena.give_back(held) {
-                    self.give_back_if_empty(&mut arena, used, region);
+                    self.give_back_if_empty(&mut arena, used, region, true);
                 }
                 Ok(())
             }
@@ -821,7 +821,7 @@ impl PersistentHeap {
                 };
                 self.run_logged(a as u32, &mut arena, record, step, dst_off);
                 if arena.give_back(held) {
-                    self.give_back_if_empty(&mut arena, used, region);
+                    self.give_back_if_empty(&mut arena, used, region, true);
                 }
                 Ok(())
             }
@@ -1193,8 +1193,10 @@ impl PersistentHeap {
             }
             SizePolicy::Huge(count) => {
                 let mut regions = self.regions.lock().expect("regions lock");
-                let start = if self.sb.max_files > 0 && size >= HUGE_THRESHOLD && !volatile {
-                    // 002: a file of its own, removed when the block is freed.
+                let own_file = size >= HUGE_THRESHOLD || count > self.sb.file_regions;
+                let start = if self.sb.max_files > 0 && own_file && !volatile {
+                    // 002: a file of its own, removed when the block is freed (also for
+                    // a block no extension file could hold).
                     let slots = count.div_ceil(self.sb.file_regions);
                     let k = self.add_file(&mut regions, FileKind::Huge, slots, count, size)?;
                     self.sb.slot_region(k) as u32
@@ -1390,6 +1392,23 @@ impl PersistentHeap {
     /// # Errors
     /// [`Error::Io`] when a file cannot be removed (the files before it are).
     pub fn shrink(&self) -> Result<(u64, u64)> {
+        if self.sb.max_files == 0 {
+            return Ok((0, 0));
+        }
+        // Empty segments in extension files go back first, even an arena's last one.
+        let first_extension = self.sb.local_regions as usize;
+        for (arenas, flag) in [(&self.arenas, 0), (&self.volatile, USE_VOLATILE)] {
+            for (a, arena) in arenas.iter().enumerate() {
+                let mut arena = arena.lock().expect("arena lock");
+                for (r, used) in self.uses.iter().enumerate().skip(first_extension) {
+                    let used = used.load(Ordering::Acquire);
+                    let segment = matches!(used & USE_KIND, USE_SMALL | USE_BIG);
+                    if segment && used & USE_VOLATILE == flag && (used & USE_ARENA) as usize == a {
+                        self.give_back_if_empty(&mut arena, used, r as u32, false);
+                    }
+                }
+            }
+        }
         let mut regions = self.regions.lock().expect("regions lock");
         let (mut files, mut bytes) = (0, 0);
         for k in 0..self.sb.max_files {
@@ -1446,20 +1465,26 @@ impl PersistentHeap {
         self.media.persist(at + ENTRY_STATE as usize, 8);
     }
 
-    /// Gives the segment of `region` back to the free regions when it is empty and its
-    /// arena has another segment of its kind (so a thread allocating and freeing one
-    /// block does not take and give back a segment each time).
-    fn give_back_if_empty(&self, arena: &mut MutexGuard<'_, Arena>, used: u32, region: u32) {
+    /// Gives the segment of `region` back to the free regions when it is empty and, with
+    /// `keep_last`, its arena has another segment of its kind (so a thread allocating
+    /// and freeing one block does not take and give back a segment each time).
+    fn give_back_if_empty(
+        &self,
+        arena: &mut MutexGuard<'_, Arena>,
+        used: u32,
+        region: u32,
+        keep_last: bool,
+    ) {
         let base = self.sb.region_offset(u64::from(region));
         let seg = self.sb.segment_size;
         let empty = match used & USE_KIND {
             USE_SMALL => {
-                arena.small_segments.len() > 1
+                (!keep_last || arena.small_segments.len() > 1)
                     && arena.small.all_empty(&small::Geometry::of(base, seg))
             }
             _ => {
                 let first = big::table_granules(seg) as u32;
-                arena.big.segments() > 1
+                (!keep_last || arena.big.segments() > 1)
                     && arena
                         .big
                         .is_empty(region, first, (seg / GRANULE) as u32 - first)
