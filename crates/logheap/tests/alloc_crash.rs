@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use logheap::PoolFile;
-use logheap::alloc::{HeapOptions, MetadataPolicy, PAddr, PersistentHeap};
+use logheap::alloc::{Block, HeapOptions, MetadataPolicy, PAddr, PersistentHeap};
 use logheap::media::{CrashPoint, SimConfig};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -26,6 +26,18 @@ fn options() -> HeapOptions {
         arenas: 2,
         root_size: 4096,
         ..HeapOptions::default()
+    }
+}
+
+/// A heap of 1 MiB that grows by files of 256 KiB (four segments) up to 3 MiB, so the
+/// run creates and removes extension files, and huge blocks larger than a file get files
+/// of their own.
+fn growing_options() -> HeapOptions {
+    HeapOptions {
+        size: 1 << 20,
+        max_size: 3 << 20,
+        file_size: 256 << 10,
+        ..options()
     }
 }
 
@@ -56,6 +68,10 @@ struct Tally {
     images: AtomicU64,
     /// Images whose recovery redid an unfinished operation.
     redone: AtomicU64,
+    /// Images whose heap had extension files.
+    with_files: AtomicU64,
+    /// Images whose recovery removed half-made or empty files.
+    files_removed: AtomicU64,
     violations: AtomicU64,
     first: Mutex<Option<String>>,
 }
@@ -71,12 +87,23 @@ impl Tally {
 fn check_image(image: Vec<u8>, model: &Model, tally: &Tally) -> Result<(), String> {
     let heap = PersistentHeap::open_image(image, &Default::default(), SimConfig::default())
         .map_err(|e| format!("does not open: {e}"))?;
-    if heap.stats().recovery.redone > 0 {
+    let stats = heap.stats();
+    if stats.recovery.redone > 0 {
         tally.redone.fetch_add(1, Ordering::Relaxed);
+    }
+    if stats.files > 0 {
+        tally.with_files.fetch_add(1, Ordering::Relaxed);
+    }
+    if stats.recovery.files_removed > 0 {
+        tally.files_removed.fetch_add(1, Ordering::Relaxed);
+    }
+    if stats.recovery.orphan_files > 0 {
+        // A file the table does not name is leaked space: the protocol never makes one.
+        return Err(format!("{} orphan files", stats.recovery.orphan_files));
     }
     let blocks = heap.blocks().map_err(|e| format!("blocks: {e}"))?;
     for w in blocks.windows(2) {
-        if w[0].addr.offset() + w[0].size > w[1].addr.offset() {
+        if overlap(&w[0], &w[1]) {
             return Err(format!("double allocation: {:?} overlaps {:?}", w[0], w[1]));
         }
     }
@@ -114,7 +141,7 @@ fn check_image(image: Vec<u8>, model: &Model, tally: &Tally) -> Result<(), Strin
         .blocks()
         .map_err(|e| format!("blocks after allocating: {e}"))?;
     for w in after.windows(2) {
-        if w[0].addr.offset() + w[0].size > w[1].addr.offset() {
+        if overlap(&w[0], &w[1]) {
             return Err(format!(
                 "recovered state allocated over a block: {:?} overlaps {:?}",
                 w[0], w[1]
@@ -122,6 +149,11 @@ fn check_image(image: Vec<u8>, model: &Model, tally: &Tally) -> Result<(), Strin
         }
     }
     Ok(())
+}
+
+/// Whether block `a` overlaps block `b`, which follows it in address order.
+fn overlap(a: &Block, b: &Block) -> bool {
+    a.addr.file() == b.addr.file() && a.addr.offset() + a.size > b.addr.offset()
 }
 
 fn check_point(point: &CrashPoint<'_>, model: &Model, tally: &Tally) {
@@ -172,7 +204,13 @@ fn check_recovery_crashes(image: Vec<u8>, model: &Model, tally: &Tally) {
 /// Runs `ops` random operations (in batches on fresh threads, so both arenas work),
 /// keeping the model up to date, with volatile blocks taken and freed between them, and
 /// defragmenting every third batch.
-fn run_workload(heap: &PersistentHeap, model: &Arc<Mutex<Model>>, seed: u64, ops: u32) {
+fn run_workload(
+    heap: &PersistentHeap,
+    model: &Arc<Mutex<Model>>,
+    seed: u64,
+    ops: u32,
+    largest: u64,
+) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut done = 0;
     while done < ops {
@@ -181,7 +219,7 @@ fn run_workload(heap: &PersistentHeap, model: &Arc<Mutex<Model>>, seed: u64, ops
                 let size = match rng.random_range(0..10) {
                     0..5 => rng.random_range(1..=4032),
                     5..9 => rng.random_range(4033..50_000),
-                    _ => rng.random_range(60_000..200_000),
+                    _ => rng.random_range(60_000..largest),
                 };
                 (rng.random_range(0..SLOTS), size)
             })
@@ -228,7 +266,14 @@ fn run_workload(heap: &PersistentHeap, model: &Arc<Mutex<Model>>, seed: u64, ops
 
 #[test]
 fn every_crash_image_of_allocations_and_frees_has_no_leak_and_no_double_allocation() {
-    crash_test(&options(), SimConfig::default(), 300);
+    crash_test(&options(), SimConfig::default(), 300, 200_000);
+}
+
+#[test]
+fn a_heap_of_several_files_has_no_leak_and_no_double_allocation_in_any_crash_image() {
+    // Huge blocks up to 400 KB: those over 256 KiB get a file of their own.
+    let stats = crash_test(&growing_options(), SimConfig::default(), 200, 400_000);
+    assert!(stats.regions > 0);
 }
 
 #[test]
@@ -239,7 +284,7 @@ fn with_a_metadata_log_every_crash_image_has_no_leak_and_no_double_allocation() 
         max_images_per_fence: 24,
         ..SimConfig::default()
     };
-    let stats = crash_test(&log_options(), sim, 120);
+    let stats = crash_test(&log_options(), sim, 120, 200_000);
     assert!(
         stats.checkpoints > 5,
         "only {} checkpoints",
@@ -249,7 +294,12 @@ fn with_a_metadata_log_every_crash_image_has_no_leak_and_no_double_allocation() 
 
 /// Runs `ops` operations on a heap made with `options` on simulation media set by
 /// `sim`, checking every crash image.
-fn crash_test(options: &HeapOptions, sim: SimConfig, ops: u32) -> logheap::alloc::HeapStats {
+fn crash_test(
+    options: &HeapOptions,
+    sim: SimConfig,
+    ops: u32,
+    largest: u64,
+) -> logheap::alloc::HeapStats {
     let heap = PersistentHeap::create_sim(options, sim).unwrap();
     let model = Arc::new(Mutex::new(Model {
         slots: vec![0; (SLOTS + SPARE) as usize],
@@ -262,13 +312,14 @@ fn crash_test(options: &HeapOptions, sim: SimConfig, ops: u32) -> logheap::alloc
         let model = m.lock().unwrap().clone();
         check_point(point, &model, &t);
     }));
-    run_workload(&heap, &model, 7, ops);
+    run_workload(&heap, &model, 7, ops, largest);
     let images = tally.images.load(Ordering::Relaxed);
+    let with_files = tally.with_files.load(Ordering::Relaxed);
     let violations = tally.violations.load(Ordering::Relaxed);
     let redone = tally.redone.load(Ordering::Relaxed);
     eprintln!(
-        "persistent heap crash test ({:?}): {images} images ({redone} redoing an unfinished operation), {violations} violations",
-        options.metadata
+        "persistent heap crash test ({:?}, growing to {}): {images} images ({redone} redoing an unfinished operation, {with_files} with extension files), {violations} violations",
+        options.metadata, options.max_size
     );
     assert_eq!(
         violations,
@@ -278,6 +329,11 @@ fn crash_test(options: &HeapOptions, sim: SimConfig, ops: u32) -> logheap::alloc
     );
     assert!(images >= 1000, "only {images} images");
     assert!(redone > 100, "only {redone} images needed a redo");
+    if options.max_size > options.size {
+        assert!(with_files > 100, "only {with_files} images had files");
+        let recovered = tally.files_removed.load(Ordering::Relaxed);
+        assert!(recovered > 10, "only {recovered} images had files to remove");
+    }
     let stats = heap.stats();
     assert!(
         stats.small_segments > 0 && stats.big_segments > 0,
