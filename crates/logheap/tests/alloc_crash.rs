@@ -332,7 +332,10 @@ fn crash_test(
     if options.max_size > options.size {
         assert!(with_files > 100, "only {with_files} images had files");
         let recovered = tally.files_removed.load(Ordering::Relaxed);
-        assert!(recovered > 10, "only {recovered} images had files to remove");
+        assert!(
+            recovered > 10,
+            "only {recovered} images had files to remove"
+        );
     }
     let stats = heap.stats();
     assert!(

@@ -192,7 +192,9 @@ impl DirStore {
             ));
         }
         // Made under a temporary name, then linked: the file never appears half made.
-        let tmp = self.dir.join(format!(".{id:08}.creating-{}", std::process::id()));
+        let tmp = self
+            .dir
+            .join(format!(".{id:08}.creating-{}", std::process::id()));
         let made = (|| {
             let file = OpenOptions::new()
                 .read(true)
@@ -221,7 +223,10 @@ impl DirStore {
         let file = made?;
         // SAFETY: the range is a free slot of the span, which nothing touches until the
         // heap records the file as live.
-        unsafe { self.media.attach(at as usize, &file, FILE_DATA, bytes as usize) }
+        unsafe {
+            self.media
+                .attach(at as usize, &file, FILE_DATA, bytes as usize)
+        }
     }
 
     fn open(&self, id: u64, bytes: u64, at: u64) -> Result<(), String> {
@@ -251,8 +256,11 @@ impl DirStore {
         }
         // SAFETY: the range is the slot of a file the heap has not attached yet (it is
         // opening), so nothing touches it.
-        unsafe { self.media.attach(at as usize, &file, FILE_DATA, bytes as usize) }
-            .map_err(|e| format!("cannot map it: {e}"))
+        unsafe {
+            self.media
+                .attach(at as usize, &file, FILE_DATA, bytes as usize)
+        }
+        .map_err(|e| format!("cannot map it: {e}"))
     }
 
     fn remove(&self, id: u64, bytes: u64, at: u64) -> io::Result<()> {
@@ -482,7 +490,7 @@ impl FileTable {
         }
         let ids = store
             .list()
-            .map_err(|e| Error::io(&store.location(), "list", e))?;
+            .map_err(|e| Error::io(store.location(), "list", e))?;
         for id in ids {
             let named = id >= 1
                 && id <= sb.max_files
@@ -490,8 +498,7 @@ impl FileTable {
                 && table.slots[id as usize - 1] != Slot::Covered;
             if !named {
                 table.orphans += 1;
-                if (1..=sb.max_files).contains(&id) && table.slots[id as usize - 1] == Slot::Empty
-                {
+                if (1..=sb.max_files).contains(&id) && table.slots[id as usize - 1] == Slot::Empty {
                     table.slots[id as usize - 1] = Slot::Orphan;
                 }
             }
@@ -522,7 +529,7 @@ impl FileTable {
             // Never attached: nothing to unmap.
             store
                 .remove(id, 0, at)
-                .map_err(|err| Error::io(&store.path(id), "remove", err))?;
+                .map_err(|err| Error::io(store.path(id), "remove", err))?;
             set_file_state(media, sb, e.slot, None);
             for c in e.slot..e.slot + e.slots {
                 self.slots[c as usize] = Slot::Empty;
@@ -556,7 +563,7 @@ impl FileTable {
             set_file_state(media, sb, k, Some(FileState::Removing));
             store
                 .remove(id, bytes, at)
-                .map_err(|err| Error::io(&store.path(id), "remove", err))?;
+                .map_err(|err| Error::io(store.path(id), "remove", err))?;
             set_file_state(media, sb, k, None);
             for r in head..head + bytes / sb.segment_size {
                 region_file[r as usize].store(NO_FILE, Ordering::Relaxed);

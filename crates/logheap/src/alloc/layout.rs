@@ -861,7 +861,15 @@ mod tests {
     use super::*;
 
     fn sb() -> Superblock {
-        Superblock::plan(8192..(8 << 20), 1 << 20, 2, MetadataPolicy::InPlace, 0, Growth::default()).unwrap()
+        Superblock::plan(
+            8192..(8 << 20),
+            1 << 20,
+            2,
+            MetadataPolicy::InPlace,
+            0,
+            Growth::default(),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -900,13 +908,51 @@ mod tests {
             Superblock::decode(&b, 8192..(16 << 20)),
             Err(SuperblockError::Invalid(_))
         ));
-        assert!(Superblock::plan(8192..65536, 1 << 20, 2, MetadataPolicy::InPlace, 0, Growth::default()).is_err());
-        assert!(Superblock::plan(8192..(8 << 20), 3 << 20, 2, MetadataPolicy::InPlace, 0, Growth::default()).is_err());
+        assert!(
+            Superblock::plan(
+                8192..65536,
+                1 << 20,
+                2,
+                MetadataPolicy::InPlace,
+                0,
+                Growth::default()
+            )
+            .is_err()
+        );
+        assert!(
+            Superblock::plan(
+                8192..(8 << 20),
+                3 << 20,
+                2,
+                MetadataPolicy::InPlace,
+                0,
+                Growth::default()
+            )
+            .is_err()
+        );
         // Past 1 TiB a file offset no longer fits a persistent address.
         let tib = 1u64 << 40;
-        assert!(Superblock::plan(8192..tib, 1 << 20, 2, MetadataPolicy::InPlace, 0, Growth::default()).is_ok());
         assert!(
-            Superblock::plan(8192..tib + 4096, 1 << 20, 2, MetadataPolicy::InPlace, 0, Growth::default()).is_err()
+            Superblock::plan(
+                8192..tib,
+                1 << 20,
+                2,
+                MetadataPolicy::InPlace,
+                0,
+                Growth::default()
+            )
+            .is_ok()
+        );
+        assert!(
+            Superblock::plan(
+                8192..tib + 4096,
+                1 << 20,
+                2,
+                MetadataPolicy::InPlace,
+                0,
+                Growth::default()
+            )
+            .is_err()
         );
     }
 

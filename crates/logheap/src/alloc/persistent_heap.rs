@@ -44,9 +44,10 @@ use super::files::{
     write_file_entry,
 };
 use super::layout::{
-    CHUNK, CHUNK_HEADER, DIGEST_WORD, ENTRY_STATE, FileEntry, FileKind, FileState, GRANULE,
-    Growth, HUGE_THRESHOLD, LINE, LIVE, MetadataPolicy, MicroLogSlot, MicroOp, SLOT_OP, SMALL_MAX, SUPERBLOCK_BYTES, SegmentKind,
-    Superblock, SuperblockError, TableEntry, class_of, decode_digest, encode_digest,
+    CHUNK, CHUNK_HEADER, DIGEST_WORD, ENTRY_STATE, FileEntry, FileKind, FileState, GRANULE, Growth,
+    HUGE_THRESHOLD, LINE, LIVE, MetadataPolicy, MicroLogSlot, MicroOp, SLOT_OP, SMALL_MAX,
+    SUPERBLOCK_BYTES, SegmentKind, Superblock, SuperblockError, TableEntry, class_of,
+    decode_digest, encode_digest,
 };
 use super::metadata_log::{self, DirtyLines, RingState};
 use super::small::{self, ChunkState, SmallBlock, SmallChunks};
@@ -351,9 +352,10 @@ impl PersistentHeap {
             // Files of another heap that was here: a new heap must not take them.
             return Err(Error::AlreadyExists { path: dir.into() });
         }
-        let file = PoolFile::create_spanning(path, &options.pool_options(), sb.span(), |media, _| {
-            format(media, &sb)
-        })?;
+        let file =
+            PoolFile::create_spanning(path, &options.pool_options(), sb.span(), |media, _| {
+                format(media, &sb)
+            })?;
         PersistentHeap::start(file)
     }
 
@@ -679,7 +681,9 @@ impl PersistentHeap {
             NO_FILE => None,
             0 => PAddr::new(0, offset),
             id => {
-                let base = self.sb.region_offset(self.sb.slot_region(u64::from(id) - 1));
+                let base = self
+                    .sb
+                    .region_offset(self.sb.slot_region(u64::from(id) - 1));
                 PAddr::new(id, FILE_DATA + offset - base)
             }
         }
@@ -957,7 +961,9 @@ impl PersistentHeap {
                     }));
                 }
                 Content::Huge { regions } => out.push(Block {
-                    addr: self.sb.block_addr(self.sb.region_offset(u64::from(s.region))),
+                    addr: self
+                        .sb
+                        .block_addr(self.sb.region_offset(u64::from(s.region))),
                     size: u64::from(*regions) * self.sb.segment_size,
                 }),
             }
@@ -1315,7 +1321,7 @@ impl PersistentHeap {
             if err.kind() == std::io::ErrorKind::AlreadyExists {
                 regions.slots[k as usize] = Slot::Orphan;
             }
-            return Err(Error::io(&self.store.path(id), "create", err));
+            return Err(Error::io(self.store.path(id), "create", err));
         }
         set_file_state(&self.media, &self.sb, k, Some(FileState::Live));
         regions.slots[k as usize] = Slot::File(kind, slots);
@@ -1374,9 +1380,10 @@ impl PersistentHeap {
         for r in region..region + count as u32 {
             self.uses[r as usize].store(0, Ordering::Release);
         }
-        let own_file = self.sb.slot_of_region(u64::from(region)).filter(|&k| {
-            matches!(regions.slots[k as usize], Slot::File(FileKind::Huge, _))
-        });
+        let own_file = self
+            .sb
+            .slot_of_region(u64::from(region))
+            .filter(|&k| matches!(regions.slots[k as usize], Slot::File(FileKind::Huge, _)));
         match own_file {
             Some(k) => {
                 let _ = self.remove_file(regions, k);
@@ -1426,7 +1433,7 @@ impl PersistentHeap {
             let (id, _) = slot_place(&self.sb, k);
             bytes += self
                 .remove_file(&mut regions, k)
-                .map_err(|e| Error::io(&self.store.path(id), "remove", e))?;
+                .map_err(|e| Error::io(self.store.path(id), "remove", e))?;
             files += 1;
         }
         Ok((files, bytes))
