@@ -59,6 +59,13 @@ fn defragment(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     println!("pool            {}", args.path.display());
+    if d.files_removed > 0 {
+        println!(
+            "removed         {} empty extension files ({:.1} MiB)",
+            d.files_removed,
+            mib(d.file_bytes_removed)
+        );
+    }
     println!(
         "punched         {:.1} MiB of free space in {} holes",
         mib(d.punched_bytes),

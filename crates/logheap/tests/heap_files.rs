@@ -82,6 +82,13 @@ fn the_heap_grows_by_files_keeps_their_blocks_across_reopens_and_shrinks_when_th
         assert!(back == pattern(i as u64, 300 << 10), "block {i} at {a}");
     }
     assert_eq!(heap.blocks().unwrap().len(), 40);
+    // An extension file's bytes have one name only: file 0's offsets stop at its end.
+    let base = heap.resolve(PAddr::new(0, 0).unwrap()).unwrap() as u64;
+    let far = *blocks.iter().find(|a| a.file() != 0).unwrap();
+    let alias = PAddr::new(0, heap.resolve(far).unwrap() as u64 - base).unwrap();
+    assert!(heap.read_u64(alias).is_err());
+    assert!(heap.resolve(alias).is_none());
+    assert!(heap.write_u64(alias, 1).is_err());
     for i in 0..40 {
         heap.deallocate(slot(&heap, i)).unwrap();
     }

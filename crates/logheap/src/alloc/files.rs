@@ -33,11 +33,12 @@ use super::layout::{FILE_STATE, FileEntry, FileKind, FileState, LINE, Superblock
 use crate::error::{Error, Result};
 use crate::media::Media;
 
-/// Bytes of an extension file's header page; its data (regions) follow. A [`PAddr`]
+/// Bytes of an extension file's header (64 KiB, so the data may be mapped on kernels
+/// with pages of up to 64 KiB); its data (regions) follow. A [`PAddr`]
 /// into an extension file counts from the file's start, so its data start here.
 ///
 /// [`PAddr`]: super::PAddr
-pub(crate) const FILE_DATA: u64 = 4096;
+pub(crate) const FILE_DATA: u64 = 64 << 10;
 const FILE_MAGIC: [u8; 8] = *b"LHEXTEN1";
 /// Bytes of the header covered by its CRC.
 const HEADER_COVERED: usize = 48;
@@ -168,8 +169,8 @@ impl DirStore {
         self.dir.join(format!("{id:08}.lhf"))
     }
 
-    fn header(&self, id: u64, bytes: u64) -> [u8; FILE_DATA as usize] {
-        let mut b = [0u8; FILE_DATA as usize];
+    fn header(&self, id: u64, bytes: u64) -> Vec<u8> {
+        let mut b = vec![0u8; FILE_DATA as usize];
         b[0..8].copy_from_slice(&FILE_MAGIC);
         b[8..24].copy_from_slice(self.pool.as_bytes());
         b[24..32].copy_from_slice(&id.to_le_bytes());
@@ -182,7 +183,11 @@ impl DirStore {
     fn create(&self, id: u64, bytes: u64, at: u64) -> io::Result<()> {
         if !self.dir.exists() {
             std::fs::create_dir(&self.dir)?;
-            sync_dir(self.dir.parent().unwrap_or(Path::new(".")));
+            let parent = match self.dir.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            sync_dir(parent);
         }
         let path = self.file_path(id);
         if path.exists() {
@@ -194,7 +199,7 @@ impl DirStore {
         // Made under a temporary name, then linked: the file never appears half made.
         let tmp = self
             .dir
-            .join(format!(".{id:08}.creating-{}", std::process::id()));
+            .join(format!(".{id:08}.lhf.creating-{}", std::process::id()));
         let made = (|| {
             let file = OpenOptions::new()
                 .read(true)
@@ -223,10 +228,16 @@ impl DirStore {
         let file = made?;
         // SAFETY: the range is a free slot of the span, which nothing touches until the
         // heap records the file as live.
-        unsafe {
+        let attached = unsafe {
             self.media
                 .attach(at as usize, &file, FILE_DATA, bytes as usize)
+        };
+        if attached.is_err() {
+            // Not left behind as an orphan: the heap clears the entry.
+            let _ = std::fs::remove_file(&path);
+            sync_dir(&self.dir);
         }
+        attached
     }
 
     fn open(&self, id: u64, bytes: u64, at: u64) -> Result<(), String> {
@@ -246,7 +257,7 @@ impl DirStore {
                 FILE_DATA + bytes
             ));
         }
-        let mut page = [0u8; FILE_DATA as usize];
+        let mut page = vec![0u8; FILE_DATA as usize];
         file.read_exact_at(&mut page, 0)
             .map_err(|e| format!("cannot read its header: {e}"))?;
         if page != self.header(id, bytes) {
@@ -287,9 +298,15 @@ impl DirStore {
         for entry in entries {
             let name = entry?.file_name();
             let name = name.to_string_lossy();
+            if name.starts_with('.') && name.contains(".lhf.creating-") {
+                // A creation a crash cut short (or the second link of one that was
+                // linked): never named by the table, so it goes.
+                let _ = std::fs::remove_file(self.dir.join(&*name));
+                continue;
+            }
             if let Some(id) = name
                 .strip_suffix(".lhf")
-                .filter(|n| n.len() == 8)
+                .filter(|n| n.len() == 8 && n.bytes().all(|c| c.is_ascii_digit()))
                 .and_then(|n| n.parse().ok())
             {
                 ids.push(id);
@@ -478,10 +495,12 @@ impl FileTable {
                     table.attached(sb, &e);
                     table.opened += 1;
                 }
-                _ if was_clean => {
+                // A removal that failed while the heap was open is finished at the next
+                // open, clean or not; a creation never outlives its call.
+                FileState::Creating if was_clean => {
                     return Err(corrupt(
                         k,
-                        format!("a cleanly closed heap has a file in state {state:?}"),
+                        "a cleanly closed heap has a file being created".into(),
                     ));
                 }
                 _ => table.unfinished.push(e),
@@ -549,6 +568,7 @@ impl FileTable {
         store: &FileStore,
         entries: &[Option<TableEntry>],
         region_file: &[AtomicU32],
+        path: &Path,
     ) -> Result<()> {
         for k in 0..sb.max_files {
             let Slot::File(FileKind::Huge, slots) = self.slots[k as usize] else {
@@ -556,7 +576,26 @@ impl FileTable {
             };
             let head = sb.slot_region(k);
             let bytes = self.file_bytes[k as usize].load(Ordering::Relaxed);
-            if bytes == 0 || entries[head as usize].is_some() {
+            if bytes == 0 {
+                continue;
+            }
+            // The file holds one huge block of its whole length, or nothing.
+            let count = bytes / sb.segment_size;
+            let holds_its_block = entries[head as usize]
+                .is_some_and(|e| e.kind == super::layout::SegmentKind::Huge && e.size == bytes);
+            let stray = (head..head + count)
+                .find(|&r| entries[r as usize].is_some() && (r != head || !holds_its_block));
+            if let Some(r) = stray {
+                return Err(Error::MetadataCorrupt {
+                    path: path.to_path_buf(),
+                    offset: sb.entry_offset(r),
+                    reason: format!(
+                        "region {r} lies in the file of a huge block (extension file {}) but is not that block",
+                        k + 1
+                    ),
+                });
+            }
+            if holds_its_block {
                 continue;
             }
             let (id, at) = slot_place(sb, k);

@@ -499,7 +499,11 @@ impl PersistentHeap {
             }
             file.mark_open();
         }
-        files.remove_empty_huge_files(&media, &sb, &store, &entries, &region_file)?;
+        if was_clean {
+            // A removal that failed while the heap was open (see `remove_file`).
+            files.finish_unfinished(&media, &sb, &store)?;
+        }
+        files.remove_empty_huge_files(&media, &sb, &store, &entries, &region_file, &path)?;
         let mut seqs = vec![0; sb.arenas as usize];
         for (a, s) in seqs.iter_mut().enumerate() {
             let mut b = [0u8; 64];
@@ -642,11 +646,7 @@ impl PersistentHeap {
     /// `None` outside them. Prefer [`direct`](Self::direct) unless the check shows.
     #[inline]
     pub fn resolve(&self, addr: PAddr) -> Option<*const u8> {
-        let at = if addr.file() == 0 {
-            Some(addr.offset()).filter(|&o| o < self.file.header().pool_size)
-        } else {
-            self.span_offset(addr)
-        };
+        let at = self.span_offset(addr);
         at.map(|o| (self.media.base_address() + o as usize) as *const u8)
     }
 
@@ -666,7 +666,10 @@ impl PersistentHeap {
     fn span_offset(&self, addr: PAddr) -> Option<u64> {
         let (file, offset) = (addr.file(), addr.offset());
         if file == 0 {
-            return Some(offset);
+            // File 0 ends where its regions end: the span after it is the extension
+            // files', reached only through their own ids.
+            let end = self.sb.region_offset(self.sb.local_regions);
+            return (offset < end).then_some(offset);
         }
         let k = u64::from(file) - 1;
         let bytes = self.file_bytes.get(k as usize)?.load(Ordering::Acquire);
@@ -926,7 +929,10 @@ impl PersistentHeap {
     /// With a metadata log, every arena is checkpointed first.
     pub fn blocks(&self) -> Result<Vec<Block>> {
         self.checkpoint_all();
+        // No file is removed while its segments are read.
+        let regions = self.regions.lock().expect("regions lock");
         let (_, scan) = self.reader().scan_all()?;
+        drop(regions);
         let mut out = Vec::with_capacity(scan.blocks as usize);
         for s in &scan.segments {
             match &s.content {
@@ -1200,12 +1206,21 @@ impl PersistentHeap {
             SizePolicy::Huge(count) => {
                 let mut regions = self.regions.lock().expect("regions lock");
                 let own_file = size >= HUGE_THRESHOLD || count > self.sb.file_regions;
-                let start = if self.sb.max_files > 0 && own_file && !volatile {
+                let in_file = if self.sb.max_files > 0 && own_file && !volatile {
                     // 002: a file of its own, removed when the block is freed (also for
-                    // a block no extension file could hold).
+                    // a block no extension file could hold); when no slots are left, a
+                    // run of free regions as in a heap of one file.
                     let slots = count.div_ceil(self.sb.file_regions);
-                    let k = self.add_file(&mut regions, FileKind::Huge, slots, count, size)?;
-                    self.sb.slot_region(k) as u32
+                    match self.add_file(&mut regions, FileKind::Huge, slots, count, size) {
+                        Ok(k) => Some(self.sb.slot_region(k) as u32),
+                        Err(Error::HeapFull { .. }) => None,
+                        Err(e) => return Err(e),
+                    }
+                } else {
+                    None
+                };
+                let start = if let Some(start) = in_file {
+                    start
                 } else {
                     let start = match first_run(&self.sb, &regions.free, count as u32) {
                         Some(start) => start,
@@ -1965,7 +1980,7 @@ impl Reader<'_> {
     /// a region (the block it lies in may itself be one this record frees or allocates).
     fn dst_ok(&self, dst: u64) -> bool {
         dst.is_multiple_of(8)
-            && ((self.root.start <= dst && dst + 8 <= self.root.end)
+            && ((self.root.start <= dst && dst.checked_add(8).is_some_and(|e| e <= self.root.end))
                 || self
                     .sb
                     .region_of(dst)

@@ -41,7 +41,8 @@ impl FileMapping {
     /// address `at` when given (an error of kind `AlreadyExists` when something is
     /// mapped in that range already), else where the kernel picks, inside `span` bytes
     /// of address space (at least `len`) reserved for the mapping: the bytes past `len`
-    /// are inaccessible until other files are [`attach`](FileMapping::attach)ed there (a
+    /// are private zero pages (never persisted) until other files are
+    /// [`attach`](FileMapping::attach)ed there (a
     /// pool of several files seen as one range, as PMDK maps the parts of a pool set).
     pub(crate) fn spanning(
         file: &File,
@@ -108,8 +109,7 @@ impl FileMapping {
             self.len = self.len.max(span);
             return Ok(());
         }
-        // SAFETY: `end` is the page-rounded end of this mapping, inside or just past it.
-        let tail = unsafe { self.ptr.as_ptr().add(end) } as usize;
+        let tail = self.ptr.as_ptr() as usize + end;
         match reserve(tail, span - end) {
             Ok(_) => {
                 self.len = span;
@@ -144,7 +144,7 @@ impl FileMapping {
         Ok(())
     }
 
-    /// Makes `[offset, offset + len)` of the span inaccessible again (reserved, backed by
+    /// Makes `[offset, offset + len)` of the span private zero pages again (reserved, backed by
     /// nothing), unmapping the file that was attached there.
     ///
     /// # Safety
@@ -152,12 +152,13 @@ impl FileMapping {
     pub(crate) unsafe fn detach(&self, offset: usize, len: usize) -> std::io::Result<()> {
         self.check_page_range(offset, len)?;
         // SAFETY: the range lies inside this mapping's span and the caller promises no
-        // one uses it; the new mapping is inaccessible and takes no memory.
+        // one uses it; the new mapping is private anonymous memory that takes none until
+        // touched.
         unsafe {
             rustix::mm::mmap_anonymous(
                 self.ptr.as_ptr().add(offset).cast(),
                 len,
-                ProtFlags::empty(),
+                ProtFlags::READ | ProtFlags::WRITE,
                 MapFlags::PRIVATE | MapFlags::FIXED | MapFlags::NORESERVE,
             )
         }?;
@@ -168,6 +169,7 @@ impl FileMapping {
         let page = rustix::param::page_size();
         if len == 0
             || !offset.is_multiple_of(page)
+            || !len.is_multiple_of(page)
             || offset.checked_add(len).is_none_or(|end| end > self.len)
         {
             return Err(std::io::Error::new(
@@ -279,33 +281,34 @@ unsafe fn map_shared(
     }
 }
 
-/// Reserves `span` bytes of address space wherever the kernel picks (inaccessible, no
+/// Reserves `span` bytes of address space wherever the kernel picks (private zero pages,
+/// readable so a stray read of a part no file backs never faults; no
 /// memory taken).
 fn reserve_anywhere(span: usize) -> std::io::Result<*mut std::ffi::c_void> {
-    // SAFETY: a fresh inaccessible mapping at an address the kernel picks; no existing
+    // SAFETY: a fresh private mapping at an address the kernel picks; no existing
     // memory is affected.
     let got = unsafe {
         rustix::mm::mmap_anonymous(
             std::ptr::null_mut(),
             span,
-            ProtFlags::empty(),
+            ProtFlags::READ | ProtFlags::WRITE,
             MapFlags::PRIVATE | MapFlags::NORESERVE,
         )
     }?;
     Ok(got)
 }
 
-/// Reserves `[at, at + len)` with an inaccessible anonymous mapping, or fails with
+/// Reserves `[at, at + len)` with a private anonymous mapping, or fails with
 /// [`address_taken`] when anything is mapped in that range.
 fn reserve(at: usize, len: usize) -> std::io::Result<*mut std::ffi::c_void> {
     let want = at as *mut std::ffi::c_void;
     // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; the new one is
-    // inaccessible and reserves no memory.
+    // private and takes no memory until touched.
     let got = unsafe {
         rustix::mm::mmap_anonymous(
             want,
             len,
-            ProtFlags::empty(),
+            ProtFlags::READ | ProtFlags::WRITE,
             MapFlags::PRIVATE | MapFlags::FIXED_NOREPLACE | MapFlags::NORESERVE,
         )
     }

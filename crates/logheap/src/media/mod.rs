@@ -238,9 +238,10 @@ impl Media {
     /// Like [`map_file_at`](Media::map_file_at), inside `span` bytes of address space
     /// (at least `len`): the media is `span` bytes long, and the bytes past `len` are
     /// reserved for other files, [`attach`](Media::attach)ed later (a pool of several
-    /// files seen as one range, so one fence covers them all). Touching a part where no
-    /// file is attached is a fault.
-    pub fn map_file_spanning(
+    /// files seen as one range, so one fence covers them all). A part where no file is
+    /// attached holds private zero pages: touching it never faults, and nothing stored
+    /// there persists.
+    pub(crate) fn map_file_spanning(
         file: &File,
         len: usize,
         span: usize,
@@ -272,7 +273,7 @@ impl Media {
     /// # Errors
     /// When the kernel refuses, the span after a fixed mapping is taken
     /// ([`MediaError::AddressTaken`]), or simulation media are shorter.
-    pub fn extend(
+    pub(crate) fn extend(
         &mut self,
         file: Option<&File>,
         file_len: usize,
@@ -314,7 +315,7 @@ impl Media {
     /// # Safety
     /// Nothing may use `[offset, offset + len)` while this runs: its contents become the
     /// file's.
-    pub unsafe fn attach(
+    pub(crate) unsafe fn attach(
         &self,
         offset: usize,
         file: &File,
@@ -330,15 +331,15 @@ impl Media {
     }
 
     /// Unmaps the file attached at `[offset, offset + len)` (see
-    /// [`attach`](Media::attach)); the range faults when touched until a file is attached
-    /// there again. On simulation media this does nothing.
+    /// [`attach`](Media::attach)); the range holds private zero pages until a file is
+    /// attached there again. On simulation media this does nothing.
     ///
     /// # Errors
     /// As [`attach`](Media::attach).
     ///
     /// # Safety
     /// Nothing may touch the range afterwards, until a file is attached there again.
-    pub unsafe fn detach(&self, offset: usize, len: usize) -> std::io::Result<()> {
+    pub(crate) unsafe fn detach(&self, offset: usize, len: usize) -> std::io::Result<()> {
         match &self.backing {
             // SAFETY: as the caller promises.
             Backing::File(m) => unsafe { m.detach(offset, len) },
