@@ -7,8 +7,11 @@ use bytemuck::Pod;
 
 use crate::alloc::TxHeap;
 use crate::config::Config;
+use crate::engine::inplace::redo::RedoEngine;
+use crate::engine::inplace::undo::UndoEngine;
+use crate::engine::inplace::{InPlace, Start};
 use crate::engine::log::{CleanerSettings, CleanerThreads, LogEngine};
-use crate::engine::{Compaction, Engine, LogEngineStats};
+use crate::engine::{Compaction, Engine, InPlaceEngineStats, LogEngineStats};
 use crate::error::{Error, Result};
 use crate::media::{Media, MediaCounters, SimConfig};
 use crate::pool::{EngineKind, Header, PoolFile};
@@ -37,7 +40,8 @@ pub struct Pool {
     /// Dropped first: stops the background cleaners before the engine goes.
     cleaners: CleanerThreads,
     engine: PoolEngine,
-    file: PoolFile,
+    /// The pool file of a log-engine pool (an in-place engine's heap holds its own).
+    file: Option<PoolFile>,
 }
 
 /// The engine of an open pool, under its TL2 driver: one variant per engine, matched
@@ -46,6 +50,10 @@ pub struct Pool {
 pub(crate) enum PoolEngine {
     /// The log-structured engine.
     Log(Stm<LogEngine>),
+    /// The redo-logging engine (in place).
+    Redo(Stm<RedoEngine>),
+    /// The undo-logging engine (in place).
+    Undo(Stm<UndoEngine>),
 }
 
 /// Counters and figures of a pool, from [`Pool::stats`].
@@ -63,19 +71,26 @@ pub struct Stats {
     pub allocations: u64,
     /// Bytes in live allocations (as requested).
     pub allocated_bytes: u64,
-    /// DRAM the engine holds to find the data (the log engine: its address mapping).
+    /// DRAM the engine holds to find the data (the log engine: its address mapping;
+    /// the in-place engines: their allocator's DRAM state).
     pub dram_bytes: u64,
     /// Bytes of the pool's data area in use (the log engine: chunks in a log or
-    /// holding its allocation checkpoint).
+    /// holding its allocation checkpoint; the in-place engines: the allocator's
+    /// segments in use).
     pub pm_bytes_used: u64,
     /// The log engine's own figures (`None` for other engines).
     pub log: Option<LogEngineStats>,
+    /// The redo or undo engine's own figures (`None` for other engines).
+    pub in_place: Option<InPlaceEngineStats>,
 }
 
 impl Pool {
     /// Creates a pool file at `path` (which must not exist).
     pub fn create(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
         check_engine(config.engine)?;
+        if config.engine != EngineKind::Log {
+            return Pool::start_in_place(config.engine, Start::Create(path.as_ref()), config);
+        }
         let file = PoolFile::create_with(path, &config.pool_options(), |media, header| {
             LogEngine::format(media, header)
         })?;
@@ -110,6 +125,9 @@ impl Pool {
     /// Creates a pool in memory on the crash-simulation media (see [`crate::media::sim`]).
     pub fn create_sim(config: &Config, sim: SimConfig) -> Result<Pool> {
         check_engine(config.engine)?;
+        if config.engine != EngineKind::Log {
+            return Pool::start_in_place(config.engine, Start::CreateSim(sim), config);
+        }
         let file = PoolFile::create_sim(&config.pool_options(), sim)?;
         LogEngine::format(file.media(), file.header());
         Pool::start(file, config)
@@ -139,6 +157,10 @@ impl Pool {
             });
         }
         check_engine(file.header().engine)?;
+        let kind = file.header().engine;
+        if kind != EngineKind::Log {
+            return Pool::start_in_place(kind, Start::Open(file), config);
+        }
         let engine = LogEngine::open(
             &file,
             config.mapping,
@@ -155,14 +177,52 @@ impl Pool {
         Ok(Pool {
             cleaners,
             engine: PoolEngine::Log(Stm::new(engine)),
-            file,
+            file: Some(file),
         })
+    }
+
+    /// Creates or opens a pool of an in-place engine (`redo`, `undo`).
+    fn start_in_place(kind: EngineKind, how: Start<'_>, config: &Config) -> Result<Pool> {
+        let engine = match kind {
+            EngineKind::Redo => {
+                PoolEngine::Redo(Stm::new(Arc::new(RedoEngine::start(how, config)?)))
+            }
+            EngineKind::Undo => {
+                PoolEngine::Undo(Stm::new(Arc::new(UndoEngine::start(how, config)?)))
+            }
+            other => return Err(Error::EngineUnavailable(other)),
+        };
+        Ok(Pool {
+            cleaners: CleanerThreads::none(),
+            engine,
+            file: None,
+        })
+    }
+
+    /// The in-place engine's common part, if the pool has one.
+    fn in_place(&self) -> Option<&InPlace> {
+        match &self.engine {
+            PoolEngine::Log(_) => None,
+            PoolEngine::Redo(stm) => Some(&stm.engine().core),
+            PoolEngine::Undo(stm) => Some(&stm.engine().core),
+        }
+    }
+
+    /// The pool file.
+    fn file(&self) -> &PoolFile {
+        match (&self.file, self.in_place()) {
+            (Some(file), _) => file,
+            (None, Some(core)) => core.heap.heap.pool_file(),
+            (None, None) => unreachable!("a log-engine pool keeps its file"),
+        }
     }
 
     /// The root object: a fixed `T` at a fixed place, all zeros until first written.
     pub fn root<T: Pod>(&self) -> Result<PPtr<T>> {
         let root = match &self.engine {
             PoolEngine::Log(stm) => stm.engine().root(),
+            PoolEngine::Redo(stm) => stm.engine().core.root.clone(),
+            PoolEngine::Undo(stm) => stm.engine().core.root.clone(),
         };
         let needed = std::mem::size_of::<T>() as u64;
         if needed > root.end - root.start {
@@ -224,23 +284,49 @@ impl Pool {
     /// Counters and figures.
     pub fn stats(&self) -> Stats {
         let media = self.media().counters();
+        let engine = self.file().header().engine;
+        let fences_per_write_tx = if media.write_transactions == 0 {
+            0.0
+        } else {
+            media.fences as f64 / media.write_transactions as f64
+        };
+        let write_amplification = media.write_amplification();
+        if let Some(core) = self.in_place() {
+            let heap = core.heap.heap.stats();
+            let (allocations, allocated_bytes) = core.heap.live();
+            let in_place = match &self.engine {
+                PoolEngine::Redo(stm) => stm.engine().stats(),
+                PoolEngine::Undo(stm) => stm.engine().stats(),
+                PoolEngine::Log(_) => unreachable!("an in-place engine"),
+            };
+            return Stats {
+                engine,
+                media,
+                fences_per_write_tx,
+                write_amplification,
+                allocations,
+                allocated_bytes,
+                dram_bytes: heap.dram_bytes,
+                pm_bytes_used: heap.pm_bytes_used,
+                log: None,
+                in_place: Some(in_place),
+            };
+        }
         let log = match &self.engine {
             PoolEngine::Log(stm) => stm.engine().stats(),
+            _ => unreachable!("the log engine"),
         };
         Stats {
-            engine: self.file.header().engine,
-            fences_per_write_tx: if media.write_transactions == 0 {
-                0.0
-            } else {
-                media.fences as f64 / media.write_transactions as f64
-            },
-            write_amplification: media.write_amplification(),
+            engine,
+            fences_per_write_tx,
+            write_amplification,
             media,
             allocations: log.allocations,
             allocated_bytes: log.allocated_bytes,
             dram_bytes: log.mapping_dram_bytes,
-            pm_bytes_used: (log.chunks_total - log.chunks_free) * self.file.header().chunk_size,
+            pm_bytes_used: (log.chunks_total - log.chunks_free) * self.file().header().chunk_size,
             log: Some(log),
+            in_place: None,
         }
     }
 
@@ -256,37 +342,46 @@ impl Pool {
     /// holding a version not yet committed through, is left as it is
     /// ([`Compaction::chunks_skipped`](crate::Compaction::chunks_skipped)). Crash-safe as
     /// the cleaner is: a crash during compaction loses nothing committed.
+    ///
+    /// The in-place engines keep no log of data to compact: for them this does nothing
+    /// and returns an empty [`Compaction`].
     pub fn compact(&self) -> Compaction {
         match &self.engine {
             PoolEngine::Log(stm) => stm.engine().compact(),
+            PoolEngine::Redo(_) | PoolEngine::Undo(_) => Compaction::default(),
         }
     }
 
-    /// Every live allocation `(home offset, size)`, sorted (for checking tools).
+    /// Every live allocation `(home offset, size)`, sorted (for checking tools). The
+    /// log engine reports the sizes allocated; the in-place engines (`redo`, `undo`),
+    /// whose allocator keeps size classes, report each block's usable size (at least
+    /// the size allocated).
     pub fn allocations(&self) -> Vec<(u64, u64)> {
         match &self.engine {
             PoolEngine::Log(stm) => stm.engine().heap().allocations(),
+            PoolEngine::Redo(stm) => stm.engine().heap().allocations(),
+            PoolEngine::Undo(stm) => stm.engine().heap().allocations(),
         }
     }
 
     /// The pool's media (for counters and the crash simulator).
     pub fn media(&self) -> &Arc<Media> {
-        self.file.media()
+        self.file().media()
     }
 
     /// The pool header.
     pub fn header(&self) -> &Header {
-        self.file.header()
+        self.file().header()
     }
 
     /// The pool file's path.
     pub fn path(&self) -> &Path {
-        self.file.path()
+        self.file().path()
     }
 
     /// Whether the pool was closed cleanly before this open.
     pub fn was_clean(&self) -> bool {
-        self.file.was_clean()
+        self.file().was_clean()
     }
 
     /// Closes the pool cleanly. (Dropping it without closing is like a crash: the next
@@ -299,15 +394,33 @@ impl Pool {
         } = self;
         drop(cleaners);
         match engine {
-            PoolEngine::Log(stm) => stm.engine().close(),
+            PoolEngine::Log(stm) => {
+                stm.engine().close();
+                file.expect("a log-engine pool keeps its file").close()
+            }
+            PoolEngine::Redo(stm) => {
+                let engine = stm.into_engine();
+                engine.close();
+                Arc::into_inner(engine)
+                    .expect("no transaction outlives its pool")
+                    .core
+                    .heap
+                    .heap
+                    .close()
+            }
+            PoolEngine::Undo(stm) => Arc::into_inner(stm.into_engine())
+                .expect("no transaction outlives its pool")
+                .core
+                .heap
+                .heap
+                .close(),
         }
-        file.close()
     }
 }
 
 fn check_engine(kind: EngineKind) -> Result<()> {
     match kind {
-        EngineKind::Log => Ok(()),
+        EngineKind::Log | EngineKind::Redo | EngineKind::Undo => Ok(()),
         EngineKind::Alloc => Err(Error::InvalidConfig(
             "engine alloc is a bare persistent heap: create it with alloc::PersistentHeap".into(),
         )),

@@ -2,6 +2,8 @@
 
 use bytemuck::Pod;
 
+use crate::engine::inplace::redo::{RedoEngine, RedoScratch};
+use crate::engine::inplace::undo::{UndoEngine, UndoScratch};
 use crate::engine::log::{LogEngine, LogScratch};
 use crate::error::{Error, Result};
 use crate::heap::PoolEngine;
@@ -23,6 +25,8 @@ pub struct Tx<'p> {
 /// [`PoolEngine`]).
 enum TxInner<'p> {
     Log(&'p Stm<LogEngine>, TxState<LogScratch>),
+    Redo(&'p Stm<RedoEngine>, TxState<RedoScratch>),
+    Undo(&'p Stm<UndoEngine>, TxState<UndoScratch>),
 }
 
 /// Runs `$body` with `$stm` (the engine's driver) and `$state` (the transaction's
@@ -31,6 +35,8 @@ macro_rules! on_engine {
     ($tx:expr, |$stm:ident, $state:ident| $body:expr) => {
         match &mut $tx.inner {
             TxInner::Log($stm, $state) => $body,
+            TxInner::Redo($stm, $state) => $body,
+            TxInner::Undo($stm, $state) => $body,
         }
     };
 }
@@ -39,6 +45,8 @@ impl Drop for Tx<'_> {
     fn drop(&mut self) {
         match &mut self.inner {
             TxInner::Log(_, state) => Stm::<LogEngine>::finish(std::mem::take(state)),
+            TxInner::Redo(_, state) => Stm::<RedoEngine>::finish(std::mem::take(state)),
+            TxInner::Undo(_, state) => Stm::<UndoEngine>::finish(std::mem::take(state)),
         }
     }
 }
@@ -48,6 +56,8 @@ impl<'p> Tx<'p> {
     pub(crate) fn begin(engine: &'p PoolEngine, read_only: bool) -> Tx<'p> {
         let inner = match engine {
             PoolEngine::Log(stm) => TxInner::Log(stm, stm.begin(read_only)),
+            PoolEngine::Redo(stm) => TxInner::Redo(stm, stm.begin(read_only)),
+            PoolEngine::Undo(stm) => TxInner::Undo(stm, stm.begin(read_only)),
         };
         Tx { inner }
     }
@@ -76,6 +86,8 @@ impl<'p> Tx<'p> {
     pub fn is_read_only(&self) -> bool {
         match &self.inner {
             TxInner::Log(_, state) => state.read_only(),
+            TxInner::Redo(_, state) => state.read_only(),
+            TxInner::Undo(_, state) => state.read_only(),
         }
     }
 

@@ -26,6 +26,7 @@ mod small;
 pub use addr::{MAX_FILE_ID, MAX_OFFSET, OFFSET_BITS, PAddr};
 pub use defragment::Defragmentation;
 pub use layout::{DEFAULT_LOG_RECORDS, MetadataPolicy};
+pub(crate) use persistent_heap::Replay;
 pub use persistent_heap::{Block, HeapOptions, HeapRecovery, HeapStats, PersistentHeap};
 
 use crate::error::Result;

@@ -52,9 +52,12 @@ use super::layout::{
 use super::metadata_log::{self, DirtyLines, RingState};
 use super::small::{self, ChunkState, SmallBlock, SmallChunks};
 use crate::error::{Error, Result};
+
+mod tx;
 use crate::media::{Media, MediaConfig, MediaCounters, SimConfig};
 use crate::pool::header::SUPERBLOCK;
 use crate::pool::{EngineKind, MapAddress, PoolFile, PoolOptions};
+pub(crate) use tx::{EngineReplay, Replay};
 
 /// How to create a [`PersistentHeap`].
 #[derive(Debug, Clone, Copy)]
@@ -326,6 +329,9 @@ pub struct PersistentHeap {
     /// Where extension files are created and removed.
     store: FileStore,
     recovery: HeapRecovery,
+    /// The heap is the allocator of a transaction engine (`redo`, `undo`): empty
+    /// segments are kept (see [`PersistentHeap::tx_reserve`]).
+    engine_owned: bool,
 }
 
 /// The arena of this thread: threads are spread round-robin over the arenas as they
@@ -393,14 +399,64 @@ impl PersistentHeap {
         PersistentHeap::start(file)
     }
 
-    fn start(mut file: PoolFile) -> Result<PersistentHeap> {
+    fn start(file: PoolFile) -> Result<PersistentHeap> {
+        PersistentHeap::start_with(file, EngineKind::Alloc, None)
+    }
+
+    /// Creates the heap of a transaction engine's pool (engine `engine`, one file).
+    pub(crate) fn create_for_engine(
+        path: &Path,
+        options: &HeapOptions,
+        engine: EngineKind,
+        replay: EngineReplay<'_>,
+    ) -> Result<PersistentHeap> {
+        let sb = plan(options)?;
+        let mut pool = options.pool_options();
+        pool.engine = engine;
+        let file =
+            PoolFile::create_spanning(path, &pool, sb.span(), |media, _| format(media, &sb))?;
+        PersistentHeap::start_with(file, engine, Some(replay))
+    }
+
+    /// Creates the heap of a transaction engine's pool on the crash-simulation media.
+    pub(crate) fn create_sim_for_engine(
+        options: &HeapOptions,
+        engine: EngineKind,
+        sim: SimConfig,
+        replay: EngineReplay<'_>,
+    ) -> Result<PersistentHeap> {
+        let sb = plan(options)?;
+        let mut pool = options.pool_options();
+        pool.engine = engine;
+        let file = PoolFile::create_sim_spanning(&pool, sim_len(&sb), sim)?;
+        format(file.media(), &sb);
+        PersistentHeap::start_with(file, engine, Some(replay))
+    }
+
+    /// Starts the heap of a transaction engine's pool on an opened pool file. `replay`
+    /// runs after the heap's own logs are redone and before its DRAM state is built
+    /// from its metadata, so the allocations and frees the engine's log redoes or
+    /// undoes are in that state.
+    pub(crate) fn open_for_engine(
+        file: PoolFile,
+        replay: EngineReplay<'_>,
+    ) -> Result<PersistentHeap> {
+        let engine = file.header().engine;
+        PersistentHeap::start_with(file, engine, Some(replay))
+    }
+
+    fn start_with(
+        mut file: PoolFile,
+        engine: EngineKind,
+        replay: Option<EngineReplay<'_>>,
+    ) -> Result<PersistentHeap> {
         let started = Instant::now();
         let path = file.path().to_path_buf();
-        if file.header().engine != EngineKind::Alloc {
+        if file.header().engine != engine {
             return Err(Error::WrongEngine {
                 path,
                 found: file.header().engine,
-                expected: EngineKind::Alloc,
+                expected: engine,
             });
         }
         let layout = file.layout().clone();
@@ -475,6 +531,13 @@ impl PersistentHeap {
         }
         let (ring_bases, replayed, ring_redone) = reader.replay_rings(was_clean)?;
         redone += ring_redone;
+        if let Some(replay) = replay {
+            replay(&mut Replay {
+                entries: reader.entries()?,
+                reader: &reader,
+                superseded: 0,
+            })?;
+        }
         let (entries, scan) = reader.scan_all()?;
         if was_clean {
             let word = media.read_u64((SUPERBLOCK.start + DIGEST_WORD) as usize);
@@ -598,6 +661,7 @@ impl PersistentHeap {
             store,
             recovery,
             file,
+            engine_owned: engine != EngineKind::Alloc,
         })
     }
 
@@ -1512,7 +1576,7 @@ impl PersistentHeap {
                         .is_empty(region, first, (seg / GRANULE) as u32 - first)
             }
         };
-        if !empty {
+        if !empty || (self.engine_owned && used & USE_VOLATILE == 0) {
             return;
         }
         if used & USE_VOLATILE == 0 {
@@ -2076,7 +2140,7 @@ impl Reader<'_> {
 
     /// Redoes a pending record: its metadata step and its pointer store, durably.
     fn redo(&self, r: &MicroLogSlot, step: Step) {
-        apply_step(self.media, self.sb, step, r.op, r.size);
+        let _ = apply_step(self.media, self.sb, step, r.op, r.size);
         let dst = r.dst as usize;
         self.media.write_u64(dst, r.dst_value(self.sb));
         self.media.flush(dst, 8);
@@ -2407,7 +2471,7 @@ fn store_step(media: &Media, sb: &Superblock, step: Step, op: MicroOp) -> u64 {
 
 /// Applies the metadata step of `op` on the block at `step` of `size` requested bytes
 /// (flushed, not fenced). Idempotent, so recovery may redo it.
-fn apply_step(media: &Media, sb: &Superblock, step: Step, op: MicroOp, size: u64) {
+fn apply_step(media: &Media, sb: &Superblock, step: Step, op: MicroOp, size: u64) -> u64 {
     match (step, op) {
         (Step::Huge { region, count }, MicroOp::Allocate) => {
             let e = TableEntry {
@@ -2422,16 +2486,19 @@ fn apply_step(media: &Media, sb: &Superblock, step: Step, op: MicroOp, size: u64
             media.write(at, &e.encode_body(sb.region_offset(region)));
             media.write_u64(at + ENTRY_STATE as usize, LIVE);
             media.flush(at, LINE as usize);
+            at as u64
         }
         (Step::Huge { region, .. }, MicroOp::Free) => {
             let at = sb.entry_offset(region) as usize + ENTRY_STATE as usize;
             media.write_u64(at, 0);
             media.flush(at, 8);
+            at as u64
         }
         _ => {
             // A bit in a chunk header, or a page-table word: one line either way.
             let at = store_step(media, sb, step, op);
             media.flush(at as usize, 8);
+            at
         }
     }
 }

@@ -6,12 +6,14 @@
 //! recovered. The driver owns snapshots, read validation, locking and versions, and
 //! hands the engine one [`CommitSet`] per commit, under the commit's locks.
 
+pub(crate) mod inplace;
 pub(crate) mod log;
 
 use std::cell::Cell;
 use std::sync::Arc;
 use std::thread::LocalKey;
 
+pub use inplace::redo::InPlaceEngineStats;
 pub use log::{
     Compaction, Damage, DroppedTransaction, LogEngineStats, LogSummary, MappingConfig,
     PartitionIndex, RecoveryReport, SnapshotUse,

@@ -89,6 +89,11 @@ impl<E: Engine> Stm<E> {
         &self.engine
     }
 
+    /// The engine, the driver gone.
+    pub(crate) fn into_engine(self) -> Arc<E> {
+        self.engine
+    }
+
     /// Starts a transaction (its first attempt), on the buffers the thread's last
     /// transaction left if there are any.
     pub(crate) fn begin(&self, read_only: bool) -> TxState<E::Scratch> {

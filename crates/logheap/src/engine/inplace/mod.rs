@@ -1,0 +1,523 @@
+//! The engines that keep data in place, at its home, and log beside it: `redo`
+//! (Mnemosyne-style) and `undo` (Mnemosyne-Undo of "Log-structured Non-volatile Main
+//! Memory", §5.3, with 004's hybrid logging). Both run under the same TL2 driver as the
+//! log engine, and allocate from the persistent heap (002) through its reserve / mark
+//! / publish path (`alloc::persistent_heap::tx`).
+//!
+//! A pool of these engines is a [`PersistentHeap`] pool whose header names the engine.
+//! Home offsets are offsets in the pool's mapping: reads copy from home, commits store
+//! at home. The first [`ENGINE_AREA`] bytes of the heap's root area are the engine's:
+//!
+//! ```text
+//!   0   magic      u64   ENGINE_MAGIC
+//!   8   retired    u64   redo: every record of version <= retired is retired
+//!   64  logs       u64 x MAX_LOGS   per-thread log areas (PAddr, 0: none)
+//! ```
+//!
+//! and the user's root object follows. Each thread that commits leases one log area
+//! (a heap block allocated with `allocate_into` on the slot, so it is never leaked):
+//! its first 64 bytes hold its capacity, then records (`record`). A log area grows (a
+//! new block, the old one freed) when a transaction's record does not fit.
+//!
+//! What the software versions keep and leave out is in `redo` and `undo`.
+
+pub(crate) mod record;
+pub(crate) mod redo;
+pub(crate) mod undo;
+
+use std::ops::Range;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::alloc::{HeapOptions, MetadataPolicy, PAddr, PersistentHeap, Replay, TxHeap};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::media::{Media, SimConfig};
+use crate::pool::{EngineKind, MapAddress, PoolFile};
+use crate::stm::Shared;
+
+/// Bytes of the engine's part of the heap's root area.
+pub(crate) const ENGINE_AREA: u64 = 2048;
+/// Per-thread logs a pool can hold: threads committing at once beyond this wait.
+pub(crate) const MAX_LOGS: usize = 240;
+const ENGINE_MAGIC: u64 = 0x3145_4341_4c50_4e49; // "INPLACE1"
+const RETIRED_WORD: u64 = 8;
+const LOGS_AT: u64 = 64;
+/// Bytes at the start of a log area before its records: its capacity, twice (the
+/// second inverted), so a torn or foreign header is known.
+pub(crate) const LOG_HEADER: u64 = 64;
+
+/// Lock a mutex, ignoring poisoning (the state it guards stays consistent: every
+/// critical section here either completes or panics before changing it).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The heap of an in-place engine, as the TL2 driver sees it.
+#[derive(Debug)]
+pub(crate) struct EngineHeap {
+    pub heap: PersistentHeap,
+    /// Log areas (offsets), which are heap blocks but no allocation of the user's.
+    logs: Arc<LogTable>,
+    /// Frees of huge blocks are given back by the engine, later (the redo engine:
+    /// once no log record names them).
+    defer_huge_frees: bool,
+}
+
+impl TxHeap for EngineHeap {
+    fn reserve(&self, size: u64) -> Result<u64> {
+        self.heap.tx_reserve(size)
+    }
+
+    fn size_of(&self, home: u64) -> Option<u64> {
+        if self.logs.is_area(home) {
+            return None;
+        }
+        self.heap.tx_size_of(home)
+    }
+
+    fn cancel(&self, reserved: &[(u64, u64)]) {
+        for &(home, _) in reserved {
+            self.heap.tx_release(home);
+        }
+    }
+
+    fn publish(&self, _allocs: &[(u64, u64)], frees: &[(u64, u64)]) {
+        for &(home, _) in frees {
+            if !(self.defer_huge_frees && self.heap.tx_is_huge(home)) {
+                self.heap.tx_release(home);
+            }
+        }
+    }
+
+    fn allocations(&self) -> Vec<(u64, u64)> {
+        let mut blocks = self.heap.tx_blocks().unwrap_or_default();
+        blocks.retain(|&(home, _)| !self.logs.is_area(home));
+        blocks
+    }
+
+    fn live(&self) -> (u64, u64) {
+        let s = self.heap.stats();
+        let (n, bytes) = self.logs.areas();
+        (
+            s.allocations.saturating_sub(n),
+            s.allocated_bytes.saturating_sub(bytes),
+        )
+    }
+}
+
+/// Where one thread's log is, and how far it is written.
+#[derive(Debug, Default)]
+pub(crate) struct LogPosition {
+    /// Offset of the log area (0: no area yet).
+    pub area: u64,
+    /// Bytes of the area for records.
+    pub capacity: u64,
+    /// Bytes of records written since the log was last reset.
+    pub tail: u64,
+    /// The newest version in the log since it was last reset (0: none).
+    pub newest: u64,
+}
+
+/// What a redo log's last transaction stored in place and flushed, not yet fenced
+/// (its thread's next fence makes it durable; a truncation flushes it again).
+#[derive(Debug, Default)]
+pub(crate) struct Unfenced {
+    /// The transaction's version (0: nothing unfenced).
+    pub version: u64,
+    /// The ranges it flushed.
+    pub ranges: Vec<(u64, u64)>,
+}
+
+/// One log slot of the pool.
+#[derive(Debug, Default)]
+pub(crate) struct ThreadLog {
+    /// Used by the thread that leases the slot (so never contended).
+    pub position: Mutex<LogPosition>,
+    /// Shared with truncations.
+    pub unfenced: Mutex<Unfenced>,
+}
+
+/// The pool's log slots, and which are leased.
+#[derive(Debug)]
+pub(crate) struct LogTable {
+    pub logs: Box<[ThreadLog]>,
+    free: Mutex<Vec<usize>>,
+    /// Log areas in use: offset → bytes (for telling them from user allocations).
+    areas: Mutex<Vec<(u64, u64)>>,
+}
+
+impl LogTable {
+    fn new(positions: Vec<LogPosition>) -> LogTable {
+        let areas = positions
+            .iter()
+            .filter(|p| p.area != 0)
+            .map(|p| (p.area, p.capacity + LOG_HEADER))
+            .collect();
+        LogTable {
+            logs: positions
+                .into_iter()
+                .map(|p| ThreadLog {
+                    position: Mutex::new(p),
+                    unfenced: Mutex::default(),
+                })
+                .collect(),
+            free: Mutex::new((0..MAX_LOGS).rev().collect()),
+            areas: Mutex::new(areas),
+        }
+    }
+
+    fn is_area(&self, home: u64) -> bool {
+        lock(&self.areas).iter().any(|&(a, _)| a == home)
+    }
+
+    fn areas(&self) -> (u64, u64) {
+        let a = lock(&self.areas);
+        (a.len() as u64, a.iter().map(|&(_, b)| b).sum())
+    }
+
+    fn set_area(&self, old: u64, new: Option<(u64, u64)>) {
+        let mut a = lock(&self.areas);
+        a.retain(|&(o, _)| o != old);
+        a.extend(new);
+    }
+}
+
+/// A thread's lease of a log slot, given back when the thread's transaction state is
+/// dropped (the thread ended) or moves to another pool.
+#[derive(Debug)]
+pub(crate) struct LogLease {
+    table: Arc<LogTable>,
+    /// The slot.
+    pub index: usize,
+}
+
+impl LogLease {
+    /// The leased log.
+    pub(crate) fn log(&self) -> &ThreadLog {
+        &self.table.logs[self.index]
+    }
+
+    fn of(&self, table: &Arc<LogTable>) -> bool {
+        Arc::ptr_eq(&self.table, table)
+    }
+}
+
+impl Drop for LogLease {
+    fn drop(&mut self) {
+        lock(&self.table.free).push(self.index);
+    }
+}
+
+/// What both in-place engines are made of.
+#[derive(Debug)]
+pub(crate) struct InPlace {
+    pub heap: EngineHeap,
+    pub media: Arc<Media>,
+    pub shared: Arc<Shared>,
+    /// The user's root object.
+    pub root: Range<u64>,
+    /// The heap's whole root area (the engine's part first).
+    heap_root: Range<u64>,
+    /// Capacity of a new log area.
+    log_capacity: u64,
+}
+
+/// What an engine's recovery found, handed back from inside the heap's open.
+#[derive(Debug, Default)]
+pub(crate) struct Recovered {
+    /// Each slot's log.
+    pub positions: Vec<LogPosition>,
+    /// The newest version the logs hold (redo), to start the clock above.
+    pub last_version: u64,
+    /// Records redone or undone.
+    pub records: u64,
+    /// Marks skipped (see `Replay::mark`).
+    pub superseded: u64,
+}
+
+/// The engine area of a pool's root, read during recovery.
+pub(crate) struct EngineArea<'a, 'r> {
+    pub replay: &'a mut Replay<'r>,
+    base: u64,
+    path: &'a Path,
+}
+
+impl EngineArea<'_, '_> {
+    /// The media.
+    pub(crate) fn media(&self) -> &Media {
+        self.replay.media()
+    }
+
+    /// The redo engine's retired version.
+    pub(crate) fn retired(&self) -> u64 {
+        self.media().read_u64((self.base + RETIRED_WORD) as usize)
+    }
+
+    /// Stores the retired version durably.
+    pub(crate) fn set_retired(&self, version: u64) {
+        store_retired(self.media(), self.base, version);
+    }
+
+    /// An error naming a damaged place of the pool.
+    pub(crate) fn corrupt(&self, offset: u64, reason: String) -> Error {
+        Error::MetadataCorrupt {
+            path: self.path.to_path_buf(),
+            offset,
+            reason,
+        }
+    }
+
+    /// Every slot's log area, checked (an area whose header is torn, of a slot
+    /// whose allocation a crash cut short, has no records).
+    pub(crate) fn positions(&self) -> Result<Vec<LogPosition>> {
+        let media = self.media();
+        let mut out = Vec::with_capacity(MAX_LOGS);
+        for k in 0..MAX_LOGS {
+            let slot = self.base + LOGS_AT + 8 * k as u64;
+            let raw = media.read_u64(slot as usize);
+            if raw == 0 {
+                out.push(LogPosition::default());
+                continue;
+            }
+            let addr = PAddr::from_raw(raw);
+            let area = addr.offset();
+            if addr.file() != 0 || !self.replay.in_heap(area, LOG_HEADER) {
+                return Err(self.corrupt(slot, format!("log slot {k} holds {raw:#x}")));
+            }
+            let capacity = media.read_u64(area as usize);
+            let check = media.read_u64(area as usize + 8);
+            let capacity = if check == !capacity
+                && capacity > 0
+                && self.replay.in_heap(area, LOG_HEADER + capacity)
+            {
+                capacity
+            } else {
+                0
+            };
+            out.push(LogPosition {
+                area,
+                capacity,
+                tail: 0,
+                newest: 0,
+            });
+        }
+        Ok(out)
+    }
+}
+
+fn store_retired(media: &Media, base: u64, version: u64) {
+    let at = (base + RETIRED_WORD) as usize;
+    media.write_u64(at, version);
+    media.persist(at, 8);
+}
+
+/// How an in-place engine's pool is created or opened.
+pub(crate) enum Start<'a> {
+    /// A new pool file.
+    Create(&'a Path),
+    /// A new pool on the crash-simulation media.
+    CreateSim(SimConfig),
+    /// An opened pool file.
+    Open(PoolFile),
+}
+
+/// The heap options of an in-place engine's pool of `config`.
+fn heap_options(config: &Config) -> HeapOptions {
+    // Segments of about a sixteenth of the pool: room for the arenas' small and big
+    // segments and the logs in small pools, 4 MiB (002's choice) in large ones.
+    let segment = (config.size / 16)
+        .checked_next_power_of_two()
+        .map_or(4 << 20, |p| p / 2)
+        .clamp(64 << 10, 4 << 20);
+    HeapOptions {
+        size: config.size,
+        segment_size: segment,
+        root_size: ENGINE_AREA + config.root_size.next_multiple_of(64),
+        media: config.media,
+        metadata: MetadataPolicy::InPlace,
+        reserve_space: config.reserve_space,
+        map_address: MapAddress::Anywhere,
+        ..HeapOptions::default()
+    }
+}
+
+impl InPlace {
+    /// Creates or opens the pool of engine `kind`, running `recover` inside the heap's
+    /// open (after its own logs, before its DRAM state is built).
+    pub(crate) fn start(
+        kind: EngineKind,
+        how: Start<'_>,
+        config: &Config,
+        recover: &mut dyn FnMut(&mut EngineArea<'_, '_>) -> Result<Recovered>,
+        defer_huge_frees: bool,
+    ) -> Result<(InPlace, Recovered)> {
+        let options = heap_options(config);
+        let creating = !matches!(how, Start::Open(_));
+        let mut recovered = None;
+        let mut path_buf = std::path::PathBuf::new();
+        if let Start::Open(file) = &how {
+            path_buf = file.path().to_path_buf();
+        }
+        let mut hook = |replay: &mut Replay<'_>| -> Result<()> {
+            let base = replay.root().start;
+            let media = replay.media();
+            if creating {
+                media.write_u64(base as usize, ENGINE_MAGIC);
+                media.persist(base as usize, 8);
+            }
+            let magic = media.read_u64(base as usize);
+            if magic != ENGINE_MAGIC {
+                return Err(Error::MetadataCorrupt {
+                    path: path_buf.clone(),
+                    offset: base,
+                    reason: format!("the engine area's magic is {magic:#x}"),
+                });
+            }
+            let mut area = EngineArea {
+                replay,
+                base,
+                path: &path_buf,
+            };
+            recovered = Some(recover(&mut area)?);
+            Ok(())
+        };
+        let heap = match how {
+            Start::Create(path) => {
+                PersistentHeap::create_for_engine(path, &options, kind, &mut hook)?
+            }
+            Start::CreateSim(sim) => {
+                PersistentHeap::create_sim_for_engine(&options, kind, sim, &mut hook)?
+            }
+            Start::Open(file) => PersistentHeap::open_for_engine(file, &mut hook)?,
+        };
+        let mut recovered = recovered.unwrap_or_default();
+        let heap_root = heap.root().offset()..heap.root().offset() + heap.root_size();
+        let root = heap_root.start + ENGINE_AREA..heap_root.end;
+        let positions = std::mem::take(&mut recovered.positions);
+        let logs = Arc::new(LogTable::new(positions));
+        let media = heap.media().clone();
+        let size = heap.pool_file().header().pool_size;
+        let log_capacity = (size / 64)
+            .checked_next_power_of_two()
+            .unwrap_or(1 << 20)
+            .clamp(16 << 10, 1 << 20)
+            - LOG_HEADER;
+        let shared = Arc::new(Shared::new(size, recovered.last_version));
+        Ok((
+            InPlace {
+                heap: EngineHeap {
+                    heap,
+                    logs,
+                    defer_huge_frees,
+                },
+                media,
+                shared,
+                root,
+                heap_root,
+                log_capacity,
+            },
+            recovered,
+        ))
+    }
+
+    /// The log table.
+    pub(crate) fn logs(&self) -> &Arc<LogTable> {
+        &self.heap.logs
+    }
+
+    /// Makes sure `lease` is a lease of this pool's logs, taking a free slot (waiting
+    /// for one when every slot is leased).
+    pub(crate) fn lease(&self, lease: &mut Option<LogLease>) {
+        if lease.as_ref().is_some_and(|l| l.of(self.logs())) {
+            return;
+        }
+        *lease = None;
+        loop {
+            if let Some(index) = lock(&self.logs().free).pop() {
+                *lease = Some(LogLease {
+                    table: self.logs().clone(),
+                    index,
+                });
+                return;
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Whether a transaction may read and write `[home, home + len)`.
+    pub(crate) fn check_range(&self, home: u64, len: u64) -> Result<()> {
+        let bad = || Error::InvalidRange { home, len };
+        let end = home.checked_add(len).ok_or_else(bad)?;
+        if len == 0 {
+            return Err(bad());
+        }
+        if self.root.start <= home && end <= self.root.end {
+            return Ok(());
+        }
+        if home < self.heap_root.end && end > self.heap_root.start {
+            return Err(bad()); // the engine's area
+        }
+        if self.heap.heap.tx_is_data(home, len) {
+            Ok(())
+        } else {
+            Err(bad())
+        }
+    }
+
+    /// Copies the committed bytes at `home` (they are at home).
+    #[inline]
+    pub(crate) fn read(&self, home: u64, buf: &mut [u8]) {
+        self.media.read(home as usize, buf);
+    }
+
+    /// Gives `position` an area of at least `needed` bytes of records, empty: a new
+    /// heap block stored in the slot (the old one freed first). Only for a log none of
+    /// whose records will be needed again.
+    pub(crate) fn ensure_area(
+        &self,
+        slot: usize,
+        position: &mut LogPosition,
+        needed: u64,
+    ) -> Result<()> {
+        if position.area != 0 && position.capacity >= needed {
+            return Ok(());
+        }
+        let heap = &self.heap.heap;
+        let dst = PAddr::new(0, self.heap_root.start + LOGS_AT + 8 * slot as u64)
+            .expect("the root area is in the pool file");
+        let old = position.area;
+        if old != 0 {
+            heap.deallocate(dst)?;
+            self.logs().set_area(old, None);
+            *position = LogPosition::default();
+        }
+        let capacity = needed
+            .max(self.log_capacity)
+            .checked_next_power_of_two()
+            .ok_or(Error::InvalidSize(needed))?;
+        let block = heap
+            .allocate_into(dst, capacity + LOG_HEADER)
+            .map_err(|e| match e {
+                Error::HeapFull { .. } => Error::PoolFull,
+                e => e,
+            })?;
+        let area = block.offset();
+        self.media.write_u64(area as usize, capacity);
+        self.media.write_u64(area as usize + 8, !capacity);
+        self.media.persist(area as usize, 16);
+        self.logs().set_area(0, Some((area, capacity + LOG_HEADER)));
+        *position = LogPosition {
+            area,
+            capacity,
+            tail: 0,
+            newest: 0,
+        };
+        Ok(())
+    }
+
+    /// Stores the redo engine's retired version durably.
+    pub(crate) fn store_retired(&self, version: u64) {
+        store_retired(&self.media, self.heap_root.start, version);
+    }
+}

@@ -1,0 +1,353 @@
+//! The `redo` engine: Mnemosyne-style redo logging ("Log-structured Non-volatile Main
+//! Memory", §5.3's Mnemosyne baseline) under the TL2 driver.
+//!
+//! A commit, under the transaction's locks:
+//! 1. **Log.** One record with the transaction's final bytes (the write set resolved:
+//!    each byte once), its allocations and its frees is appended to the thread's redo
+//!    log, flushed, and made durable with **one fence**: the commit point.
+//! 2. **Apply.** The bytes are stored at home and the allocator's marks made
+//!    (`PersistentHeap::tx_mark`), all flushed, *not* fenced: the thread's next fence
+//!    (its next commit's) makes them durable.
+//! 3. **Truncate, lazily and in batches.** A log is reused from its start once every
+//!    record in it is *retired*: the pool keeps one retired version R, and every record
+//!    of version <= R is dead. A thread whose log is full advances R to the newest
+//!    version below which every commit has finished: it flushes again what other
+//!    threads applied and have not fenced yet (`clwb` writes a line back from whichever
+//!    core holds it), fences, and stores R (one more fence).
+//!
+//! So a transaction costs **one fence**, plus two per truncation, which comes once per
+//! log-full of records (a 16 KiB to 1 MiB log: tens to thousands of transactions).
+//! Mnemosyne truncates in a background log manager; here the thread that needs room
+//! does it, which keeps the fence count and moves the cost onto one commit in many.
+//!
+//! Recovery replays, in version order over all threads' logs, every valid record of a
+//! version above R (a log's records since its last reset, which increase), then stores
+//! R. Replaying in version order makes an older record harmless even where a newer
+//! transaction reused its space (see `alloc::persistent_heap::tx`).
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::LocalKey;
+
+use super::record::{self, EntryKind, HEADER, REDO_MAGIC, RecordBuilder};
+use super::{EngineArea, EngineHeap, InPlace, LOG_HEADER, LogLease, LogPosition, Recovered, lock};
+use crate::engine::{CommitSet, Engine, Persisted};
+use crate::error::Result;
+use crate::media::Media;
+use crate::stm::{ResolveScratch, Shared, Span, TxState};
+
+/// Records are placed at cache-line boundaries, so no line is flushed for two records.
+const RECORD_ALIGN: u64 = 64;
+
+/// The redo engine's part of a transaction's state.
+#[derive(Debug, Default)]
+pub(crate) struct RedoScratch {
+    lease: Option<LogLease>,
+    record: RecordBuilder,
+    spans: Vec<Span>,
+    resolve: ResolveScratch,
+    flushed: Vec<(u64, u64)>,
+}
+
+thread_local! {
+    static SPARE_STATE: Cell<Option<TxState<RedoScratch>>> = const { Cell::new(None) };
+}
+
+/// Figures of an in-place engine for [`Stats`](crate::Stats).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct InPlaceEngineStats {
+    /// Log areas (one per thread that committed, at most).
+    pub logs: u64,
+    /// Bytes of the log areas.
+    pub log_bytes: u64,
+    /// Redo: truncations (each advances the retired version, two fences).
+    pub truncations: u64,
+    /// Records recovery redid (redo) or undid (undo) when the pool was opened.
+    pub records_recovered: u64,
+    /// Allocator marks recovery skipped because later transactions reused their space.
+    pub marks_superseded: u64,
+}
+
+/// The redo engine (see the module docs).
+#[derive(Debug)]
+pub(crate) struct RedoEngine {
+    pub core: InPlace,
+    /// The retired version R, as stored; held while truncating.
+    retired: Mutex<u64>,
+    /// Huge blocks freed, by the version that freed them: given back once retired.
+    deferred: Mutex<Vec<(u64, u64)>>,
+    truncations: AtomicU64,
+    recovered: Recovered,
+}
+
+impl RedoEngine {
+    /// Creates or opens a redo pool.
+    pub(crate) fn start(how: super::Start<'_>, config: &crate::Config) -> Result<RedoEngine> {
+        let (core, recovered) =
+            InPlace::start(crate::EngineKind::Redo, how, config, &mut recover, true)?;
+        let retired = core.shared.clock.now();
+        Ok(RedoEngine {
+            core,
+            retired: Mutex::new(retired),
+            deferred: Mutex::default(),
+            truncations: AtomicU64::new(0),
+            recovered,
+        })
+    }
+
+    /// Advances the retired version as far as every finished commit, and returns it.
+    fn truncate(&self) -> u64 {
+        let mut retired = lock(&self.retired);
+        let target = self.core.shared.committed_through();
+        if target <= *retired {
+            return *retired;
+        }
+        let media = &self.core.media;
+        for log in self.core.logs().logs.iter() {
+            let mut u = lock(&log.unfenced);
+            if u.version != 0 && u.version <= target {
+                for &(offset, len) in &u.ranges {
+                    media.flush(offset as usize, len as usize);
+                }
+                u.version = 0;
+                u.ranges.clear();
+            }
+        }
+        media.fence();
+        self.core.store_retired(target);
+        *retired = target;
+        drop(retired);
+        self.truncations.fetch_add(1, Ordering::Relaxed);
+        let ready: Vec<u64> = {
+            let mut d = lock(&self.deferred);
+            let (ready, keep): (Vec<_>, Vec<_>) = d.drain(..).partition(|&(v, _)| v <= target);
+            *d = keep;
+            ready.into_iter().map(|(_, home)| home).collect()
+        };
+        for home in ready {
+            self.core.heap.heap.tx_release(home);
+        }
+        target
+    }
+
+    /// Makes room for `needed` bytes at the log's start: waits until every record in it
+    /// is retired, then resets it (growing its area if it is too small).
+    fn make_space(&self, slot: usize, pos: &mut LogPosition, needed: u64) -> Result<()> {
+        while pos.newest > self.truncate() {
+            // An older transaction of another thread is still committing.
+            std::thread::yield_now();
+        }
+        pos.tail = 0;
+        pos.newest = 0;
+        self.core.ensure_area(slot, pos, needed)
+    }
+
+    /// Retires everything (for a clean close).
+    pub(crate) fn close(&self) {
+        self.truncate();
+    }
+
+    /// The engine's figures.
+    pub(crate) fn stats(&self) -> InPlaceEngineStats {
+        let (logs, log_bytes) = self.core.logs().areas();
+        InPlaceEngineStats {
+            logs,
+            log_bytes,
+            truncations: self.truncations.load(Ordering::Relaxed),
+            records_recovered: self.recovered.records,
+            marks_superseded: self.recovered.superseded,
+        }
+    }
+}
+
+/// Redo recovery (see the module docs).
+fn recover(area: &mut EngineArea<'_, '_>) -> Result<Recovered> {
+    let retired = area.retired();
+    let positions = area.positions()?;
+    let media = area.media();
+    let mut records: Vec<(u64, u64, Vec<u8>, Vec<record::Entry>)> = Vec::new();
+    for p in positions.iter().filter(|p| p.capacity > 0) {
+        let mut tail = 0u64;
+        let mut previous = 0u64;
+        while tail + HEADER as u64 <= p.capacity {
+            let at = p.area + LOG_HEADER + tail;
+            let mut h = [0u8; HEADER];
+            media.read(at as usize, &mut h);
+            let header = record::Header::decode(&h);
+            if header.magic != REDO_MAGIC || header.version <= previous {
+                break; // the end of the log, or an older lap's record
+            }
+            let Some(len) = header.record_len(p.capacity - tail - HEADER as u64) else {
+                break;
+            };
+            let bytes = media.read_vec(at as usize, len);
+            let Some((header, entries)) = record::decode(&bytes, REDO_MAGIC) else {
+                break; // torn: the commit did not happen
+            };
+            if header.version > retired {
+                records.push((header.version, at, bytes, entries));
+            }
+            previous = header.version;
+            tail += (len as u64).next_multiple_of(RECORD_ALIGN);
+        }
+    }
+    records.sort_unstable_by_key(|r| r.0);
+    if let Some(w) = records.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(area.corrupt(w[1].1, format!("two redo records of version {}", w[1].0)));
+    }
+    for (_, at, bytes, entries) in &records {
+        for e in entries {
+            match e.kind {
+                EntryKind::Data => {
+                    if !area.replay.in_heap(e.home, e.len) {
+                        return Err(area.corrupt(
+                            *at,
+                            format!(
+                                "a redo record writes outside the heap at {:#x}+{}",
+                                e.home, e.len
+                            ),
+                        ));
+                    }
+                    let data = &bytes[e.data..e.data + e.len as usize];
+                    write_flushed(area.media(), e.home, data);
+                }
+                EntryKind::Alloc => area.replay.mark(e.home, e.len, true),
+                EntryKind::Free => area.replay.mark(e.home, e.len, false),
+            }
+        }
+    }
+    let last = records.last().map_or(retired, |r| r.0.max(retired));
+    if !records.is_empty() {
+        area.media().fence();
+        area.set_retired(last);
+    }
+    Ok(Recovered {
+        positions,
+        last_version: last,
+        records: records.len() as u64,
+        superseded: area.replay.superseded,
+    })
+}
+
+/// Stores `data` at `home` and flushes it.
+pub(crate) fn write_flushed(media: &Media, home: u64, data: &[u8]) {
+    media.write(home as usize, data);
+    media.flush(home as usize, data.len());
+}
+
+impl Engine for RedoEngine {
+    type Scratch = RedoScratch;
+    type Heap = EngineHeap;
+
+    fn spare() -> &'static LocalKey<Cell<Option<TxState<RedoScratch>>>> {
+        &SPARE_STATE
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.core.shared
+    }
+
+    fn media(&self) -> &Arc<Media> {
+        &self.core.media
+    }
+
+    fn heap(&self) -> &EngineHeap {
+        &self.core.heap
+    }
+
+    fn begin(&self, _s: &mut RedoScratch) {}
+
+    fn end(_s: &mut RedoScratch) {}
+
+    #[inline]
+    fn check_range(&self, home: u64, len: u64) -> Result<()> {
+        self.core.check_range(home, len)
+    }
+
+    #[inline]
+    fn read_committed(&self, _s: &RedoScratch, home: u64, buf: &mut [u8]) {
+        self.core.read(home, buf);
+    }
+
+    fn before_commit(&self, s: &mut RedoScratch) {
+        self.core.lease(&mut s.lease);
+    }
+
+    /// Appends the redo record and fences: the commit point.
+    fn persist(&self, set: &CommitSet<'_>, s: &mut RedoScratch) -> Result<Persisted> {
+        set.writes.resolve_into(&mut s.resolve, &mut s.spans);
+        let bytes = set.writes.bytes();
+        let b = &mut s.record;
+        b.start();
+        let mut payload = 0;
+        for sp in &s.spans {
+            b.data(sp.home, &bytes[sp.at..sp.at + sp.len as usize]);
+            payload += sp.len;
+        }
+        for &(home, size) in &set.allocs.allocs {
+            b.block(EntryKind::Alloc, home, size);
+        }
+        for &(home, size) in &set.allocs.frees {
+            b.block(EntryKind::Free, home, size);
+        }
+        if b.is_empty() {
+            return Ok(Persisted::Nothing);
+        }
+        let lease = s.lease.as_ref().expect("leased before the commit");
+        let log = lease.log();
+        let mut pos = lock(&log.position);
+        let needed = (b.len() as u64).next_multiple_of(RECORD_ALIGN);
+        if pos.area == 0 || pos.tail + needed > pos.capacity {
+            self.make_space(lease.index, &mut pos, needed)?;
+        }
+        let at = (pos.area + LOG_HEADER + pos.tail) as usize;
+        let rec = b.seal(set.version, REDO_MAGIC);
+        let media = &self.core.media;
+        media.write(at, rec);
+        media.flush(at, rec.len());
+        media.fence();
+        pos.tail += needed;
+        pos.newest = set.version;
+        drop(pos);
+        // The fence also made this thread's last in-place stores durable.
+        let mut u = lock(&log.unfenced);
+        u.version = 0;
+        u.ranges.clear();
+        Ok(Persisted::Durable { payload })
+    }
+
+    /// Stores the transaction's bytes and marks at home, flushed (fenced by the
+    /// thread's next fence, or by a truncation).
+    fn publish(&self, set: &CommitSet<'_>, s: &mut RedoScratch) {
+        let media = &self.core.media;
+        let heap = &self.core.heap.heap;
+        let bytes = set.writes.bytes();
+        s.flushed.clear();
+        for sp in &s.spans {
+            write_flushed(media, sp.home, &bytes[sp.at..sp.at + sp.len as usize]);
+            s.flushed.push((sp.home, sp.len));
+        }
+        for &(home, size) in &set.allocs.allocs {
+            if let Some(line) = heap.tx_mark(home, size, true) {
+                s.flushed.push((line, 8));
+            }
+        }
+        for &(home, size) in &set.allocs.frees {
+            if let Some(line) = heap.tx_mark(home, size, false) {
+                s.flushed.push((line, 8));
+            }
+            if heap.tx_is_huge(home) {
+                lock(&self.deferred).push((set.version, home));
+            }
+        }
+        let lease = s.lease.as_ref().expect("leased before the commit");
+        let mut u = lock(&lease.log().unfenced);
+        u.version = set.version;
+        std::mem::swap(&mut u.ranges, &mut s.flushed);
+    }
+
+    fn make_room(&self, _s: &mut RedoScratch, _since: std::time::Instant) -> bool {
+        false
+    }
+}
