@@ -178,7 +178,10 @@ impl Header {
 /// with the given magic, and decodes its entries; `None` if it is not a valid record.
 pub(crate) fn decode(bytes: &[u8], magic: u32) -> Option<(Header, Vec<Entry>)> {
     let header = Header::decode(bytes.get(..HEADER)?.try_into().ok()?);
-    if header.magic != magic || bytes.len() != HEADER + header.body as usize {
+    if header.magic != magic
+        || bytes.len() != HEADER + header.body as usize
+        || bytes[28..HEADER] != [0; 4]
+    {
         return None;
     }
     if crc(&bytes[..24], &bytes[HEADER..]) != header.crc {
