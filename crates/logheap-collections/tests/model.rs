@@ -5,13 +5,19 @@
 use std::collections::{BTreeMap, HashMap as StdMap, VecDeque};
 
 use logheap::media::SimConfig;
-use logheap::{Config, Error, Pool};
+use logheap::{Config, EngineKind, Error, Pool};
 use logheap_collections::{Array, BpTree, HashMap, Queue, RbTree, Vector};
 use proptest::prelude::*;
 
-fn new_pool() -> Pool {
+/// Every engine the collections run on.
+const ENGINES: [EngineKind; 3] = [EngineKind::Log, EngineKind::Redo, EngineKind::Undo];
+
+fn new_pool(engine: usize) -> Pool {
     Pool::create_sim(
-        &Config::default().size(8 << 20).chunk_size(4096),
+        &Config::default()
+            .size(8 << 20)
+            .chunk_size(4096)
+            .engine(ENGINES[engine % ENGINES.len()]),
         SimConfig::default(),
     )
     .unwrap()
@@ -89,8 +95,8 @@ ordered_map!(BpTree);
 
 /// Runs `ops` on a fresh `M` and a `BTreeMap`, checking answers and the structure's
 /// invariants after every operation.
-fn ordered_map_agrees<M: OrderedMap>(ops: Vec<MapOp>) -> Result<(), TestCaseError> {
-    let mut pool = new_pool();
+fn ordered_map_agrees<M: OrderedMap>(ops: Vec<MapOp>, engine: usize) -> Result<(), TestCaseError> {
+    let mut pool = new_pool(engine);
     let tree = pool.transaction(M::create).unwrap();
     let mut model = BTreeMap::new();
     for op in ops {
@@ -135,8 +141,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
     #[test]
-    fn hash_map_agrees_with_std(ops in prop::collection::vec(map_op(), 1..120)) {
-        let mut pool = new_pool();
+    fn hash_map_agrees_with_std(ops in prop::collection::vec(map_op(), 1..120), engine in 0..ENGINES.len()) {
+        let mut pool = new_pool(engine);
         let map = pool.transaction(|tx| HashMap::create(tx, 8)).unwrap();
         let mut model = StdMap::new();
         for op in ops {
@@ -160,18 +166,18 @@ proptest! {
     }
 
     #[test]
-    fn rb_tree_agrees_with_std_and_stays_balanced(ops in prop::collection::vec(map_op(), 1..150)) {
-        ordered_map_agrees::<RbTree>(ops)?;
+    fn rb_tree_agrees_with_std_and_stays_balanced(ops in prop::collection::vec(map_op(), 1..150), engine in 0..ENGINES.len()) {
+        ordered_map_agrees::<RbTree>(ops, engine)?;
     }
 
     #[test]
-    fn bp_tree_agrees_with_std_and_keeps_its_shape(ops in prop::collection::vec(bp_op(), 1..400)) {
-        ordered_map_agrees::<BpTree>(ops)?;
+    fn bp_tree_agrees_with_std_and_keeps_its_shape(ops in prop::collection::vec(bp_op(), 1..400), engine in 0..ENGINES.len()) {
+        ordered_map_agrees::<BpTree>(ops, engine)?;
     }
 
     #[test]
-    fn queue_and_vector_agree_with_std(ops in prop::collection::vec((0u8..5, 0u64..1000), 1..150)) {
-        let mut pool = new_pool();
+    fn queue_and_vector_agree_with_std(ops in prop::collection::vec((0u8..5, 0u64..1000), 1..150), engine in 0..ENGINES.len()) {
+        let mut pool = new_pool(engine);
         let (queue, vector) = pool
             .transaction(|tx| Ok::<_, Error>((Queue::create(tx)?, Vector::create(tx, 16)?)))
             .unwrap();
@@ -208,7 +214,13 @@ proptest! {
 
 #[test]
 fn array_swaps_like_a_vec() {
-    let pool = new_pool();
+    for engine in 0..ENGINES.len() {
+        array_swaps_like_a_vec_on(engine);
+    }
+}
+
+fn array_swaps_like_a_vec_on(engine: usize) {
+    let pool = new_pool(engine);
     let array = pool.transaction(|tx| Array::create(tx, 100, 8)).unwrap();
     let mut model: Vec<[u8; 8]> = (0..100u64).map(|i| i.to_le_bytes()).collect();
     pool.transaction(|tx| {
@@ -238,7 +250,13 @@ fn array_swaps_like_a_vec() {
 
 #[test]
 fn bp_tree_grows_deep_and_shrinks_back_to_a_leaf() {
-    let pool = new_pool();
+    for engine in 0..ENGINES.len() {
+        bp_tree_grows_deep_and_shrinks_back_to_a_leaf_on(engine);
+    }
+}
+
+fn bp_tree_grows_deep_and_shrinks_back_to_a_leaf_on(engine: usize) {
+    let pool = new_pool(engine);
     let tree = pool.transaction(BpTree::create).unwrap();
     let n = 5000u64;
     let scrambled = |i: u64| (i * 2654435761) % n;

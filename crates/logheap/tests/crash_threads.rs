@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use logheap::media::SimConfig;
-use logheap::{Config, Error, PPtr, Pool};
+use logheap::{Config, EngineKind, Error, PPtr, Pool};
 
 thread_local! {
     static HELD_AT_FENCE: Cell<bool> = const { Cell::new(false) };
@@ -143,7 +143,16 @@ struct Bank {
 /// a bank whose total is unchanged and whose only allocations are the receipts.
 #[test]
 fn concurrent_transfers_survive_every_crash_image() {
-    let config = Config::default().size(2 << 20).chunk_size(4096);
+    for engine in [EngineKind::Log, EngineKind::Redo, EngineKind::Undo] {
+        concurrent_transfers_survive_every_crash_image_on(engine);
+    }
+}
+
+fn concurrent_transfers_survive_every_crash_image_on(engine: EngineKind) {
+    let config = Config::default()
+        .size(2 << 20)
+        .chunk_size(4096)
+        .engine(engine);
     let sim_config = SimConfig {
         max_images_per_fence: 6,
         random_images: 2,
