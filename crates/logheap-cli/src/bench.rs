@@ -191,6 +191,8 @@ fn plan(args: &Args) -> Vec<Planned> {
             .iter()
             .map(|&(_, m)| engine_of(m))
             .collect();
+        // The paper's baselines (§5.3): redo (Mnemosyne) and undo (Mnemosyne-Undo).
+        engines.extend(["redo", "undo"].map(String::from));
         if pmdk_available() {
             engines.push(pmdk::ENGINE.to_string());
         }
@@ -251,7 +253,12 @@ fn plan(args: &Args) -> Vec<Planned> {
         {
             for &value_size in &sizes {
                 for e in engines_for(w).into_iter().filter(|e| {
-                    e == "log" || e == "log-2l-gu-c" || e == LOG_CLEANING || e == pmdk::ENGINE
+                    e == "log"
+                        || e == "log-2l-gu-c"
+                        || e == LOG_CLEANING
+                        || e == "redo"
+                        || e == "undo"
+                        || e == pmdk::ENGINE
                 }) {
                     runs.push(Planned {
                         engine: e,
@@ -330,7 +337,7 @@ fn check_plan(runs: &[Planned]) -> Result<(), String> {
                     .map(|&(_, m)| engine_of(m))
                     .collect();
                 return Err(format!(
-                    "--engine {engine}: {e}; the engines built are {}, {LOG_CLEANING}{}, and for the fragmentation workloads {GLIBC} and {JEMALLOC}",
+                    "--engine {engine}: {e}; the engines built are {}, {LOG_CLEANING}, redo, undo{}, and for the fragmentation workloads {GLIBC} and {JEMALLOC}",
                     known.join(", "),
                     if pmdk_available() {
                         ", the peer engine pmdk"
@@ -339,9 +346,14 @@ fn check_plan(runs: &[Planned]) -> Result<(), String> {
                     }
                 ));
             }
-            Ok(c) if c.engine != logheap::EngineKind::Log => {
+            Ok(c)
+                if !matches!(
+                    c.engine,
+                    logheap::EngineKind::Log | logheap::EngineKind::Redo | logheap::EngineKind::Undo
+                ) =>
+            {
                 return Err(format!(
-                    "--engine {engine}: that engine is not built yet (log and its ablation are)"
+                    "--engine {engine}: that engine is not built yet (log and its ablation, redo and undo are)"
                 ));
             }
             Ok(_) => {}
