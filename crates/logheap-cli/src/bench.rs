@@ -349,7 +349,9 @@ fn check_plan(runs: &[Planned]) -> Result<(), String> {
             Ok(c)
                 if !matches!(
                     c.engine,
-                    logheap::EngineKind::Log | logheap::EngineKind::Redo | logheap::EngineKind::Undo
+                    logheap::EngineKind::Log
+                        | logheap::EngineKind::Redo
+                        | logheap::EngineKind::Undo
                 ) =>
             {
                 return Err(format!(

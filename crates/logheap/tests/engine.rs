@@ -313,7 +313,7 @@ fn invalid_operations_are_refused() {
         );
         assert!(matches!(
             Pool::create_sim(
-                &config.engine(logheap::EngineKind::Redo),
+                &config.engine(logheap::EngineKind::Oop),
                 Default::default()
             ),
             Err(Error::EngineUnavailable(_))

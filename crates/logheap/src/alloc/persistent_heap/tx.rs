@@ -217,10 +217,10 @@ impl PersistentHeap {
                 let mut arena = self.arenas[(used & USE_ARENA) as usize]
                     .lock()
                     .expect("arena lock");
-                if let Some((held, _)) = self.held_block(&arena, used, region, offset) {
-                    if arena.give_back(held) {
-                        self.give_back_if_empty(&mut arena, used, region, true);
-                    }
+                if let Some((held, _)) = self.held_block(&arena, used, region, offset)
+                    && arena.give_back(held)
+                {
+                    self.give_back_if_empty(&mut arena, used, region, true);
                 }
             }
             USE_HUGE => {
