@@ -312,10 +312,7 @@ fn invalid_operations_are_refused() {
             "double free"
         );
         assert!(matches!(
-            Pool::create_sim(
-                &config.engine(logheap::EngineKind::Oop),
-                Default::default()
-            ),
+            Pool::create_sim(&config.engine(logheap::EngineKind::Oop), Default::default()),
             Err(Error::EngineUnavailable(_))
         ));
     });
