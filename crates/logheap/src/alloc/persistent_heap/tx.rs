@@ -241,10 +241,32 @@ impl PersistentHeap {
     /// Whether a transaction may read and write `[offset, offset + len)` (not empty):
     /// the root area, or the data (not the metadata) of the regions.
     pub(crate) fn tx_is_data(&self, offset: u64, len: u64) -> bool {
-        if self.sb.region_of(offset).is_none() && !self.root.contains(&offset) {
+        let Some(region) = self.sb.region_of(offset) else {
+            return self.root.contains(&offset)
+                && self.data_range(self.sb.block_addr(offset), len).is_ok();
+        };
+        if self.data_range(self.sb.block_addr(offset), len).is_ok() {
+            return true;
+        }
+        // A huge block reserved by a transaction has no table entry yet: its run of
+        // regions is known from their uses.
+        let kind =
+            |r: u64| self.uses[r as usize].load(Ordering::Acquire) & (USE_KIND | USE_VOLATILE);
+        if !matches!(kind(region), USE_HUGE | USE_HUGE_TAIL) {
             return false;
         }
-        self.data_range(self.sb.block_addr(offset), len).is_ok()
+        let mut head = region;
+        while kind(head) == USE_HUGE_TAIL && head > 0 {
+            head -= 1;
+        }
+        let mut end = head + 1;
+        while end < self.sb.region_count && kind(end) == USE_HUGE_TAIL {
+            end += 1;
+        }
+        kind(head) == USE_HUGE
+            && offset
+                .checked_add(len)
+                .is_some_and(|e| e <= self.sb.region_offset(end))
     }
 
     /// Every live block `(offset, usable size)`, sorted, from the persistent metadata.

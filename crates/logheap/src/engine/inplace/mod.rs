@@ -38,7 +38,9 @@ use crate::stm::Shared;
 
 /// Bytes of the engine's part of the heap's root area.
 pub(crate) const ENGINE_AREA: u64 = 2048;
-/// Per-thread logs a pool can hold: threads committing at once beyond this wait.
+/// Per-thread logs a pool can hold. A thread keeps its lease from its first commit on
+/// the pool until it ends: while this many threads that committed are alive, another
+/// thread's first commit waits for one of them to end.
 pub(crate) const MAX_LOGS: usize = 240;
 const ENGINE_MAGIC: u64 = 0x3145_4341_4c50_4e49; // "INPLACE1"
 const RETIRED_WORD: u64 = 8;
@@ -125,6 +127,8 @@ pub(crate) struct LogPosition {
 pub(crate) struct Unfenced {
     /// The transaction's version (0: nothing unfenced).
     pub version: u64,
+    /// The thread that flushed them (only its fence makes them durable).
+    pub thread: Option<std::thread::ThreadId>,
     /// The ranges it flushed.
     pub ranges: Vec<(u64, u64)>,
 }
@@ -268,6 +272,15 @@ impl EngineArea<'_, '_> {
         }
     }
 
+    /// Every slot's log area `(offset, bytes)` (for redo recovery).
+    pub(crate) fn areas(positions: &[LogPosition]) -> Vec<(u64, u64)> {
+        positions
+            .iter()
+            .filter(|p| p.area != 0 && p.capacity > 0)
+            .map(|p| (p.area, p.capacity + LOG_HEADER))
+            .collect()
+    }
+
     /// Every slot's log area, checked (an area whose header is torn, of a slot
     /// whose allocation a crash cut short, has no records).
     pub(crate) fn positions(&self) -> Result<Vec<LogPosition>> {
@@ -288,8 +301,11 @@ impl EngineArea<'_, '_> {
             let capacity = media.read_u64(area as usize);
             let check = media.read_u64(area as usize + 8);
             let capacity = if check == !capacity
-                && capacity > 0
-                && self.replay.in_heap(area, LOG_HEADER + capacity)
+                && capacity >= LOG_HEADER
+                && capacity.is_multiple_of(LOG_HEADER)
+                && LOG_HEADER
+                    .checked_add(capacity)
+                    .is_some_and(|bytes| self.replay.in_heap(area, bytes))
             {
                 capacity
             } else {

@@ -193,6 +193,15 @@ fn recover(area: &mut EngineArea<'_, '_>) -> Result<Recovered> {
         }
     }
     records.sort_unstable_by_key(|r| r.0);
+    // Log areas are allocated outside transactions, possibly over space a replayed
+    // record wrote or freed (its free retired or replayed too): a write there is stale
+    // and skipped, and each area is marked allocated again after the replay.
+    let areas = EngineArea::areas(&positions);
+    let in_area = |home: u64, len: u64| {
+        areas
+            .iter()
+            .any(|&(a, bytes)| home < a + bytes && a < home + len)
+    };
     if let Some(w) = records.windows(2).find(|w| w[0].0 == w[1].0) {
         return Err(area.corrupt(w[1].1, format!("two redo records of version {}", w[1].0)));
     }
@@ -210,11 +219,20 @@ fn recover(area: &mut EngineArea<'_, '_>) -> Result<Recovered> {
                         ));
                     }
                     let data = &bytes[e.data..e.data + e.len as usize];
-                    write_flushed(area.media(), e.home, data);
+                    if in_area(e.home, e.len) {
+                        write_outside_areas(area.media(), e.home, data, &areas);
+                    } else {
+                        write_flushed(area.media(), e.home, data);
+                    }
                 }
                 EntryKind::Alloc => area.replay.mark(e.home, e.len, true),
                 EntryKind::Free => area.replay.mark(e.home, e.len, false),
             }
+        }
+    }
+    if !records.is_empty() {
+        for &(a, bytes) in &areas {
+            area.replay.mark(a, bytes, true);
         }
     }
     let last = records.last().map_or(retired, |r| r.0.max(retired));
@@ -228,6 +246,24 @@ fn recover(area: &mut EngineArea<'_, '_>) -> Result<Recovered> {
         records: records.len() as u64,
         superseded: area.replay.superseded,
     })
+}
+
+/// Stores the bytes of `data` (for `home`) that lie in none of `areas`, flushed.
+fn write_outside_areas(media: &Media, home: u64, data: &[u8], areas: &[(u64, u64)]) {
+    let mut cuts: Vec<(u64, u64)> = areas
+        .iter()
+        .map(|&(a, bytes)| (a.max(home), (a + bytes).min(home + data.len() as u64)))
+        .filter(|&(s, e)| s < e)
+        .collect();
+    cuts.sort_unstable();
+    let mut at = home;
+    for (s, e) in cuts.into_iter().chain([(home + data.len() as u64, 0)]) {
+        if s > at {
+            let piece = &data[(at - home) as usize..(s - home) as usize];
+            write_flushed(media, at, piece);
+        }
+        at = at.max(e);
+    }
 }
 
 /// Stores `data` at `home` and flushes it.
@@ -277,6 +313,16 @@ impl Engine for RedoEngine {
     /// Appends the redo record and fences: the commit point.
     fn persist(&self, set: &CommitSet<'_>, s: &mut RedoScratch) -> Result<Persisted> {
         set.writes.resolve_into(&mut s.resolve, &mut s.spans);
+        // Writes to blocks the transaction allocated and freed again go nowhere: their
+        // space is given back at once, and a replayed write must not land on it.
+        let freed_again = &set.allocs.alloc_then_freed;
+        if !freed_again.is_empty() {
+            s.spans.retain(|sp| {
+                !freed_again
+                    .iter()
+                    .any(|&(h, size)| sp.home < h + size && h < sp.home + sp.len)
+            });
+        }
         let bytes = set.writes.bytes();
         let b = &mut s.record;
         b.start();
@@ -306,12 +352,19 @@ impl Engine for RedoEngine {
         let media = &self.core.media;
         media.write(at, rec);
         media.flush(at, rec.len());
-        media.fence();
         pos.tail += needed;
         pos.newest = set.version;
         drop(pos);
-        // The fence also made this thread's last in-place stores durable.
+        // The fence also makes the slot's last in-place stores durable: flushed by this
+        // thread, or flushed here again when another thread (which held the lease
+        // before) flushed them.
         let mut u = lock(&log.unfenced);
+        if u.version != 0 && u.thread != Some(std::thread::current().id()) {
+            for &(offset, len) in &u.ranges {
+                media.flush(offset as usize, len as usize);
+            }
+        }
+        media.fence();
         u.version = 0;
         u.ranges.clear();
         Ok(Persisted::Durable { payload })
@@ -344,10 +397,16 @@ impl Engine for RedoEngine {
         let lease = s.lease.as_ref().expect("leased before the commit");
         let mut u = lock(&lease.log().unfenced);
         u.version = set.version;
+        u.thread = Some(std::thread::current().id());
         std::mem::swap(&mut u.ranges, &mut s.flushed);
     }
 
+    /// Out of space: a truncation gives back freed huge blocks it was holding.
     fn make_room(&self, _s: &mut RedoScratch, _since: std::time::Instant) -> bool {
-        false
+        let pending = lock(&self.deferred).len();
+        pending > 0 && {
+            self.truncate();
+            lock(&self.deferred).len() < pending
+        }
     }
 }
