@@ -248,6 +248,40 @@ fn recover(area: &mut EngineArea<'_, '_>) -> Result<Recovered> {
     })
 }
 
+/// The pieces of `sp` outside every block of `blocks` `(home, size)`.
+fn outside(sp: Span, blocks: &[(u64, u64)]) -> Vec<Span> {
+    let mut pieces = vec![sp];
+    for &(h, size) in blocks {
+        pieces = pieces
+            .into_iter()
+            .flat_map(|p| {
+                let (start, end) = (p.home, p.home + p.len);
+                let (cut_start, cut_end) = (h.max(start), (h + size).min(end));
+                if cut_start >= cut_end {
+                    return vec![p];
+                }
+                let mut kept = Vec::new();
+                if start < cut_start {
+                    kept.push(Span {
+                        home: start,
+                        len: cut_start - start,
+                        at: p.at,
+                    });
+                }
+                if cut_end < end {
+                    kept.push(Span {
+                        home: cut_end,
+                        len: end - cut_end,
+                        at: p.at + (cut_end - start) as usize,
+                    });
+                }
+                kept
+            })
+            .collect();
+    }
+    pieces
+}
+
 /// Stores the bytes of `data` (for `home`) that lie in none of `areas`, flushed.
 fn write_outside_areas(media: &Media, home: u64, data: &[u8], areas: &[(u64, u64)]) {
     let mut cuts: Vec<(u64, u64)> = areas
@@ -317,11 +351,11 @@ impl Engine for RedoEngine {
         // space is given back at once, and a replayed write must not land on it.
         let freed_again = &set.allocs.alloc_then_freed;
         if !freed_again.is_empty() {
-            s.spans.retain(|sp| {
-                !freed_again
-                    .iter()
-                    .any(|&(h, size)| sp.home < h + size && h < sp.home + sp.len)
-            });
+            s.spans = s
+                .spans
+                .iter()
+                .flat_map(|&sp| outside(sp, freed_again))
+                .collect();
         }
         let bytes = set.writes.bytes();
         let b = &mut s.record;
@@ -408,5 +442,37 @@ impl Engine for RedoEngine {
             self.truncate();
             lock(&self.deferred).len() < pending
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_keeps_its_bytes_outside_blocks_freed_again() {
+        let sp = Span {
+            home: 100,
+            len: 100,
+            at: 7,
+        };
+        let pieces = outside(sp, &[(120, 20), (180, 64)]);
+        assert_eq!(
+            pieces,
+            vec![
+                Span {
+                    home: 100,
+                    len: 20,
+                    at: 7
+                },
+                Span {
+                    home: 140,
+                    len: 40,
+                    at: 47
+                },
+            ]
+        );
+        assert_eq!(outside(sp, &[(0, 50)]), vec![sp]);
+        assert!(outside(sp, &[(90, 200)]).is_empty());
     }
 }
