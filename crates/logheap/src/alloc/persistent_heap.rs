@@ -878,18 +878,7 @@ impl PersistentHeap {
                     .held_block(&arena, used, region, offset)
                     .ok_or_else(invalid)?;
                 let record = MicroLogSlot::unsequenced(MicroOp::Free, dst_off, offset, size);
-                let step = match held {
-                    Held::Small(b) => Step::Small {
-                        header: self.small_geometry(region).header_of(b.chunk),
-                        class: b.class,
-                        block: b.block,
-                    },
-                    Held::Big(b) => Step::Big {
-                        region: u64::from(region),
-                        granule: u64::from(b.granule),
-                        len: u64::from(b.len),
-                    },
-                };
+                let step = self.step_of(held, region);
                 self.run_logged(a as u32, &mut arena, record, step, dst_off);
                 if arena.give_back(held) {
                     self.give_back_if_empty(&mut arena, used, region, true);
@@ -1637,6 +1626,22 @@ impl PersistentHeap {
                 }),
                 u64::from(len) * GRANULE,
             ))
+        }
+    }
+
+    /// Where the metadata step of the small or big block `held` (in `region`) stores.
+    fn step_of(&self, held: Held, region: u32) -> Step {
+        match held {
+            Held::Small(b) => Step::Small {
+                header: self.small_geometry(region).header_of(b.chunk),
+                class: b.class,
+                block: b.block,
+            },
+            Held::Big(b) => Step::Big {
+                region: u64::from(region),
+                granule: u64::from(b.granule),
+                len: u64::from(b.len),
+            },
         }
     }
 

@@ -25,7 +25,7 @@ use std::ops::Range;
 use std::sync::atomic::Ordering;
 
 use super::{
-    Held, MicroLogSlot, MicroOp, PersistentHeap, Reader, SizePolicy, Step, TableEntry, USE_ARENA,
+    MicroLogSlot, MicroOp, PersistentHeap, Reader, SizePolicy, Step, TableEntry, USE_ARENA,
     USE_BIG, USE_HUGE, USE_HUGE_TAIL, USE_KIND, USE_SMALL, USE_VOLATILE, apply_step, arena_hint,
     size_policy,
 };
@@ -173,18 +173,7 @@ impl PersistentHeap {
                     debug_assert!(false, "a mark of a block the arena does not hold");
                     return None;
                 };
-                let step = match held {
-                    Held::Small(b) => Step::Small {
-                        header: self.small_geometry(region).header_of(b.chunk),
-                        class: b.class,
-                        block: b.block,
-                    },
-                    Held::Big(b) => Step::Big {
-                        region: u64::from(region),
-                        granule: u64::from(b.granule),
-                        len: u64::from(b.len),
-                    },
-                };
+                let step = self.step_of(held, region);
                 Some(apply_step(&self.media, &self.sb, step, op, size))
             }
             USE_HUGE => {
