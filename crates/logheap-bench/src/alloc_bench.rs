@@ -144,6 +144,7 @@ pub fn run(spec: &RunSpec, phase: &dyn Fn(&str)) -> Result<RunResult, Box<dyn st
             result.fences_per_write_tx = per_op(c.fences);
             result.lines_flushed_per_tx = per_op(c.lines_flushed);
             result.media_bytes_per_tx = per_op(c.media_bytes());
+            result.dirty_bytes_per_tx = per_op(c.dirty_bytes);
             let stats = heap.stats();
             result.dram_bytes = Some(stats.dram_bytes);
             result.pm_bytes_used = Some(stats.pm_bytes_used);

@@ -146,6 +146,10 @@ pub struct RunResult {
     /// measured).
     #[serde(default)]
     pub media_bytes_per_tx: Option<f64>,
+    /// Bytes stored to the media per transaction: the modified part of the write
+    /// traffic, the paper's "dirty bytes" (Fig. 8; `None`: not measured).
+    #[serde(default)]
+    pub dirty_bytes_per_tx: Option<f64>,
     /// Payload bytes per transaction (`None`: not measured).
     #[serde(default)]
     pub payload_bytes_per_tx: Option<f64>,
@@ -194,6 +198,7 @@ impl RunResult {
             lines_flushed_per_tx: None,
             nt_bytes_per_tx: None,
             media_bytes_per_tx: None,
+            dirty_bytes_per_tx: None,
             payload_bytes_per_tx: None,
             write_amplification: None,
             aborts_per_tx: 0.0,
@@ -479,6 +484,7 @@ pub fn run_reporting(
         lines_flushed_per_tx: Some(per_tx(c.lines_flushed)),
         nt_bytes_per_tx: Some(per_tx(c.nt_bytes)),
         media_bytes_per_tx: Some(per_tx(c.media_bytes())),
+        dirty_bytes_per_tx: Some(per_tx(c.dirty_bytes)),
         payload_bytes_per_tx: Some(per_tx(c.payload_bytes)),
         write_amplification: c.write_amplification(),
         aborts_per_tx: per_tx(c.aborts),
@@ -612,6 +618,7 @@ fn run_fragmentation(
         lines_flushed_per_tx: media.and_then(|m| per(m.lines_flushed)),
         nt_bytes_per_tx: media.and_then(|m| per(m.nt_bytes)),
         media_bytes_per_tx: media.and_then(|m| per(m.media_bytes())),
+        dirty_bytes_per_tx: media.and_then(|m| per(m.dirty_bytes)),
         payload_bytes_per_tx: media.and_then(|m| per(m.payload_bytes)),
         write_amplification: media.and_then(|m| m.write_amplification()),
         aborts_per_tx: media.map_or(0.0, |m| m.aborts as f64 / steps as f64),

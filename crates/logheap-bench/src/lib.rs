@@ -14,6 +14,7 @@ pub mod keys;
 pub mod plots;
 pub mod pmdk;
 pub mod report;
+pub mod versus_logging;
 pub mod workload;
 
 pub use harness::{FragOptions, RunResult, RunSpec, SpaceFigures, run, run_reporting};

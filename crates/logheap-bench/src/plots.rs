@@ -322,7 +322,9 @@ pub fn draw_all(
             },
         )?);
     }
-    // (e) Throughput relative to the PMDK peer engine.
+    // (e) Fig. 7 and 8: log against the redo and undo logging engines.
+    files.extend(draw_versus_logging(results, dir)?);
+    // (f) Throughput relative to the PMDK peer engine.
     let pmdk = crate::pmdk::ENGINE;
     let versus = per_engine(&|r: &RunResult| {
         find(results, pmdk, r.workload, 1).map(|p| r.tx_per_s / p.tx_per_s.max(1e-9))
@@ -336,6 +338,99 @@ pub fn draw_all(
                 y_label: "throughput / PMDK",
                 categories: names,
                 series: versus,
+            },
+        )?);
+    }
+    Ok(files)
+}
+
+/// Fig. 7 (the log engine's throughput relative to `redo` and `undo`, per thread count)
+/// and Fig. 8 (write traffic and dirty bytes per transaction of the three, one thread),
+/// when `log` ran beside either; returns the files.
+fn draw_versus_logging(
+    results: &[RunResult],
+    dir: &Path,
+) -> Result<Vec<PathBuf>, Box<dyn std::error::Error>> {
+    use crate::versus_logging::{self, BASELINES, LOG};
+    let rows = versus_logging::rows(results);
+    let mut files = Vec::new();
+    if rows.is_empty() {
+        return Ok(files);
+    }
+    let mut workloads: Vec<Workload> = Vec::new();
+    let mut threads: Vec<usize> = Vec::new();
+    for r in &rows {
+        if !workloads.contains(&r.workload) {
+            workloads.push(r.workload);
+        }
+        if !threads.contains(&r.threads) {
+            threads.push(r.threads);
+        }
+    }
+    workloads.sort_by_key(|w| Workload::ALL.iter().position(|x| x == w));
+    let names: Vec<String> = workloads.iter().map(|w| w.name().to_string()).collect();
+    let mut relative = Vec::new();
+    for &t in &threads {
+        for (b, base) in BASELINES.iter().enumerate() {
+            let v: Vec<Option<f64>> = workloads
+                .iter()
+                .map(|&w| {
+                    rows.iter()
+                        .find(|r| r.workload == w && r.threads == t)
+                        .and_then(|r| r.against[b])
+                        .map(|v| 1.0 + v.speedup)
+                })
+                .collect();
+            if v.iter().any(Option::is_some) {
+                relative.push((
+                    format!("vs {base} ({t} thread{})", if t == 1 { "" } else { "s" }),
+                    v,
+                ));
+            }
+        }
+    }
+    files.extend(save(
+        dir,
+        "fig7-vs-logging",
+        &Bars {
+            title: "Fig. 7: log throughput relative to redo and undo logging (1 = the same)",
+            y_label: "log / baseline",
+            categories: names.clone(),
+            series: relative,
+        },
+    )?);
+    let one = threads.iter().copied().min().unwrap_or(1);
+    let mut traffic = Vec::new();
+    for engine in std::iter::once(LOG).chain(BASELINES) {
+        for (label, figure) in [
+            (
+                "write traffic",
+                (|r: &RunResult| r.media_bytes_per_tx) as fn(&RunResult) -> Option<f64>,
+            ),
+            ("dirty bytes", |r: &RunResult| r.dirty_bytes_per_tx),
+        ] {
+            let v: Vec<Option<f64>> = workloads
+                .iter()
+                .map(|&w| find(results, engine, w, one).and_then(figure))
+                .collect();
+            if v.iter().any(Option::is_some) {
+                traffic.push((format!("{engine} {label}"), v));
+            }
+        }
+    }
+    if !traffic.is_empty() {
+        let title = format!(
+            "Fig. 8: write traffic and dirty bytes per transaction, {one} thread{}",
+            if one == 1 { "" } else { "s" }
+        );
+        files.extend(save(
+            dir,
+            "fig8-traffic-vs-logging",
+            &Bars {
+                title: &title,
+                y_label: "bytes / transaction",
+                categories: names,
+                series: traffic,
             },
         )?);
     }
@@ -623,11 +718,42 @@ mod tests {
         for stem in ["fig4-mapping-optimisations", "vs-pmdk", "write-traffic"] {
             assert!(names.contains(&format!("{stem}.svg")), "{names:?}");
         }
+        assert!(
+            !names.iter().any(|n| n.starts_with("fig7")),
+            "no redo or undo ran: no Fig. 7"
+        );
         let fig4 =
             std::fs::read_to_string(dir.path().join("fig4-mapping-optimisations.svg")).unwrap();
         assert!(fig4.contains("pmdk"), "pmdk is a series of Fig. 4");
         // pmdk measures no write traffic: it is not a series there.
         let traffic = std::fs::read_to_string(dir.path().join("write-traffic.svg")).unwrap();
         assert!(!traffic.contains("pmdk") && traffic.contains("log-base"));
+    }
+
+    #[test]
+    fn log_beside_redo_and_undo_draws_fig_7_and_fig_8() {
+        let mut results = Vec::new();
+        for w in [Workload::Sps, Workload::HashtableUpd] {
+            for (engine, tx) in [("log", 150.0), ("redo", 100.0), ("undo", 120.0)] {
+                let mut r = result(engine, w, tx);
+                r.dirty_bytes_per_tx = Some(100.0);
+                results.push(r);
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let files = match draw_all(&results, dir.path()) {
+            Err(e) if e.is::<NoFont>() => return,
+            other => other.unwrap(),
+        };
+        for stem in ["fig7-vs-logging", "fig8-traffic-vs-logging"] {
+            assert!(
+                files.iter().any(|f| f.ends_with(format!("{stem}.png"))),
+                "{files:?}"
+            );
+        }
+        let fig7 = std::fs::read_to_string(dir.path().join("fig7-vs-logging.svg")).unwrap();
+        assert!(fig7.contains("vs redo (1 thread)") && fig7.contains("vs undo (1 thread)"));
+        let fig8 = std::fs::read_to_string(dir.path().join("fig8-traffic-vs-logging.svg")).unwrap();
+        assert!(fig8.contains("undo dirty bytes") && fig8.contains("log write traffic"));
     }
 }

@@ -19,6 +19,7 @@ pub fn markdown(results: &[RunResult]) -> String {
     } else {
         standard_tables(&standard)
     };
+    out.push_str(&versus_logging_table(&standard));
     out.push_str(&cleaning_tables(&special));
     out
 }
@@ -100,7 +101,7 @@ fn standard_tables(results: &[RunResult]) -> String {
     }
     let _ = writeln!(
         out,
-        "\n### Per transaction (one thread where it ran)\n\n| workload | engine | fences | lines flushed | media bytes | payload bytes | write amplification | aborts | node-cache hits | mapping DRAM | PM used |\n|---|---|---|---|---|---|---|---|---|---|---|"
+        "\n### Per transaction (one thread where it ran)\n\n| workload | engine | fences | lines flushed | media bytes | dirty bytes | payload bytes | write amplification | aborts | node-cache hits | mapping DRAM | PM used |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for ((_, w, threads), by_engine) in &rows {
         if *threads != 1 && rows.keys().any(|(_, w2, t)| w2 == w && *t == 1) {
@@ -110,10 +111,11 @@ fn standard_tables(results: &[RunResult]) -> String {
             if let Some(r) = by_engine.get(e) {
                 let _ = writeln!(
                     out,
-                    "| {w} | {e} | {} | {} | {} | {} | {} | {:.3} | {} | {} | {} |",
+                    "| {w} | {e} | {} | {} | {} | {} | {} | {} | {:.3} | {} | {} | {} |",
                     fixed(r.fences_per_tx, 2),
                     fixed(r.lines_flushed_per_tx, 2),
                     fixed(r.media_bytes_per_tx, 0),
+                    fixed(r.dirty_bytes_per_tx, 0),
                     fixed(r.payload_bytes_per_tx, 0),
                     fixed(r.write_amplification, 2),
                     r.aborts_per_tx,
@@ -259,6 +261,80 @@ fn cleaning_tables(results: &[RunResult]) -> String {
     out
 }
 
+/// The log engine against `redo` and `undo` (§5.3, Fig. 7 and 8), per workload and on
+/// average, beside the paper's averages; empty when they did not run together.
+fn versus_logging_table(results: &[RunResult]) -> String {
+    use crate::versus_logging::{self, PAPER, Versus};
+    let rows = versus_logging::rows(results);
+    let mut out = String::new();
+    if rows.is_empty() {
+        return out;
+    }
+    let signed = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:+.1}%", 100.0 * x));
+    let share = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:.1}%", 100.0 * x));
+    let speedup = |v: &Versus| Some(v.speedup);
+    let traffic = |v: &Versus| v.traffic_saved;
+    let dirty = |v: &Versus| v.dirty_saved;
+    let _ = writeln!(
+        out,
+        "\n### log against redo and undo logging (§5.3, Fig. 7 and 8)\n\nThroughput: `log / baseline - 1`; write traffic and dirty bytes saved: `1 - log / baseline`, per transaction.\n\n| workload | threads | emulated | throughput vs redo | vs undo | write traffic saved vs redo | vs undo | dirty bytes saved vs redo | vs undo |\n|---|---|---|---|---|---|---|---|---|"
+    );
+    let cells = |against: &[Option<Versus>; 2]| -> String {
+        let at = |b: usize, f: &dyn Fn(&Versus) -> Option<f64>| against[b].as_ref().and_then(f);
+        [
+            signed(at(0, &speedup)),
+            signed(at(1, &speedup)),
+            share(at(0, &traffic)),
+            share(at(1, &traffic)),
+            share(at(0, &dirty)),
+            share(at(1, &dirty)),
+        ]
+        .join(" | ")
+    };
+    let mut threads: Vec<usize> = rows.iter().map(|r| r.threads).collect();
+    threads.dedup();
+    for t in threads {
+        let of_t: Vec<&versus_logging::Row> = rows.iter().filter(|r| r.threads == t).collect();
+        for r in &of_t {
+            let _ = writeln!(
+                out,
+                "| {} | {t} | {} | {} |",
+                r.workload,
+                if r.emulated { "yes" } else { "no" },
+                cells(&r.against)
+            );
+        }
+        let mean = |b: usize, f: &dyn Fn(&Versus) -> Option<f64>| versus_logging::mean(&of_t, b, f);
+        let _ = writeln!(
+            out,
+            "| **mean** | {t} | | **{}** | **{}** | **{}** | **{}** | **{}** | **{}** |",
+            signed(mean(0, &speedup)),
+            signed(mean(1, &speedup)),
+            share(mean(0, &traffic)),
+            share(mean(1, &traffic)),
+            share(mean(0, &dirty)),
+            share(mean(1, &dirty)),
+        );
+    }
+    let [s1r, s1u] = PAPER.speedup_one_thread;
+    let [s4r, s4u] = PAPER.speedup_four_threads;
+    let [tr, tu] = PAPER.traffic_saved;
+    let [dr, du] = PAPER.dirty_saved;
+    let _ = writeln!(
+        out,
+        "| *paper* | 1 / 4 | 500 ns, 1 GB/s | *{} / {}* | *{} / {}* | *{}* | *{}* | *{}* | *{}* |",
+        signed(Some(s1r)),
+        signed(Some(s4r)),
+        signed(Some(s1u)),
+        signed(Some(s4u)),
+        share(Some(tr)),
+        share(Some(tu)),
+        share(Some(dr)),
+        share(Some(du)),
+    );
+    out
+}
+
 /// `x` with `digits` decimals, or `-` when it was not measured.
 pub fn fixed(x: Option<f64>, digits: usize) -> String {
     x.map_or("-".into(), |x| format!("{x:.digits$}"))
@@ -293,6 +369,7 @@ mod tests {
             lines_flushed_per_tx: measured(3.0),
             nt_bytes_per_tx: measured(256.0),
             media_bytes_per_tx: measured(448.0),
+            dirty_bytes_per_tx: measured(300.0),
             payload_bytes_per_tx: measured(150.0),
             write_amplification: measured(2.99),
             aborts_per_tx: 0.0,
@@ -329,11 +406,13 @@ mod tests {
         );
         // What pmdk does not measure is "-", not 0.
         assert!(
-            md.contains("| hashtable-upd | pmdk | - | - | - | - | - | 0.000 | - | - | 2.0 MiB |"),
+            md.contains(
+                "| hashtable-upd | pmdk | - | - | - | - | - | - | 0.000 | - | - | 2.0 MiB |"
+            ),
             "{md}"
         );
         assert!(
-            md.contains("| hashtable-upd | log | 1.00 | 3.00 | 448 | 150 | 2.99 |"),
+            md.contains("| hashtable-upd | log | 1.00 | 3.00 | 448 | 300 | 150 | 2.99 |"),
             "{md}"
         );
     }
@@ -347,6 +426,39 @@ mod tests {
             "{md}"
         );
         assert!(!md.contains("pmdk"), "{md}");
+        assert!(!md.contains("against redo and undo"), "{md}");
+    }
+
+    #[test]
+    fn log_against_redo_and_undo_is_reported_per_workload_on_average_and_beside_the_paper() {
+        let mut results = Vec::new();
+        for (w, log, redo, undo) in [
+            (Workload::Sps, 150.0, 100.0, 200.0),
+            (Workload::HashtableUpd, 100.0, 50.0, 100.0),
+        ] {
+            for (engine, tx) in [("log", log), ("redo", redo), ("undo", undo)] {
+                let mut r = result(engine, w, 1, tx);
+                if engine != "log" {
+                    r.media_bytes_per_tx = Some(896.0);
+                    r.dirty_bytes_per_tx = Some(1200.0);
+                }
+                results.push(r);
+            }
+        }
+        let md = markdown(&results);
+        assert!(
+            md.contains("| sps | 1 | no | +50.0% | -25.0% | 50.0% | 50.0% | 75.0% | 75.0% |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| hashtable-upd | 1 | no | +100.0% | +0.0% |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| **mean** | 1 | | **+75.0%** | **-12.5%** | **50.0%** |"),
+            "{md}"
+        );
+        assert!(md.contains("*+37.3% / +44.7%*"), "{md}");
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! `logheap bench`: the paper's evaluation, run and reported in one command.
 //!
 //! Without arguments it runs every workload on every configuration of the address-mapping
-//! ablation (Base, 2L, 2L-GU, 2L-GU-C, full) on one thread, and the update workloads of
-//! 2L-GU-C and full on two threads (the paper's Fig. 6), with the paper's NVM emulation
-//! (500 ns, 1 GB/s); and, when this build has PMDK, the same on the peer engine `pmdk`
-//! (libpmemobj: every workload on one thread, the update workloads on two). It writes
-//! `results.jsonl` and `results.md` into a results directory named on its last line.
+//! ablation (Base, 2L, 2L-GU, 2L-GU-C, full) and on the logging baselines `redo` and
+//! `undo` (§5.3) on one thread; on two threads, every workload on `log`, `redo` and
+//! `undo` (Fig. 7 b) and the update workloads on 2L-GU-C (Fig. 6); all with the paper's
+//! NVM emulation (500 ns, 1 GB/s). When this build has PMDK, the peer engine `pmdk`
+//! (libpmemobj) runs every workload on one and two threads too. It writes
+//! `results.jsonl` and `results.md` into a results directory named on its last line;
+//! `--plot DIR` draws the figures (Fig. 4-8 and the PMDK comparison).
 //!
 //! The cleaning benchmarks (issue 10) are options of the same command: the
 //! fragmentation workloads `frag-w1`, `frag-w2`, `frag-w3` (Fig. 9; default engines
@@ -41,9 +43,10 @@ pub struct Args {
     /// setting (chunks more than half stale cleaned every 1,000 commits).
     #[arg(long = "engine")]
     engines: Vec<String>,
-    /// Thread counts (repeat; default: 1, plus 2 threads for the update workloads of
-    /// log-2l-gu-c, log, log-cleaning and pmdk, without --utilisation). The
-    /// fragmentation workloads always run on one thread.
+    /// Thread counts (repeat; default: 1, plus 2 threads for every workload on log,
+    /// redo, undo and pmdk, and for the update workloads on log-2l-gu-c and
+    /// log-cleaning, without --utilisation). The fragmentation workloads always run on
+    /// one thread.
     #[arg(long = "threads")]
     threads: Vec<usize>,
     /// Transactions per run.
@@ -247,19 +250,18 @@ fn plan(args: &Args) -> Vec<Planned> {
         }
     }
     if args.threads.is_empty() && args.utilisations.is_empty() {
+        // Two threads: every workload on log, redo, undo and pmdk (Fig. 7 b), the update
+        // workloads also on log-2l-gu-c and log-cleaning (Fig. 6).
+        let on_two_threads = |w: Workload, e: &str| {
+            matches!(e, "log" | "redo" | "undo" | pmdk::ENGINE)
+                || (w.is_update() && (e == "log-2l-gu-c" || e == LOG_CLEANING))
+        };
         for &w in workloads
             .iter()
-            .filter(|w| w.is_update() && !w.is_allocator())
+            .filter(|w| !w.is_allocator() && !w.is_fragmentation())
         {
             for &value_size in &sizes {
-                for e in engines_for(w).into_iter().filter(|e| {
-                    e == "log"
-                        || e == "log-2l-gu-c"
-                        || e == LOG_CLEANING
-                        || e == "redo"
-                        || e == "undo"
-                        || e == pmdk::ENGINE
-                }) {
+                for e in engines_for(w).into_iter().filter(|e| on_two_threads(w, e)) {
                     runs.push(Planned {
                         engine: e,
                         workload: w,

@@ -262,8 +262,8 @@ fn bench_writes_jsonl_table_and_plots() {
         format!("results in {}", out.display())
     );
     let jsonl = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
-    // 2 workloads x 2 engines on one thread, plus hashtable-upd on two threads for log.
-    assert_eq!(jsonl.lines().count(), 5);
+    // 2 workloads x 2 engines on one thread, plus both on two threads for log.
+    assert_eq!(jsonl.lines().count(), 6);
     for line in jsonl.lines() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         for key in [

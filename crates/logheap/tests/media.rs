@@ -39,6 +39,28 @@ fn pmem_counts_three_lines_and_one_fence() {
     assert_eq!((c.lines_flushed, c.fences, c.nt_bytes), (3, 1, 0));
     assert_eq!(c.media_bytes(), 192);
     assert_eq!(c.write_amplification(), Some(1.0));
+    assert_eq!(c.dirty_bytes, 192);
+}
+
+#[test]
+fn dirty_bytes_count_every_byte_stored_not_whole_lines() {
+    let (_dir, _file, media) = file_media(Durability::Pmem);
+    media.write(100, &[1; 10]);
+    media.write_u64(256, 7);
+    media.fill(1000, 5, 0xff);
+    media.write_nt(8192 + 3, &[2; 100]);
+    media.flush(0, 2048);
+    media.fence();
+    let c = media.counters();
+    assert_eq!(c.dirty_bytes, 10 + 8 + 5 + 100);
+    assert!(
+        c.media_bytes() > c.dirty_bytes,
+        "whole lines are written back"
+    );
+    // Stores to a volatile media wear nothing.
+    let (_dir2, _file2, volatile) = file_media(Durability::None);
+    volatile.write(0, &[1; 64]);
+    assert_eq!(volatile.counters().dirty_bytes, 0);
 }
 
 #[test]

@@ -20,6 +20,14 @@ pub struct MediaCounters {
     pub lines_flushed: u64,
     /// Bytes stored with non-temporal instructions.
     pub nt_bytes: u64,
+    /// Bytes stored to the media (cached or non-temporal): the modified bytes that wear
+    /// NVM, the paper's "dirty bytes" (§5.3, Fig. 8). Write traffic ([`media_bytes`])
+    /// is whole lines; this is the part of it that changed. A byte stored twice before
+    /// it is written back counts twice. Not counted on media without durability.
+    ///
+    /// [`media_bytes`]: MediaCounters::media_bytes
+    #[serde(default)]
+    pub dirty_bytes: u64,
     /// Bytes the application asked to make persistent (reported by the layers above).
     pub payload_bytes: u64,
     /// Nanoseconds spent in NVM emulation delays.
@@ -49,6 +57,7 @@ impl MediaCounters {
             fences: self.fences.saturating_sub(earlier.fences),
             lines_flushed: self.lines_flushed.saturating_sub(earlier.lines_flushed),
             nt_bytes: self.nt_bytes.saturating_sub(earlier.nt_bytes),
+            dirty_bytes: self.dirty_bytes.saturating_sub(earlier.dirty_bytes),
             payload_bytes: self.payload_bytes.saturating_sub(earlier.payload_bytes),
             emulated_delay_ns: self
                 .emulated_delay_ns
@@ -68,6 +77,7 @@ pub(crate) struct ThreadCounters {
     fences: AtomicU64,
     lines_flushed: AtomicU64,
     nt_bytes: AtomicU64,
+    dirty_bytes: AtomicU64,
     payload_bytes: AtomicU64,
     emulated_delay_ns: AtomicU64,
     transactions: AtomicU64,
@@ -95,6 +105,10 @@ impl ThreadCounters {
         bump(&self.nt_bytes, n);
     }
     #[inline]
+    pub(crate) fn add_dirty_bytes(&self, n: u64) {
+        bump(&self.dirty_bytes, n);
+    }
+    #[inline]
     pub(crate) fn add_payload(&self, n: u64) {
         bump(&self.payload_bytes, n);
     }
@@ -118,6 +132,7 @@ impl ThreadCounters {
             fences: self.fences.load(Ordering::Relaxed),
             lines_flushed: self.lines_flushed.load(Ordering::Relaxed),
             nt_bytes: self.nt_bytes.load(Ordering::Relaxed),
+            dirty_bytes: self.dirty_bytes.load(Ordering::Relaxed),
             payload_bytes: self.payload_bytes.load(Ordering::Relaxed),
             emulated_delay_ns: self.emulated_delay_ns.load(Ordering::Relaxed),
             transactions: self.transactions.load(Ordering::Relaxed),
@@ -157,6 +172,7 @@ impl CounterRegistry {
                 fences: acc.fences + c.fences,
                 lines_flushed: acc.lines_flushed + c.lines_flushed,
                 nt_bytes: acc.nt_bytes + c.nt_bytes,
+                dirty_bytes: acc.dirty_bytes + c.dirty_bytes,
                 payload_bytes: acc.payload_bytes + c.payload_bytes,
                 emulated_delay_ns: acc.emulated_delay_ns + c.emulated_delay_ns,
                 transactions: acc.transactions + c.transactions,
@@ -181,6 +197,7 @@ mod tests {
                     c.add_fence();
                     c.add_lines(2);
                     c.add_payload(64);
+                    c.add_dirty_bytes(10);
                 })
             })
             .collect();
@@ -190,6 +207,7 @@ mod tests {
         let sum = reg.sum();
         assert_eq!(sum.fences, 3);
         assert_eq!(sum.lines_flushed, 6);
+        assert_eq!(sum.dirty_bytes, 30);
         assert_eq!(sum.media_bytes(), 6 * 64);
         assert_eq!(sum.write_amplification(), Some(2.0));
         assert_eq!(sum.since(&sum), MediaCounters::default());

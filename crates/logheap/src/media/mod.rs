@@ -554,6 +554,15 @@ impl Media {
             Backing::File(_) => store(),
             Backing::ReadOnly(_) => read_only_store(),
         }
+        self.count_stored(bytes.len());
+    }
+
+    /// Counts `len` bytes stored by this thread (the dirty-bytes counter).
+    #[inline]
+    fn count_stored(&self, len: usize) {
+        if len > 0 && self.durability != Durability::None {
+            self.with_slot(|slot| slot.counters.add_dirty_bytes(len as u64));
+        }
     }
 
     /// Stores `len` copies of `byte` at `offset` through the cache.
@@ -566,6 +575,7 @@ impl Media {
             Backing::File(_) => store(),
             Backing::ReadOnly(_) => read_only_store(),
         }
+        self.count_stored(len);
     }
 
     /// Stores one 8-byte word atomically (it can never be torn by a crash).
@@ -589,6 +599,7 @@ impl Media {
             Backing::File(_) => store(),
             Backing::ReadOnly(_) => read_only_store(),
         }
+        self.count_stored(8);
     }
 
     /// Copies `bytes` to `offset` with non-temporal stores; persistent at the next fence
@@ -605,6 +616,7 @@ impl Media {
                 });
                 self.with_slot(|slot| {
                     slot.counters.add_nt_bytes(bytes.len() as u64);
+                    slot.counters.add_dirty_bytes(bytes.len() as u64);
                     slot.unfenced_bytes += bytes.len() as u64;
                 });
             }
@@ -614,6 +626,7 @@ impl Media {
                 let cached = bytes.len() - nt;
                 self.with_slot(|slot| {
                     slot.counters.add_nt_bytes(nt as u64);
+                    slot.counters.add_dirty_bytes(bytes.len() as u64);
                     slot.unfenced_bytes += nt as u64;
                 });
                 if cached > 0 {
