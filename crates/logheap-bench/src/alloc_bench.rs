@@ -273,6 +273,7 @@ mod tests {
             frag: Default::default(),
             time_limit: None,
             cleaner_threads: 0,
+            alloc_batch: 1,
         }
     }
 

@@ -51,6 +51,8 @@ pub struct RunSpec {
     /// Background cleaner threads of a log engine (0: the cleaner runs only inline, in
     /// committing threads; otherwise committers still help when free chunks run out).
     pub cleaner_threads: usize,
+    /// Allocations per transaction of `alloc-batch` (ignored by the other workloads).
+    pub alloc_batch: usize,
 }
 
 /// Sizes of the fragmentation workloads ([`crate::fragmentation`]).
@@ -130,6 +132,9 @@ pub struct RunResult {
     /// Allocator workloads: allocations and frees per second (`None` elsewhere).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ops_per_s: Option<f64>,
+    /// `alloc-batch`: allocations per transaction (`None` elsewhere).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alloc_batch: Option<usize>,
     /// Fences per transaction (`None`: not measured, as on `pmdk`).
     #[serde(default)]
     pub fences_per_tx: Option<f64>,
@@ -193,6 +198,7 @@ impl RunResult {
             seconds: 0.0,
             tx_per_s: 0.0,
             ops_per_s: None,
+            alloc_batch: None,
             fences_per_tx: None,
             fences_per_write_tx: None,
             lines_flushed_per_tx: None,
@@ -352,8 +358,10 @@ pub fn run_reporting(
     if spec.workload.is_fragmentation() {
         return run_fragmentation(spec, phase);
     }
-    if spec.workload.is_allocator() {
-        return crate::alloc_bench::run(spec, phase);
+    match spec.workload {
+        Workload::AllocRandom => return crate::alloc_bench::run(spec, phase),
+        Workload::AllocBatch => return crate::alloc_batch::run(spec, phase),
+        _ => {}
     }
     if spec.engine == crate::pmdk::ENGINE {
         return crate::pmdk::run_reporting(spec, phase);
@@ -479,6 +487,7 @@ pub fn run_reporting(
         seconds,
         tx_per_s: c.transactions as f64 / seconds.max(1e-9),
         ops_per_s: None,
+        alloc_batch: None,
         fences_per_tx: Some(per_tx(c.fences)),
         fences_per_write_tx: Some(c.fences as f64 / c.write_transactions.max(1) as f64),
         lines_flushed_per_tx: Some(per_tx(c.lines_flushed)),
@@ -613,6 +622,7 @@ fn run_fragmentation(
         seconds: out.seconds,
         tx_per_s: out.allocations as f64 / out.seconds.max(1e-9),
         ops_per_s: None,
+        alloc_batch: None,
         fences_per_tx: media.and_then(|m| per(m.fences)),
         fences_per_write_tx: media.map(|m| m.fences as f64 / m.write_transactions.max(1) as f64),
         lines_flushed_per_tx: media.and_then(|m| per(m.lines_flushed)),

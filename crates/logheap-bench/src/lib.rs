@@ -7,6 +7,7 @@
 //! ([`pmdk`]), built when `pkg-config` finds libpmemobj.
 #![warn(missing_docs)]
 
+pub mod alloc_batch;
 pub mod alloc_bench;
 pub mod fragmentation;
 pub mod harness;

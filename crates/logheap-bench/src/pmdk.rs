@@ -623,6 +623,7 @@ mod tests {
                 frag: Default::default(),
                 time_limit: None,
                 cleaner_threads: 0,
+                alloc_batch: 1,
             };
             let r = crate::run(&spec).unwrap();
             assert_eq!((r.engine.as_str(), r.config.as_str()), ("pmdk", "pmdk"));

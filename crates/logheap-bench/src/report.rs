@@ -10,9 +10,12 @@ use crate::harness::RunResult;
 /// ratios to `log-base` and to `pmdk` where they ran), and write traffic per
 /// transaction (`-` where an engine does not measure a figure).
 pub fn markdown(results: &[RunResult]) -> String {
-    let (special, standard): (Vec<RunResult>, Vec<RunResult>) = results
+    let (batches, results): (Vec<RunResult>, Vec<RunResult>) = results
         .iter()
         .cloned()
+        .partition(|r| r.workload == crate::Workload::AllocBatch);
+    let (special, standard): (Vec<RunResult>, Vec<RunResult>) = results
+        .into_iter()
         .partition(|r| r.workload.is_fragmentation() || r.space.utilisation.is_some());
     let mut out = if standard.is_empty() {
         String::new()
@@ -20,6 +23,7 @@ pub fn markdown(results: &[RunResult]) -> String {
         standard_tables(&standard)
     };
     out.push_str(&versus_logging_table(&standard));
+    out.push_str(&alloc_batch_table(&batches));
     out.push_str(&cleaning_tables(&special));
     out
 }
@@ -335,6 +339,34 @@ fn versus_logging_table(results: &[RunResult]) -> String {
     out
 }
 
+/// The `alloc-batch` runs: persistence traffic per allocation or free, by engine,
+/// threads and allocations per transaction; empty without such runs.
+fn alloc_batch_table(results: &[RunResult]) -> String {
+    let mut out = String::new();
+    if results.is_empty() {
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "\n### Allocations batched in transactions (alloc-batch; per allocation or free)\n\n| engine | threads | allocations per transaction | fences | lines flushed | media bytes | dirty bytes | allocations and frees / s |\n|---|---|---|---|---|---|---|---|"
+    );
+    for r in results {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.engine,
+            r.threads,
+            r.alloc_batch.map_or("-".into(), |b| b.to_string()),
+            fixed(r.fences_per_tx, 3),
+            fixed(r.lines_flushed_per_tx, 3),
+            fixed(r.media_bytes_per_tx, 1),
+            fixed(r.dirty_bytes_per_tx, 1),
+            fixed(r.ops_per_s, 0),
+        );
+    }
+    out
+}
+
 /// `x` with `digits` decimals, or `-` when it was not measured.
 pub fn fixed(x: Option<f64>, digits: usize) -> String {
     x.map_or("-".into(), |x| format!("{x:.digits$}"))
@@ -364,6 +396,7 @@ mod tests {
             seconds: 1000.0 / tx_per_s,
             tx_per_s,
             ops_per_s: None,
+            alloc_batch: None,
             fences_per_tx: measured(1.0),
             fences_per_write_tx: measured(1.0),
             lines_flushed_per_tx: measured(3.0),
@@ -459,6 +492,25 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("*+37.3% / +44.7%*"), "{md}");
+    }
+
+    #[test]
+    fn alloc_batch_runs_get_their_own_table_per_batch() {
+        let mut results = Vec::new();
+        for batch in [1, 8] {
+            let mut r = result("redo", Workload::AllocBatch, 1, 10.0);
+            r.alloc_batch = Some(batch);
+            r.fences_per_tx = Some(1.0 / batch as f64);
+            r.ops_per_s = Some(1000.0);
+            results.push(r);
+        }
+        let md = markdown(&results);
+        assert!(
+            md.contains("| redo | 1 | 1 | 1.000 | 3.000 | 448.0 | 300.0 | 1000 |"),
+            "{md}"
+        );
+        assert!(md.contains("| redo | 1 | 8 | 0.125 |"), "{md}");
+        assert!(!md.contains("### Throughput"), "{md}");
     }
 
     #[test]

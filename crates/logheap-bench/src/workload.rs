@@ -46,6 +46,10 @@ pub enum Workload {
     /// Random-size allocation and free, 64 B to 128 KiB, on persistent and DRAM
     /// allocators ([`crate::alloc_bench`]; issue 11, 002's benchmark).
     AllocRandom,
+    /// Allocations and frees batched in transactions of 1, 8 or 64 (`--alloc-batch`)
+    /// on the transactional engines, against the persistent heap's standalone calls
+    /// ([`crate::alloc_batch`]; issue 11, 004's flush comparison).
+    AllocBatch,
 }
 
 impl Workload {
@@ -66,13 +70,22 @@ impl Workload {
     /// DRAM allocators `glibc` and `jemalloc` ([`crate::fragmentation`]).
     pub const FRAGMENTATION: [Workload; 3] = [Self::FragW1, Self::FragW2, Self::FragW3];
 
-    /// Workloads that run only when named (`alloc-random`).
-    pub const ON_REQUEST: [Workload; 1] = [Self::AllocRandom];
+    /// Workloads that run only when named (`alloc-random`, `alloc-batch`).
+    pub const ON_REQUEST: [Workload; 2] = [Self::AllocRandom, Self::AllocBatch];
 
-    /// Whether this is an allocator workload (`alloc-random`), run on allocators
-    /// rather than on transaction engines.
+    /// Whether this is an allocator workload (`alloc-random`, `alloc-batch`), which
+    /// measures allocations and frees rather than the paper's data structures.
     pub fn is_allocator(self) -> bool {
-        self == Self::AllocRandom
+        Self::ON_REQUEST.contains(&self)
+    }
+
+    /// The engines an allocator workload runs on (empty for the others).
+    pub fn allocator_engines(self) -> Vec<&'static str> {
+        match self {
+            Self::AllocRandom => crate::alloc_bench::engines().to_vec(),
+            Self::AllocBatch => crate::alloc_batch::engines().to_vec(),
+            _ => Vec::new(),
+        }
     }
 
     /// Whether this is a fragmentation workload.
@@ -96,6 +109,7 @@ impl Workload {
             Self::FragW2 => "frag-w2",
             Self::FragW3 => "frag-w3",
             Self::AllocRandom => "alloc-random",
+            Self::AllocBatch => "alloc-batch",
         }
     }
 

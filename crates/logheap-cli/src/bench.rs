@@ -23,7 +23,9 @@ use logheap::{Emulation, MappingConfig};
 use logheap_bench::fragmentation::{GLIBC, JEMALLOC, is_dram_allocator};
 use logheap_bench::harness::LOG_CLEANING;
 use logheap_bench::pmdk::{self, pmdk_available};
-use logheap_bench::{FragOptions, RunSpec, Workload, alloc_bench, report, run_reporting};
+use logheap_bench::{
+    FragOptions, RunSpec, Workload, alloc_batch, alloc_bench, report, run_reporting,
+};
 
 use crate::size::parse_size;
 
@@ -84,6 +86,9 @@ pub struct Args {
     /// Fragmentation workloads: allocations per transaction on the log engine.
     #[arg(long, default_value_t = 1)]
     frag_batch: u64,
+    /// alloc-batch: allocations per transaction (repeat; default 1, 8 and 64).
+    #[arg(long = "alloc-batch")]
+    alloc_batches: Vec<usize>,
     /// Fragmentation workloads: the log engine's pool size (default: the smallest,
     /// searched from the live bytes in steps of 5%, in which the workload runs without
     /// PoolFull).
@@ -166,6 +171,8 @@ struct Planned {
     threads: usize,
     value_size: usize,
     utilisation: Option<f64>,
+    /// Allocations per transaction (`alloc-batch`; 1 elsewhere).
+    batch: usize,
 }
 
 fn plan(args: &Args) -> Vec<Planned> {
@@ -184,7 +191,8 @@ fn plan(args: &Args) -> Vec<Planned> {
                 .to_vec();
         }
         if w.is_allocator() {
-            return alloc_bench::engines()
+            return w
+                .allocator_engines()
                 .into_iter()
                 .filter(|&e| e != pmdk::ENGINE || pmdk_available())
                 .map(String::from)
@@ -220,30 +228,39 @@ fn plan(args: &Args) -> Vec<Planned> {
     for &w in &workloads {
         // The fragmentation workloads are single-threaded and sized by the --frag
         // options; alloc-random runs on one and two threads unless told (002 measures
-        // per-thread scaling); neither has a value size or a utilisation.
+        // per-thread scaling), alloc-batch on one (its figures are per operation) in
+        // batches of 1, 8 and 64; none has a value size or a utilisation.
         let (threads, sizes, utilisations) = if w.is_fragmentation() {
             (vec![1], vec![0], vec![None])
         } else if w.is_allocator() {
-            let threads = if args.threads.is_empty() {
-                vec![1, 2]
-            } else {
-                args.threads.clone()
+            let threads = match (args.threads.is_empty(), w) {
+                (false, _) => args.threads.clone(),
+                (true, Workload::AllocBatch) => vec![1],
+                (true, _) => vec![1, 2],
             };
             (threads, vec![0], vec![None])
         } else {
             (threads.clone(), sizes.clone(), utilisations.clone())
         };
+        let batches = match (w, args.alloc_batches.is_empty()) {
+            (Workload::AllocBatch, true) => alloc_batch::DEFAULT_BATCHES.to_vec(),
+            (Workload::AllocBatch, false) => args.alloc_batches.clone(),
+            _ => vec![1],
+        };
         for &value_size in &sizes {
             for &utilisation in &utilisations {
                 for e in engines_for(w) {
-                    for &threads in &threads {
-                        runs.push(Planned {
-                            engine: e.clone(),
-                            workload: w,
-                            threads,
-                            value_size,
-                            utilisation,
-                        });
+                    for &batch in &batches {
+                        for &threads in &threads {
+                            runs.push(Planned {
+                                engine: e.clone(),
+                                workload: w,
+                                threads,
+                                value_size,
+                                utilisation,
+                                batch,
+                            });
+                        }
                     }
                 }
             }
@@ -268,6 +285,7 @@ fn plan(args: &Args) -> Vec<Planned> {
                         threads: 2,
                         value_size,
                         utilisation: None,
+                        batch: 1,
                     });
                 }
             }
@@ -290,12 +308,16 @@ fn check_plan(runs: &[Planned]) -> Result<(), String> {
             return Err(format!("--utilisation {u}: give a share between 0 and 1"));
         }
         if r.workload.is_allocator() {
-            if !alloc_bench::engines().contains(&engine.as_str()) {
+            let engines = r.workload.allocator_engines();
+            if !engines.contains(&engine.as_str()) {
                 return Err(format!(
                     "--engine {engine}: {} runs on {}",
                     r.workload,
-                    alloc_bench::engines().join(", ")
+                    engines.join(", ")
                 ));
+            }
+            if r.batch == 0 {
+                return Err("--alloc-batch 0: a transaction needs at least one allocation".into());
             }
             if r.utilisation.is_some() {
                 return Err(format!("--utilisation does not apply to {}", r.workload));
@@ -305,7 +327,7 @@ fn check_plan(runs: &[Planned]) -> Result<(), String> {
         if alloc_bench::is_persistent_heap(engine) {
             if !r.workload.is_fragmentation() {
                 return Err(format!(
-                    "--engine {engine} (the persistent heap) runs only alloc-random and the fragmentation workloads (frag-w1, frag-w2, frag-w3), not {}",
+                    "--engine {engine} (the persistent heap) runs only alloc-random, alloc-batch and the fragmentation workloads (frag-w1, frag-w2, frag-w3), not {}",
                     r.workload
                 ));
             }
@@ -598,6 +620,7 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             threads,
             value_size,
             utilisation,
+            batch,
         } = run;
         let spec = RunSpec {
             engine: engine.clone(),
@@ -616,6 +639,7 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 .or(utilisation.map(|_| 60.0))
                 .map(std::time::Duration::from_secs_f64),
             cleaner_threads: args.cleaner_threads,
+            alloc_batch: *batch,
         };
         let mut what = format!("{engine} {workload} ({threads} thread(s)");
         if !workload.is_fragmentation() && args.value_sizes.len() > 1 {
@@ -623,6 +647,9 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         }
         if let Some(u) = utilisation {
             what.push_str(&format!(", {:.0}% utilisation", 100.0 * u));
+        }
+        if *workload == Workload::AllocBatch {
+            what.push_str(&format!(", {batch} per transaction"));
         }
         what.push(')');
         let measured =
@@ -734,5 +761,29 @@ mod tests {
             "2",
         ]);
         assert_eq!(runs, [("log".to_string(), 2, 128, None)]);
+    }
+
+    fn batches(line: &[&str]) -> Vec<(String, usize, usize)> {
+        let cli = Cli::parse_from(std::iter::once("bench").chain(line.iter().copied()));
+        plan(&cli.args)
+            .into_iter()
+            .map(|r| (r.engine, r.threads, r.batch))
+            .collect()
+    }
+
+    #[test]
+    fn alloc_batch_runs_batches_of_1_8_and_64_on_one_thread_unless_told() {
+        let runs = batches(&["--workload", "alloc-batch", "--engine", "redo"]);
+        let want = |b| ("redo".to_string(), 1, b);
+        assert_eq!(runs, [want(1), want(8), want(64)]);
+        let runs = batches(&["--workload", "alloc-batch", "--alloc-batch", "16"]);
+        assert_eq!(runs.len(), alloc_batch::engines().len());
+        assert!(runs.iter().all(|(_, t, b)| (*t, *b) == (1, 16)), "{runs:?}");
+        // Other workloads have no batch, and pmdk does not run alloc-batch.
+        assert!(batches(&["--workload", "sps"]).iter().all(|r| r.2 == 1));
+        let cli = Cli::parse_from(["bench", "--workload", "alloc-batch", "--engine", "pmdk"]);
+        assert!(check_plan(&plan(&cli.args)).is_err());
+        let cli = Cli::parse_from(["bench", "--workload", "alloc-batch", "--alloc-batch", "0"]);
+        assert!(check_plan(&plan(&cli.args)).is_err());
     }
 }

@@ -2477,6 +2477,20 @@ fn store_step(media: &Media, sb: &Superblock, step: Step, op: MicroOp) -> u64 {
 /// Applies the metadata step of `op` on the block at `step` of `size` requested bytes
 /// (flushed, not fenced). Idempotent, so recovery may redo it.
 fn apply_step(media: &Media, sb: &Superblock, step: Step, op: MicroOp, size: u64) -> u64 {
+    let (at, len) = store_step_unflushed(media, sb, step, op, size);
+    media.flush(at as usize, len as usize);
+    at
+}
+
+/// Stores `op` of `step` (a block of `size` requested bytes), without flushing it;
+/// returns the bytes stored (inside one cache line), for the caller to flush.
+fn store_step_unflushed(
+    media: &Media,
+    sb: &Superblock,
+    step: Step,
+    op: MicroOp,
+    size: u64,
+) -> (u64, u64) {
     match (step, op) {
         (Step::Huge { region, count }, MicroOp::Allocate) => {
             let e = TableEntry {
@@ -2490,20 +2504,16 @@ fn apply_step(media: &Media, sb: &Superblock, step: Step, op: MicroOp, size: u64
             let at = sb.entry_offset(region) as usize;
             media.write(at, &e.encode_body(sb.region_offset(region)));
             media.write_u64(at + ENTRY_STATE as usize, LIVE);
-            media.flush(at, LINE as usize);
-            at as u64
+            (at as u64, LINE)
         }
         (Step::Huge { region, .. }, MicroOp::Free) => {
             let at = sb.entry_offset(region) as usize + ENTRY_STATE as usize;
             media.write_u64(at, 0);
-            media.flush(at, 8);
-            at as u64
+            (at as u64, 8)
         }
         _ => {
             // A bit in a chunk header, or a page-table word: one line either way.
-            let at = store_step(media, sb, step, op);
-            media.flush(at as usize, 8);
-            at
+            (store_step(media, sb, step, op), 8)
         }
     }
 }

@@ -7,8 +7,9 @@
 //!   leaks nothing.
 //! - Its commit *marks* the block allocated (or a freed block free) in the persistent
 //!   metadata ([`PersistentHeap::tx_mark`]): the bitmap bit of a small block, the
-//!   page-table word of a big one, the table entry of a huge one. A mark is stored and
-//!   flushed, never fenced: it rides on the engine's fences, and the engine's log holds
+//!   page-table word of a big one, the table entry of a huge one. The heap stores a
+//!   mark; the engine flushes the lines of a transaction's marks, each distinct line
+//!   once, and never fences them: they ride on the engine's fences, and its log holds
 //!   it too, so recovery redoes it (redo) or reverses it (undo) with
 //!   [`Replay::mark`] before the heap builds its DRAM state.
 //! - A committed free gives the block back in DRAM once the commit is durable.
@@ -27,7 +28,7 @@ use std::sync::atomic::Ordering;
 use super::{
     MicroLogSlot, MicroOp, PersistentHeap, Reader, SizePolicy, Step, TableEntry, USE_ARENA,
     USE_BIG, USE_HUGE, USE_HUGE_TAIL, USE_KIND, USE_SMALL, USE_VOLATILE, apply_step, arena_hint,
-    size_policy,
+    size_policy, store_step_unflushed,
 };
 use crate::error::{Error, Result};
 use crate::media::Media;
@@ -146,11 +147,13 @@ impl PersistentHeap {
             .is_some_and(|r| self.uses[r as usize].load(Ordering::Acquire) & USE_KIND == USE_HUGE)
     }
 
-    /// Stores and flushes (no fence) the persistent mark of the reserved or live block
-    /// at `offset` of `size` bytes (its requested size when allocating, its
+    /// Stores, without flushing, the persistent mark of the reserved or live block at
+    /// `offset` of `size` bytes (its requested size when allocating, its
     /// [`tx_size_of`](Self::tx_size_of) when freeing): allocated or free. Idempotent.
-    /// Returns the offset of the metadata line it flushed (`None`: no block there, a
-    /// bug of the caller).
+    /// Returns the offset of the metadata stored, all in one cache line, which the
+    /// caller flushes: a transaction's marks often share lines (a chunk's bitmap words),
+    /// so the engine flushes each distinct line once (`None`: no block there, a bug of
+    /// the caller).
     pub(crate) fn tx_mark(&self, offset: u64, size: u64, allocate: bool) -> Option<u64> {
         let op = if allocate {
             MicroOp::Allocate
@@ -174,7 +177,7 @@ impl PersistentHeap {
                     return None;
                 };
                 let step = self.step_of(held, region);
-                Some(apply_step(&self.media, &self.sb, step, op, size))
+                Some(store_step_unflushed(&self.media, &self.sb, step, op, size).0)
             }
             USE_HUGE => {
                 let Some(SizePolicy::Huge(count)) = size_policy(self.sb.segment_size, size) else {
@@ -185,7 +188,7 @@ impl PersistentHeap {
                     region: u64::from(region),
                     count,
                 };
-                Some(apply_step(&self.media, &self.sb, step, op, size))
+                Some(store_step_unflushed(&self.media, &self.sb, step, op, size).0)
             }
             _ => {
                 debug_assert!(false, "a mark of a region with no block");

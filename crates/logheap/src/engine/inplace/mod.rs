@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::alloc::{HeapOptions, MetadataPolicy, PAddr, PersistentHeap, Replay, TxHeap};
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::media::{Media, SimConfig};
+use crate::media::{CACHE_LINE, Media, SimConfig};
 use crate::pool::{EngineKind, MapAddress, PoolFile};
 use crate::stm::Shared;
 
@@ -51,6 +51,21 @@ pub(crate) const LOG_HEADER: u64 = 64;
 
 /// Lock a mutex, ignoring poisoning (the state it guards stays consistent: every
 /// critical section here either completes or panics before changing it).
+/// Flushes the cache line of each offset in `marks` once, however many of them share
+/// it (a transaction's allocator marks often fall in one chunk's bitmap words), and
+/// leaves in `marks` the start of each line flushed, in order.
+pub(crate) fn flush_lines_once(media: &Media, marks: &mut Vec<u64>) {
+    let line = CACHE_LINE as u64;
+    for m in marks.iter_mut() {
+        *m -= *m % line;
+    }
+    marks.sort_unstable();
+    marks.dedup();
+    for &m in marks.iter() {
+        media.flush(m as usize, CACHE_LINE);
+    }
+}
+
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -535,5 +550,23 @@ impl InPlace {
     /// Stores the redo engine's retired version durably.
     pub(crate) fn store_retired(&self, version: u64) {
         store_retired(&self.media, self.heap_root.start, version);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::media::MediaConfig;
+
+    #[test]
+    fn marks_sharing_a_line_flush_it_once() {
+        let media = Media::sim(4096, &MediaConfig::default(), SimConfig::default()).unwrap();
+        let mut marks = vec![200, 8, 0, 63, 64, 130, 8];
+        flush_lines_once(&media, &mut marks);
+        assert_eq!(marks, [0, 64, 128, 192]);
+        assert_eq!(media.counters().lines_flushed, 4);
+        let mut none = Vec::new();
+        flush_lines_once(&media, &mut none);
+        assert_eq!(media.counters().lines_flushed, 4);
     }
 }

@@ -31,9 +31,13 @@ use std::sync::{Arc, Mutex};
 use std::thread::LocalKey;
 
 use super::record::{self, EntryKind, HEADER, REDO_MAGIC, RecordBuilder};
-use super::{EngineArea, EngineHeap, InPlace, LOG_HEADER, LogLease, LogPosition, Recovered, lock};
+use super::{
+    EngineArea, EngineHeap, InPlace, LOG_HEADER, LogLease, LogPosition, Recovered,
+    flush_lines_once, lock,
+};
 use crate::engine::{CommitSet, Engine, Persisted};
 use crate::error::Result;
+use crate::media::CACHE_LINE;
 use crate::media::Media;
 use crate::stm::{ResolveScratch, Shared, Span, TxState};
 
@@ -48,6 +52,8 @@ pub(crate) struct RedoScratch {
     spans: Vec<Span>,
     resolve: ResolveScratch,
     flushed: Vec<(u64, u64)>,
+    /// The metadata lines of the transaction's allocator marks.
+    marks: Vec<u64>,
 }
 
 thread_local! {
@@ -415,19 +421,19 @@ impl Engine for RedoEngine {
             write_flushed(media, sp.home, &bytes[sp.at..sp.at + sp.len as usize]);
             s.flushed.push((sp.home, sp.len));
         }
+        s.marks.clear();
         for &(home, size) in &set.allocs.allocs {
-            if let Some(line) = heap.tx_mark(home, size, true) {
-                s.flushed.push((line, 8));
-            }
+            s.marks.extend(heap.tx_mark(home, size, true));
         }
         for &(home, size) in &set.allocs.frees {
-            if let Some(line) = heap.tx_mark(home, size, false) {
-                s.flushed.push((line, 8));
-            }
+            s.marks.extend(heap.tx_mark(home, size, false));
             if heap.tx_is_huge(home) {
                 lock(&self.deferred).push((set.version, home));
             }
         }
+        flush_lines_once(media, &mut s.marks);
+        s.flushed
+            .extend(s.marks.iter().map(|&line| (line, CACHE_LINE as u64)));
         let lease = s.lease.as_ref().expect("leased before the commit");
         let mut u = lock(&lease.log().unfenced);
         u.version = set.version;

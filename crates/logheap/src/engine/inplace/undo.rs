@@ -34,7 +34,9 @@ use std::thread::LocalKey;
 
 use super::record::{self, EntryKind, HEADER, MAGIC_WORD, RecordBuilder, UNDO_MAGIC};
 use super::redo::{InPlaceEngineStats, write_flushed};
-use super::{EngineArea, EngineHeap, InPlace, LOG_HEADER, LogLease, Recovered, lock};
+use super::{
+    EngineArea, EngineHeap, InPlace, LOG_HEADER, LogLease, Recovered, flush_lines_once, lock,
+};
 use crate::engine::{CommitSet, Engine, Persisted};
 use crate::error::Result;
 use crate::media::Media;
@@ -58,6 +60,8 @@ pub(crate) struct UndoScratch {
     resolve: ResolveScratch,
     /// The ranges logged (merged).
     ranges: Vec<(u64, u64)>,
+    /// The metadata lines of the transaction's allocator marks.
+    marks: Vec<u64>,
 }
 
 thread_local! {
@@ -250,12 +254,14 @@ impl Engine for UndoEngine {
             payload += sp.len;
         }
         let heap = &self.core.heap.heap;
+        s.marks.clear();
         for &(home, size) in &allocs.allocs {
-            heap.tx_mark(home, size, true);
+            s.marks.extend(heap.tx_mark(home, size, true));
         }
         for &(home, size) in &allocs.frees {
-            heap.tx_mark(home, size, false);
+            s.marks.extend(heap.tx_mark(home, size, false));
         }
+        flush_lines_once(media, &mut s.marks);
         media.fence();
         invalidate(media, at);
         Ok(Persisted::Durable { payload })
