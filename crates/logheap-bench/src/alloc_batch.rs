@@ -140,25 +140,33 @@ pub fn run(spec: &RunSpec, phase: &dyn Fn(&str)) -> Result<RunResult, Box<dyn st
         pool.close()?;
         (seconds, counters)
     };
-    Ok(result(spec, batch, threads, seconds, block_ops, &counters))
+    let batches = threads as u64 * ops;
+    Ok(result(
+        spec,
+        batch,
+        threads,
+        seconds,
+        (batches, block_ops),
+        &counters,
+    ))
 }
 
-/// The figures of a run, per block operation.
+/// The figures of a run: `batches` operations (transactions, or batches of calls) of
+/// `block_ops` allocations and frees in all.
 fn result(
     spec: &RunSpec,
     batch: usize,
     threads: usize,
     seconds: f64,
-    block_ops: u64,
+    (batches, block_ops): (u64, u64),
     c: &MediaCounters,
 ) -> RunResult {
     let per_op = |x: u64| Some(x as f64 / block_ops.max(1) as f64);
-    let batches = block_ops as f64 / batch as f64;
     RunResult {
         ops: block_ops,
         emulated: spec.emulation.is_some(),
         seconds,
-        tx_per_s: batches / seconds.max(1e-9),
+        tx_per_s: batches as f64 / seconds.max(1e-9),
         ops_per_s: Some(block_ops as f64 / seconds.max(1e-9)),
         alloc_batch: Some(batch),
         fences_per_tx: per_op(c.fences),
@@ -203,6 +211,11 @@ mod tests {
             let one = run(&spec(engine, 1), &|_| {}).unwrap();
             let many = run(&spec(engine, 8), &|_| {}).unwrap();
             assert_eq!(one.alloc_batch, Some(1));
+            // 2,000 block operations on 2 threads in batches of 8: 62 operations per
+            // thread (each 8 allocations, all but the first two 8 frees).
+            assert_eq!(many.ops, 2 * 8 * (2 * 62 - 2), "{engine}");
+            let per_s = many.tx_per_s * many.seconds;
+            assert!((per_s - 124.0).abs() < 1e-6, "{engine}: {per_s} operations");
             assert!(one.ops_per_s.unwrap() > 0.0, "{engine}");
             let (f1, f8) = (one.fences_per_tx.unwrap(), many.fences_per_tx.unwrap());
             if is_persistent_heap(engine) {

@@ -352,11 +352,13 @@ fn draw_versus_logging(
     dir: &Path,
 ) -> Result<Vec<PathBuf>, Box<dyn std::error::Error>> {
     use crate::versus_logging::{self, BASELINES, LOG};
-    let rows = versus_logging::rows(results);
+    // One value size per figure: the smallest that ran.
+    let mut rows = versus_logging::rows(results);
     let mut files = Vec::new();
-    if rows.is_empty() {
+    let Some(size) = rows.iter().map(|r| r.value_size).min() else {
         return Ok(files);
-    }
+    };
+    rows.retain(|r| r.value_size == size);
     let mut workloads: Vec<Workload> = Vec::new();
     let mut threads: Vec<usize> = Vec::new();
     for r in &rows {
@@ -411,7 +413,18 @@ fn draw_versus_logging(
         ] {
             let v: Vec<Option<f64>> = workloads
                 .iter()
-                .map(|&w| find(results, engine, w, one).and_then(figure))
+                .map(|&w| {
+                    results
+                        .iter()
+                        .find(|r| {
+                            r.engine == engine
+                                && r.workload == w
+                                && r.threads == one
+                                && r.value_size == size
+                                && r.space.utilisation.is_none()
+                        })
+                        .and_then(figure)
+                })
                 .collect();
             if v.iter().any(Option::is_some) {
                 traffic.push((format!("{engine} {label}"), v));

@@ -295,15 +295,26 @@ fn versus_logging_table(results: &[RunResult]) -> String {
         ]
         .join(" | ")
     };
-    let mut threads: Vec<usize> = rows.iter().map(|r| r.threads).collect();
-    threads.dedup();
-    for t in threads {
-        let of_t: Vec<&versus_logging::Row> = rows.iter().filter(|r| r.threads == t).collect();
+    let mut shapes: Vec<(usize, usize)> = rows.iter().map(|r| (r.value_size, r.threads)).collect();
+    shapes.dedup();
+    let sizes_differ = shapes.iter().any(|s| s.0 != shapes[0].0);
+    for (size, t) in shapes {
+        let of_t: Vec<&versus_logging::Row> = rows
+            .iter()
+            .filter(|r| (r.value_size, r.threads) == (size, t))
+            .collect();
+        let sized = |w: String| {
+            if sizes_differ {
+                format!("{w} ({size} B)")
+            } else {
+                w
+            }
+        };
         for r in &of_t {
             let _ = writeln!(
                 out,
                 "| {} | {t} | {} | {} |",
-                r.workload,
+                sized(r.workload.to_string()),
                 if r.emulated { "yes" } else { "no" },
                 cells(&r.against)
             );
@@ -311,7 +322,8 @@ fn versus_logging_table(results: &[RunResult]) -> String {
         let mean = |b: usize, f: &dyn Fn(&Versus) -> Option<f64>| versus_logging::mean(&of_t, b, f);
         let _ = writeln!(
             out,
-            "| **mean** | {t} | | **{}** | **{}** | **{}** | **{}** | **{}** | **{}** |",
+            "| **{}** | {t} | | **{}** | **{}** | **{}** | **{}** | **{}** | **{}** |",
+            sized("mean".into()),
             signed(mean(0, &speedup)),
             signed(mean(1, &speedup)),
             share(mean(0, &traffic)),

@@ -55,7 +55,10 @@ pub struct Row {
     pub workload: Workload,
     /// Threads.
     pub threads: usize,
-    /// Whether the three runs were emulated (all of them: a mixed row is left out).
+    /// Value size of the runs.
+    pub value_size: usize,
+    /// Whether the `log` run was emulated (a baseline is compared with it only when it
+    /// was run the same way).
     pub emulated: bool,
     /// Against `redo` and `undo`, in [`BASELINES`] order (`None`: that one did not run).
     pub against: [Option<Versus>; 2],
@@ -77,35 +80,43 @@ fn versus(log: &RunResult, base: &RunResult) -> Option<Versus> {
     })
 }
 
-/// Every (workload, threads) on which `log` and at least one baseline ran, in the
-/// paper's workload order, fewer threads first. Runs in pools sized to a utilisation
-/// and allocator or fragmentation runs are not part of it.
+/// Every (value size, threads, workload) on which `log` and at least one baseline ran
+/// the same way (emulated or not), smaller values and fewer threads first, workloads
+/// in the paper's order. Runs in pools sized to a utilisation and allocator or
+/// fragmentation runs are not part of it.
 pub fn rows(results: &[RunResult]) -> Vec<Row> {
-    let standard = |r: &&RunResult| {
-        r.space.utilisation.is_none()
-            && !r.workload.is_fragmentation()
-            && !r.workload.is_allocator()
+    let standard: Vec<&RunResult> = results
+        .iter()
+        .filter(|r| {
+            r.space.utilisation.is_none()
+                && !r.workload.is_fragmentation()
+                && !r.workload.is_allocator()
+        })
+        .collect();
+    let find = |engine: &str, workload: Workload, threads: usize, size: usize| {
+        standard.iter().copied().find(|r| {
+            r.engine == engine
+                && r.workload == workload
+                && r.threads == threads
+                && r.value_size == size
+        })
     };
-    let find = |engine: &str, workload: Workload, threads: usize| {
-        results
-            .iter()
-            .filter(standard)
-            .find(|r| r.engine == engine && r.workload == workload && r.threads == threads)
-    };
-    let mut threads: Vec<usize> = results.iter().filter(standard).map(|r| r.threads).collect();
-    threads.sort_unstable();
-    threads.dedup();
+    let mut shapes: Vec<(usize, usize)> =
+        standard.iter().map(|r| (r.value_size, r.threads)).collect();
+    shapes.sort_unstable();
+    shapes.dedup();
     let mut out = Vec::new();
-    for &t in &threads {
+    for &(size, t) in &shapes {
         for w in Workload::ALL {
-            let Some(log) = find(LOG, w, t) else {
+            let Some(log) = find(LOG, w, t, size) else {
                 continue;
             };
-            let against = BASELINES.map(|b| find(b, w, t).and_then(|base| versus(log, base)));
+            let against = BASELINES.map(|b| find(b, w, t, size).and_then(|base| versus(log, base)));
             if against.iter().any(Option::is_some) {
                 out.push(Row {
                     workload: w,
                     threads: t,
+                    value_size: size,
                     emulated: log.emulated,
                     against,
                 });
@@ -167,6 +178,23 @@ mod tests {
         assert!((mean(&all, 0, speedup).unwrap() - 0.75).abs() < 1e-9);
         assert!((mean(&all, 1, speedup).unwrap() + 0.25).abs() < 1e-9);
         assert_eq!(mean(&[], 0, speedup), None);
+    }
+
+    #[test]
+    fn each_value_size_is_compared_with_its_own_runs() {
+        let mut results = Vec::new();
+        for (size, redo_tx) in [(64, 100.0), (1024, 300.0)] {
+            for (engine, tx) in [("log", 150.0), ("redo", redo_tx)] {
+                let mut r = run(engine, Workload::Sps, 1, tx, 100.0);
+                r.value_size = size;
+                results.push(r);
+            }
+        }
+        let rows = rows(&results);
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].value_size, rows[1].value_size), (64, 1024));
+        assert!((rows[0].against[0].unwrap().speedup - 0.5).abs() < 1e-9);
+        assert!((rows[1].against[0].unwrap().speedup + 0.5).abs() < 1e-9);
     }
 
     #[test]

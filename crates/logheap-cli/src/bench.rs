@@ -582,6 +582,9 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     };
     let mut runs = plan(args);
     check_plan(&runs)?;
+    if !args.alloc_batches.is_empty() && !runs.iter().any(|r| r.workload == Workload::AllocBatch) {
+        return Err("--alloc-batch applies only to --workload alloc-batch".into());
+    }
     if runs.iter().any(|r| r.engine == pmdk::ENGINE) {
         if !pmdk_available() {
             eprintln!("{}", pmdk::UNAVAILABLE);

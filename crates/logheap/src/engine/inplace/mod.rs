@@ -49,8 +49,6 @@ const LOGS_AT: u64 = 64;
 /// second inverted), so a torn or foreign header is known.
 pub(crate) const LOG_HEADER: u64 = 64;
 
-/// Lock a mutex, ignoring poisoning (the state it guards stays consistent: every
-/// critical section here either completes or panics before changing it).
 /// Flushes the cache line of each offset in `marks` once, however many of them share
 /// it (a transaction's allocator marks often fall in one chunk's bitmap words), and
 /// leaves in `marks` the start of each line flushed, in order.
@@ -66,6 +64,8 @@ pub(crate) fn flush_lines_once(media: &Media, marks: &mut Vec<u64>) {
     }
 }
 
+/// Lock a mutex, ignoring poisoning (the state it guards stays consistent: every
+/// critical section here either completes or panics before changing it).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
