@@ -600,3 +600,32 @@ fn the_largest_transactions_fill_blocks_to_their_limits() {
             .unwrap()
     );
 }
+
+#[test]
+fn a_zeroed_allocation_reads_zero_on_every_engine_even_where_a_freed_block_was() {
+    for engine in ["log", "redo", "undo"] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::default().size(8 << 20).engine_name(engine).unwrap();
+        let pool = Pool::create(dir.path().join("p"), &config).unwrap();
+        for round in 0..50u64 {
+            let home = pool
+                .transaction(|tx| tx.alloc([0xa5u8 ^ round as u8; 200]))
+                .unwrap();
+            pool.transaction(|tx| tx.free(home)).unwrap();
+            let fresh = pool.transaction(|tx| tx.alloc_bytes(200)).unwrap();
+            let bytes = pool
+                .read(|tx| {
+                    let mut b = vec![0u8; 200];
+                    tx.read_bytes(fresh, &mut b)?;
+                    Ok::<_, Error>(b)
+                })
+                .unwrap();
+            assert!(
+                bytes.iter().all(|&b| b == 0),
+                "{engine} round {round}: {bytes:?}"
+            );
+            pool.transaction(|tx| tx.free(PPtr::<u8>::from_offset(fresh)))
+                .unwrap();
+        }
+    }
+}

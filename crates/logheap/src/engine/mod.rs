@@ -55,6 +55,11 @@ pub(crate) trait Engine: Send + Sync + Sized + 'static {
     type Scratch: Default + 'static;
     /// The allocator transactions reserve from.
     type Heap: TxHeap;
+    /// Whether a block just reserved reads as zeros without being written (the log
+    /// engine's fresh log blocks). Otherwise a zero-filled allocation is written with
+    /// zeros in its transaction (a reserved block of the persistent heap holds whatever
+    /// its last owner left).
+    const FRESH_BLOCKS_READ_ZERO: bool;
 
     /// The thread-local slot keeping a finished transaction's state for the thread's
     /// next one (one per engine type: a `thread_local!` in generic code would be shared

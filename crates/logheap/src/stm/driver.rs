@@ -234,8 +234,18 @@ impl<E: Engine> Stm<E> {
         }
         let home = self.engine.heap().reserve(size)?;
         tx.allocs.allocs.push((home, size));
-        if let Some(bytes) = init {
-            tx.writes.push(home, bytes);
+        match init {
+            Some(bytes) => tx.writes.push(home, bytes),
+            None if !E::FRESH_BLOCKS_READ_ZERO => {
+                const ZEROS: [u8; 4096] = [0; 4096];
+                let mut at = 0;
+                while at < size {
+                    let n = (size - at).min(ZEROS.len() as u64);
+                    tx.writes.push(home + at, &ZEROS[..n as usize]);
+                    at += n;
+                }
+            }
+            None => {}
         }
         Ok(home)
     }

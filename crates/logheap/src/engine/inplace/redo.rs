@@ -315,6 +315,7 @@ pub(crate) fn write_flushed(media: &Media, home: u64, data: &[u8]) {
 impl Engine for RedoEngine {
     type Scratch = RedoScratch;
     type Heap = EngineHeap;
+    const FRESH_BLOCKS_READ_ZERO: bool = false;
 
     fn spare() -> &'static LocalKey<Cell<Option<TxState<RedoScratch>>>> {
         &SPARE_STATE

@@ -182,6 +182,7 @@ fn invalidate(media: &Media, at: u64) {
 impl Engine for UndoEngine {
     type Scratch = UndoScratch;
     type Heap = EngineHeap;
+    const FRESH_BLOCKS_READ_ZERO: bool = false;
 
     fn spare() -> &'static LocalKey<Cell<Option<TxState<UndoScratch>>>> {
         &SPARE_STATE

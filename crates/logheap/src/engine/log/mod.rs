@@ -585,6 +585,7 @@ impl LogEngine {
 impl Engine for LogEngine {
     type Scratch = LogScratch;
     type Heap = HomeHeap;
+    const FRESH_BLOCKS_READ_ZERO: bool = true;
 
     fn spare() -> &'static LocalKey<Cell<Option<TxState<LogScratch>>>> {
         &SPARE_STATE
