@@ -376,10 +376,11 @@ fn check_plan(runs: &[Planned]) -> Result<(), String> {
                     logheap::EngineKind::Log
                         | logheap::EngineKind::Redo
                         | logheap::EngineKind::Undo
+                        | logheap::EngineKind::Oop
                 ) =>
             {
                 return Err(format!(
-                    "--engine {engine}: that engine is not built yet (log and its ablation, redo and undo are)"
+                    "--engine {engine}: that engine is not built yet (log and its ablation, redo, undo and oop are)"
                 ));
             }
             Ok(_) => {}

@@ -19,7 +19,7 @@ use rand_chacha::ChaCha8Rng;
 /// Options of `logheap crashtest`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Engine to test: log, redo, undo, or one of the mapping ablation's log-base,
+    /// Engine to test: log, redo, undo, oop, or one of the mapping ablation's log-base,
     /// log-2l, log-2l-gu, log-2l-gu-c.
     #[arg(long, default_value = "log")]
     engine: String,
@@ -64,7 +64,7 @@ const SLOTS: usize = 32;
 /// within a few hundred transactions the log fills with stale data and the cleaner
 /// runs (`chunks_cleaned` in the outcome).
 const POOL_SIZE: u64 = 256 << 10;
-/// The pool's size for the in-place engines (`redo`, `undo`): their allocator takes
+/// The pool's size for the in-place engines (`redo`, `undo`, `oop`): their allocator takes
 /// 64 KiB segments, a few per arena, and each committing thread a log area.
 const IN_PLACE_POOL_SIZE: u64 = 1 << 20;
 

@@ -10,7 +10,12 @@ use logheap_collections::{Array, BpTree, HashMap, Queue, RbTree, Vector};
 use proptest::prelude::*;
 
 /// Every engine the collections run on.
-const ENGINES: [EngineKind; 3] = [EngineKind::Log, EngineKind::Redo, EngineKind::Undo];
+const ENGINES: [EngineKind; 4] = [
+    EngineKind::Log,
+    EngineKind::Redo,
+    EngineKind::Undo,
+    EngineKind::Oop,
+];
 
 fn new_pool(engine: usize) -> Pool {
     Pool::create_sim(

@@ -7,6 +7,7 @@ use bytemuck::Pod;
 
 use crate::alloc::TxHeap;
 use crate::config::Config;
+use crate::engine::inplace::oop::OopEngine;
 use crate::engine::inplace::redo::RedoEngine;
 use crate::engine::inplace::undo::UndoEngine;
 use crate::engine::inplace::{InPlace, Start};
@@ -54,6 +55,8 @@ pub(crate) enum PoolEngine {
     Redo(Stm<RedoEngine>),
     /// The undo-logging engine (in place).
     Undo(Stm<UndoEngine>),
+    /// The out-of-place update engine (EAOOP, 003).
+    Oop(Stm<OopEngine>),
 }
 
 /// Counters and figures of a pool, from [`Pool::stats`].
@@ -80,7 +83,7 @@ pub struct Stats {
     pub pm_bytes_used: u64,
     /// The log engine's own figures (`None` for other engines).
     pub log: Option<LogEngineStats>,
-    /// The redo or undo engine's own figures (`None` for other engines).
+    /// The in-place engines' (`redo`, `undo`, `oop`) own figures (`None` for the log engine).
     pub in_place: Option<InPlaceEngineStats>,
 }
 
@@ -181,7 +184,7 @@ impl Pool {
         })
     }
 
-    /// Creates or opens a pool of an in-place engine (`redo`, `undo`).
+    /// Creates or opens a pool of an in-place engine (`redo`, `undo`, `oop`).
     fn start_in_place(kind: EngineKind, how: Start<'_>, config: &Config) -> Result<Pool> {
         let engine = match kind {
             EngineKind::Redo => {
@@ -190,6 +193,7 @@ impl Pool {
             EngineKind::Undo => {
                 PoolEngine::Undo(Stm::new(Arc::new(UndoEngine::start(how, config)?)))
             }
+            EngineKind::Oop => PoolEngine::Oop(Stm::new(Arc::new(OopEngine::start(how, config)?))),
             other => return Err(Error::EngineUnavailable(other)),
         };
         Ok(Pool {
@@ -205,6 +209,7 @@ impl Pool {
             PoolEngine::Log(_) => None,
             PoolEngine::Redo(stm) => Some(&stm.engine().core),
             PoolEngine::Undo(stm) => Some(&stm.engine().core),
+            PoolEngine::Oop(stm) => Some(&stm.engine().core),
         }
     }
 
@@ -223,6 +228,7 @@ impl Pool {
             PoolEngine::Log(stm) => stm.engine().root(),
             PoolEngine::Redo(stm) => stm.engine().core.root.clone(),
             PoolEngine::Undo(stm) => stm.engine().core.root.clone(),
+            PoolEngine::Oop(stm) => stm.engine().core.root.clone(),
         };
         let needed = std::mem::size_of::<T>() as u64;
         if needed > root.end - root.start {
@@ -297,6 +303,7 @@ impl Pool {
             let in_place = match &self.engine {
                 PoolEngine::Redo(stm) => stm.engine().stats(),
                 PoolEngine::Undo(stm) => stm.engine().stats(),
+                PoolEngine::Oop(stm) => stm.engine().stats(),
                 PoolEngine::Log(_) => unreachable!("an in-place engine"),
             };
             return Stats {
@@ -348,7 +355,7 @@ impl Pool {
     pub fn compact(&self) -> Compaction {
         match &self.engine {
             PoolEngine::Log(stm) => stm.engine().compact(),
-            PoolEngine::Redo(_) | PoolEngine::Undo(_) => Compaction::default(),
+            PoolEngine::Redo(_) | PoolEngine::Undo(_) | PoolEngine::Oop(_) => Compaction::default(),
         }
     }
 
@@ -361,6 +368,7 @@ impl Pool {
             PoolEngine::Log(stm) => stm.engine().heap().allocations(),
             PoolEngine::Redo(stm) => stm.engine().heap().allocations(),
             PoolEngine::Undo(stm) => stm.engine().heap().allocations(),
+            PoolEngine::Oop(stm) => stm.engine().heap().allocations(),
         }
     }
 
@@ -414,17 +422,22 @@ impl Pool {
                 .heap
                 .heap
                 .close(),
+            PoolEngine::Oop(stm) => Arc::into_inner(stm.into_engine())
+                .expect("no transaction outlives its pool")
+                .core
+                .heap
+                .heap
+                .close(),
         }
     }
 }
 
 fn check_engine(kind: EngineKind) -> Result<()> {
     match kind {
-        EngineKind::Log | EngineKind::Redo | EngineKind::Undo => Ok(()),
+        EngineKind::Log | EngineKind::Redo | EngineKind::Undo | EngineKind::Oop => Ok(()),
         EngineKind::Alloc => Err(Error::InvalidConfig(
             "engine alloc is a bare persistent heap: create it with alloc::PersistentHeap".into(),
         )),
-        other => Err(Error::EngineUnavailable(other)),
     }
 }
 

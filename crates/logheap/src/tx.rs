@@ -2,6 +2,7 @@
 
 use bytemuck::Pod;
 
+use crate::engine::inplace::oop::{OopEngine, OopScratch};
 use crate::engine::inplace::redo::{RedoEngine, RedoScratch};
 use crate::engine::inplace::undo::{UndoEngine, UndoScratch};
 use crate::engine::log::{LogEngine, LogScratch};
@@ -27,6 +28,7 @@ enum TxInner<'p> {
     Log(&'p Stm<LogEngine>, TxState<LogScratch>),
     Redo(&'p Stm<RedoEngine>, TxState<RedoScratch>),
     Undo(&'p Stm<UndoEngine>, TxState<UndoScratch>),
+    Oop(&'p Stm<OopEngine>, TxState<OopScratch>),
 }
 
 /// Runs `$body` with `$stm` (the engine's driver) and `$state` (the transaction's
@@ -37,6 +39,7 @@ macro_rules! on_engine {
             TxInner::Log($stm, $state) => $body,
             TxInner::Redo($stm, $state) => $body,
             TxInner::Undo($stm, $state) => $body,
+            TxInner::Oop($stm, $state) => $body,
         }
     };
 }
@@ -47,6 +50,7 @@ impl Drop for Tx<'_> {
             TxInner::Log(_, state) => Stm::<LogEngine>::finish(std::mem::take(state)),
             TxInner::Redo(_, state) => Stm::<RedoEngine>::finish(std::mem::take(state)),
             TxInner::Undo(_, state) => Stm::<UndoEngine>::finish(std::mem::take(state)),
+            TxInner::Oop(_, state) => Stm::<OopEngine>::finish(std::mem::take(state)),
         }
     }
 }
@@ -58,6 +62,7 @@ impl<'p> Tx<'p> {
             PoolEngine::Log(stm) => TxInner::Log(stm, stm.begin(read_only)),
             PoolEngine::Redo(stm) => TxInner::Redo(stm, stm.begin(read_only)),
             PoolEngine::Undo(stm) => TxInner::Undo(stm, stm.begin(read_only)),
+            PoolEngine::Oop(stm) => TxInner::Oop(stm, stm.begin(read_only)),
         };
         Tx { inner }
     }
@@ -88,6 +93,7 @@ impl<'p> Tx<'p> {
             TxInner::Log(_, state) => state.read_only(),
             TxInner::Redo(_, state) => state.read_only(),
             TxInner::Undo(_, state) => state.read_only(),
+            TxInner::Oop(_, state) => state.read_only(),
         }
     }
 

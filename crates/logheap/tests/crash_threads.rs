@@ -143,7 +143,12 @@ struct Bank {
 /// a bank whose total is unchanged and whose only allocations are the receipts.
 #[test]
 fn concurrent_transfers_survive_every_crash_image() {
-    for engine in [EngineKind::Log, EngineKind::Redo, EngineKind::Undo] {
+    for engine in [
+        EngineKind::Log,
+        EngineKind::Redo,
+        EngineKind::Undo,
+        EngineKind::Oop,
+    ] {
         concurrent_transfers_survive_every_crash_image_on(engine);
     }
 }

@@ -195,9 +195,9 @@ proptest! {
     #[test]
     fn random_operations_with_crashes_agree_with_the_model_on_the_in_place_engines(
         ops in prop::collection::vec(op(), 1..60),
-        undo in any::<bool>(),
+        which in 0..3usize,
     ) {
-        let engine = if undo { EngineKind::Undo } else { EngineKind::Redo };
+        let engine = [EngineKind::Redo, EngineKind::Undo, EngineKind::Oop][which];
         run(ops, Config::default().size(4 << 20).engine(engine))?;
     }
 }

@@ -1,6 +1,7 @@
-//! The engines that keep data in place, at its home, and log beside it: `redo`
+//! The engines that keep data at its home, in the persistent heap: `redo`
 //! (Mnemosyne-style) and `undo` (Mnemosyne-Undo of "Log-structured Non-volatile Main
-//! Memory", §5.3, with 004's hybrid logging). Both run under the same TL2 driver as the
+//! Memory", §5.3, with 004's hybrid logging), which log beside it, and `oop` (003's
+//! EAOOP), which alternates each word between its home and an update slot. Both run under the same TL2 driver as the
 //! log engine, and allocate from the persistent heap (002) through its reserve / mark
 //! / publish path (`alloc::persistent_heap::tx`).
 //!
@@ -9,9 +10,12 @@
 //! at home. The first [`ENGINE_AREA`] bytes of the heap's root area are the engine's:
 //!
 //! ```text
-//!   0   magic      u64   ENGINE_MAGIC
-//!   8   retired    u64   redo: every record of version <= retired is retired
-//!   64  logs       u64 x MAX_LOGS   per-thread log areas (PAddr, 0: none)
+//!   0    magic      u64   ENGINE_MAGIC
+//!   8    retired    u64   redo: every record of version <= retired is retired
+//!   16   chunks     u64   oop: link to the first slot chunk (PAddr, 0: none)
+//!   24   slots      u64   oop: slots per chunk
+//!   64   logs       u64 x MAX_LOGS   per-thread log areas (PAddr, 0: none)
+//!   2048 commits    u64 x MAX_LOGS   oop: each log slot's newest committed version
 //! ```
 //!
 //! and the user's root object follows. Each thread that commits leases one log area
@@ -21,6 +25,7 @@
 //!
 //! What the software versions keep and leave out is in `redo` and `undo`.
 
+pub(crate) mod oop;
 pub(crate) mod record;
 pub(crate) mod redo;
 pub(crate) mod undo;
@@ -37,7 +42,13 @@ use crate::pool::{EngineKind, MapAddress, PoolFile};
 use crate::stm::Shared;
 
 /// Bytes of the engine's part of the heap's root area.
-pub(crate) const ENGINE_AREA: u64 = 2048;
+pub(crate) const ENGINE_AREA: u64 = 4096;
+/// oop: the link to the first slot chunk (`oop`).
+pub(crate) const CHAIN_AT: u64 = 16;
+/// oop: slots per slot chunk, fixed when the pool is created.
+pub(crate) const CHUNK_SLOTS_AT: u64 = 24;
+/// oop: each log slot's commit word (the newest version it committed).
+pub(crate) const COMMITS_AT: u64 = 2048;
 /// Per-thread logs a pool can hold. A thread keeps its lease from its first commit on
 /// the pool until it ends: while this many threads that committed are alive, another
 /// thread's first commit waits for one of them to end.

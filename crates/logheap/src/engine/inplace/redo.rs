@@ -73,6 +73,14 @@ pub struct InPlaceEngineStats {
     pub records_recovered: u64,
     /// Allocator marks recovery skipped because later transactions reused their space.
     pub marks_superseded: u64,
+    /// oop: words whose current copy is in an update slot (0 on redo and undo).
+    pub update_slots: u64,
+    /// oop: bytes of the slot chunks.
+    pub slot_bytes: u64,
+    /// oop: slots the lightweight collector dropped since the pool was opened.
+    pub slots_collected: u64,
+    /// oop: slots recovery kept (their word's current copy) when the pool was opened.
+    pub slots_recovered: u64,
 }
 
 /// The redo engine (see the module docs).
@@ -163,6 +171,7 @@ impl RedoEngine {
             truncations: self.truncations.load(Ordering::Relaxed),
             records_recovered: self.recovered.records,
             marks_superseded: self.recovered.superseded,
+            ..InPlaceEngineStats::default()
         }
     }
 }
@@ -255,7 +264,7 @@ fn recover(area: &mut EngineArea<'_, '_>) -> Result<Recovered> {
 }
 
 /// The pieces of `sp` outside every block of `blocks` `(home, size)`.
-fn outside(sp: Span, blocks: &[(u64, u64)]) -> Vec<Span> {
+pub(crate) fn outside(sp: Span, blocks: &[(u64, u64)]) -> Vec<Span> {
     let mut pieces = vec![sp];
     for &(h, size) in blocks {
         pieces = pieces

@@ -92,6 +92,7 @@ impl UndoEngine {
             truncations: 0,
             records_recovered: self.recovered.records,
             marks_superseded: self.recovered.superseded,
+            ..InPlaceEngineStats::default()
         }
     }
 }

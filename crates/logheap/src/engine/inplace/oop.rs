@@ -1,0 +1,800 @@
+//! The `oop` engine: endurance-aware out-of-place update (EAOOP, 003) in software,
+//! under the TL2 driver, over the persistent heap.
+//!
+//! **The design (003 §3).** Every 8-byte word of the heap has its home and, once it is
+//! updated, an *update slot*. A word's copies alternate: its `n`-th update since it got
+//! its slot goes to the slot when `n` is odd and home when `n` is even, so the copy a
+//! transaction writes is never the current one and no data is written twice (no log,
+//! no merge). A DRAM mapping table `{home word → slot, update count}` says where each
+//! word's current copy is (odd count: the slot, even: home); reads go through it. The
+//! lightweight garbage collector drops a word's slot when its count reaches
+//! [`GC_THRESHOLD`] (003's 4): the current copy is home then, so dropping it moves
+//! nothing. Recovery compares, for each slot, the transaction ids of the word's two
+//! copies and keeps the newer committed one (003's Algorithm 3); it rebuilds the
+//! table with count 1 for each word whose current copy is in its slot, and drops the
+//! others' slots.
+//!
+//! **What the software version keeps and what it cannot.** 003 puts the persist
+//! buffer and the mapping table in the memory controller, tags every word written
+//! with its transaction id as side-band metadata, and packs the tagged words of any
+//! locations into whole 64-byte lines. Software has no side band, so:
+//! - a slot is 32 bytes: `{home, value, txid of the slot copy, txid of the home copy}`.
+//!   The home copy's id lives in the slot, so writing a word home also stores one
+//!   word in its slot's line. Two slots share a line, and a transaction's new slots are
+//!   taken in order, so the words of one transaction are packed two to a line;
+//! - a transaction's copies are made durable with one fence, then its *commit word*
+//!   (the newest committed version of its thread's slot, in the engine area) with a
+//!   second: a transaction id `version << 8 | thread slot` is committed when its
+//!   version is at most that slot's commit word. The hardware commits with the persist
+//!   buffer's drain, which software cannot order without a fence;
+//! - the allocator's marks are not out of place (the heap's open reads them at home):
+//!   a transaction that allocates or frees first records its allocations and frees in
+//!   its thread's area (flushed with the copies), marks them after the first fence,
+//!   and fences again before its commit word, so recovery can reverse the marks of a
+//!   transaction that did not commit. Three fences for those transactions, two for the
+//!   others;
+//! - words inside blocks the transaction allocated, and not mapped, are written home
+//!   directly: if it does not commit, the block is free again;
+//! - a word's bytes that the transaction does not write are read from its current copy
+//!   (the slot holds whole words).
+//!
+//! Slots live in chunks, heap blocks linked from the engine area (each allocated with
+//! `allocate_into` on the previous chunk's link, so none is leaked), and are taken from
+//! a DRAM free list; a chunk is added when the list is empty (`PoolFull` when the heap
+//! has no room for one).
+//!
+//! A slot's stores are ordered for the crash model (a line persists a prefix of its
+//! stores): a new slot's home word is stored last, so a torn new slot reads as free; a
+//! slot dropped by the collector has its home word zeroed before it can be taken again.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::LocalKey;
+
+use rustc_hash::FxHashMap;
+
+use super::record::{self, EntryKind, HEADER, RecordBuilder};
+use super::redo::InPlaceEngineStats;
+use super::{
+    CHAIN_AT, CHUNK_SLOTS_AT, COMMITS_AT, EngineArea, EngineHeap, InPlace, LOG_HEADER, LogLease,
+    MAX_LOGS, Recovered, flush_lines_once, lock,
+};
+use crate::alloc::PAddr;
+use crate::engine::{CommitSet, Engine, Persisted};
+use crate::error::{Error, Result};
+use crate::media::{CACHE_LINE, Media};
+use crate::stm::{ResolveScratch, Shared, Span, TxState};
+
+/// The update count at which a word's slot is dropped (003: 4). Even: the current copy
+/// is home then.
+pub(crate) const GC_THRESHOLD: u32 = 4;
+/// The magic of an allocation record ("OOPA").
+pub(crate) const OOP_MAGIC: u32 = 0x4150_4f4f;
+/// Bytes of a slot.
+const SLOT: u64 = 32;
+const SLOT_HOME: u64 = 0;
+const SLOT_VALUE: u64 = 8;
+const SLOT_TXID: u64 = 16;
+const SLOT_HOME_TXID: u64 = 24;
+/// Bytes of a slot chunk's header: magic, link to the next chunk, slots, !slots.
+const CHUNK_HEADER: u64 = 64;
+const CHUNK_MAGIC: u64 = u64::from_le_bytes(*b"OOPSLOT1");
+const CHUNK_LINK: u64 = 8;
+const THREAD_BITS: u32 = 8;
+const SHARDS: usize = 64;
+const WORD: u64 = 8;
+const LINE: u64 = CACHE_LINE as u64;
+
+/// A transaction id: its commit version and its thread's slot.
+fn txid(version: u64, slot: usize) -> u64 {
+    version << THREAD_BITS | slot as u64
+}
+
+/// Where a mapped word's copies are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct WordMap {
+    /// Offset of the word's slot.
+    slot: u64,
+    /// Updates since the word got its slot (odd: the slot holds the current copy).
+    count: u32,
+}
+
+/// The DRAM mapping table, by home line (one lookup per line read).
+#[derive(Debug)]
+struct Mapping {
+    shards: Box<[RwLock<FxHashMap<u64, [Option<WordMap>; 8]>>]>,
+    /// Words mapped (reads skip the table while it is 0).
+    words: AtomicU64,
+}
+
+impl Mapping {
+    fn new() -> Mapping {
+        Mapping {
+            shards: (0..SHARDS).map(|_| RwLock::default()).collect(),
+            words: AtomicU64::new(0),
+        }
+    }
+
+    fn shard(&self, line: u64) -> &RwLock<FxHashMap<u64, [Option<WordMap>; 8]>> {
+        &self.shards[(line / LINE) as usize % SHARDS]
+    }
+
+    fn get(&self, word: u64) -> Option<WordMap> {
+        if self.words.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let line = word & !(LINE - 1);
+        let shard = self.shard(line).read().unwrap_or_else(|p| p.into_inner());
+        shard
+            .get(&line)
+            .and_then(|w| w[((word - line) / WORD) as usize])
+    }
+
+    fn set(&self, word: u64, map: Option<WordMap>) {
+        let line = word & !(LINE - 1);
+        let i = ((word - line) / WORD) as usize;
+        let mut shard = self.shard(line).write().unwrap_or_else(|p| p.into_inner());
+        let words = shard.entry(line).or_default();
+        match (words[i].is_some(), map.is_some()) {
+            (false, true) => {
+                self.words.fetch_add(1, Ordering::AcqRel);
+            }
+            (true, false) => {
+                self.words.fetch_sub(1, Ordering::AcqRel);
+            }
+            _ => {}
+        }
+        words[i] = map;
+        if words.iter().all(Option::is_none) {
+            shard.remove(&line);
+        }
+    }
+
+    /// Overlays on `buf` (the home bytes at `home`) the words whose current copy is in
+    /// their slot.
+    fn overlay(&self, media: &Media, home: u64, buf: &mut [u8]) {
+        if self.words.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let end = home + buf.len() as u64;
+        let mut line = home & !(LINE - 1);
+        while line < end {
+            let shard = self.shard(line).read().unwrap_or_else(|p| p.into_inner());
+            if let Some(words) = shard.get(&line) {
+                for (i, m) in words.iter().enumerate() {
+                    let Some(m) = m.filter(|m| m.count % 2 == 1) else {
+                        continue;
+                    };
+                    let w = line + i as u64 * WORD;
+                    let (lo, hi) = (w.max(home), (w + WORD).min(end));
+                    if lo < hi {
+                        let value = media.read_u64((m.slot + SLOT_VALUE) as usize).to_le_bytes();
+                        buf[(lo - home) as usize..(hi - home) as usize]
+                            .copy_from_slice(&value[(lo - w) as usize..(hi - w) as usize]);
+                    }
+                }
+            }
+            line += LINE;
+        }
+    }
+}
+
+/// The update slots: their chunks and the free ones.
+#[derive(Debug)]
+struct Slots {
+    /// Bytes of a chunk (header included).
+    chunk_bytes: u64,
+    /// Free slots (offsets).
+    free: Mutex<Vec<u64>>,
+    /// Chunks, and the offset of the link the next chunk is allocated into.
+    chunks: Mutex<(Vec<u64>, u64)>,
+}
+
+impl Slots {
+    fn per_chunk(&self) -> u64 {
+        (self.chunk_bytes - CHUNK_HEADER) / SLOT
+    }
+
+    /// Takes `n` free slots into `out`, adding chunks as needed.
+    fn take(&self, core: &InPlace, n: usize, out: &mut Vec<u64>) -> Result<()> {
+        out.clear();
+        loop {
+            {
+                let mut free = lock(&self.free);
+                if free.len() >= n {
+                    let at = free.len() - n;
+                    out.extend(free.drain(at..));
+                    return Ok(());
+                }
+            }
+            self.grow(core, n)?;
+        }
+    }
+
+    /// Gives slots back.
+    fn give_back(&self, slots: &[u64]) {
+        lock(&self.free).extend_from_slice(slots);
+    }
+
+    /// Adds a chunk: allocated into the last link, its slots zeroed and its header
+    /// made durable before any slot in it is used.
+    fn grow(&self, core: &InPlace, needed: usize) -> Result<()> {
+        let mut chunks = lock(&self.chunks);
+        if lock(&self.free).len() >= needed {
+            return Ok(()); // another thread grew it meanwhile
+        }
+        let link = PAddr::new(0, chunks.1).expect("the link is in the pool file");
+        let block = core
+            .heap
+            .heap
+            .allocate_into(link, self.chunk_bytes)
+            .map_err(|e| match e {
+                Error::HeapFull { .. } => Error::PoolFull,
+                e => e,
+            })?;
+        let at = block.offset();
+        init_chunk(&core.media, at, self.chunk_bytes);
+        core.logs().set_area(0, Some((at, self.chunk_bytes)));
+        chunks.0.push(at);
+        chunks.1 = at + CHUNK_LINK;
+        let per = self.per_chunk();
+        lock(&self.free).extend((0..per).rev().map(|i| at + CHUNK_HEADER + i * SLOT));
+        Ok(())
+    }
+}
+
+/// Zeroes a chunk's slots and its link, and writes its header, durably.
+fn init_chunk(media: &Media, at: u64, bytes: u64) {
+    let slots = (bytes - CHUNK_HEADER) / SLOT;
+    media.fill(
+        (at + CHUNK_HEADER) as usize,
+        (bytes - CHUNK_HEADER) as usize,
+        0,
+    );
+    media.flush(
+        (at + CHUNK_HEADER) as usize,
+        (bytes - CHUNK_HEADER) as usize,
+    );
+    media.fence();
+    media.write_u64((at + CHUNK_LINK) as usize, 0);
+    media.write_u64((at + 16) as usize, slots);
+    media.write_u64((at + 24) as usize, !slots);
+    media.write_u64(at as usize, CHUNK_MAGIC);
+    media.persist(at as usize, CHUNK_HEADER as usize);
+}
+
+/// A thread's transaction state.
+#[derive(Debug, Default)]
+pub(crate) struct OopScratch {
+    lease: Option<LogLease>,
+    record: RecordBuilder,
+    spans: Vec<Span>,
+    resolve: ResolveScratch,
+    /// The transaction's words: (home word, new value), in order.
+    words: Vec<(u64, u64)>,
+    /// New slots taken for this commit.
+    new_slots: Vec<u64>,
+    /// Mapping changes to publish: (word, its new map).
+    changes: Vec<(u64, WordMap)>,
+    /// Lines stored this commit.
+    lines: Vec<u64>,
+}
+
+thread_local! {
+    static SPARE_STATE: Cell<Option<TxState<OopScratch>>> = const { Cell::new(None) };
+}
+
+/// What the oop engine's recovery found.
+#[derive(Debug, Default)]
+struct OopRecovered {
+    /// Bytes of a slot chunk of this pool.
+    chunk_bytes: u64,
+    chunks: Vec<u64>,
+    free: Vec<u64>,
+    mapped: Vec<(u64, u64)>,
+    rolled_back: u64,
+    dropped: u64,
+}
+
+/// The oop engine (see the module docs).
+#[derive(Debug)]
+pub(crate) struct OopEngine {
+    pub core: InPlace,
+    mapping: Mapping,
+    slots: Slots,
+    /// Slots dropped by the collector.
+    collected: AtomicU64,
+    recovered: Recovered,
+    /// Slots recovery kept (the word's current copy was in it) and dropped.
+    recovered_slots: (u64, u64),
+}
+
+impl OopEngine {
+    /// Creates or opens an oop pool.
+    pub(crate) fn start(how: super::Start<'_>, config: &crate::Config) -> Result<OopEngine> {
+        let mut found = OopRecovered::default();
+        // Chunks of about 1/256 of the pool, fixed when the pool is created.
+        let new_pool_chunk = (config.size / 256)
+            .checked_next_power_of_two()
+            .unwrap_or(1 << 20)
+            .clamp(8 << 10, 1 << 20);
+        let (core, recovered) = InPlace::start(
+            crate::EngineKind::Oop,
+            how,
+            config,
+            &mut |area| recover(area, new_pool_chunk, &mut found),
+            false,
+        )?;
+        let chunk_bytes = found.chunk_bytes;
+        let link = found
+            .chunks
+            .last()
+            .map_or(core.heap_root.start + CHAIN_AT, |&at| at + CHUNK_LINK);
+        for &at in &found.chunks {
+            core.logs().set_area(0, Some((at, chunk_bytes)));
+        }
+        let mapping = Mapping::new();
+        for &(word, slot) in &found.mapped {
+            mapping.set(word, Some(WordMap { slot, count: 1 }));
+        }
+        Ok(OopEngine {
+            core,
+            mapping,
+            slots: Slots {
+                chunk_bytes,
+                free: Mutex::new(found.free),
+                chunks: Mutex::new((found.chunks, link)),
+            },
+            collected: AtomicU64::new(0),
+            recovered_slots: (found.mapped.len() as u64, found.dropped),
+            recovered: Recovered {
+                records: found.rolled_back,
+                ..recovered
+            },
+        })
+    }
+
+    /// The engine's figures.
+    pub(crate) fn stats(&self) -> InPlaceEngineStats {
+        let (logs, log_bytes) = self.core.logs().areas();
+        let chunks = lock(&self.slots.chunks).0.len() as u64;
+        InPlaceEngineStats {
+            logs: logs - chunks,
+            log_bytes: log_bytes - chunks * self.slots.chunk_bytes,
+            truncations: 0,
+            records_recovered: self.recovered.records,
+            marks_superseded: self.recovered.superseded,
+            update_slots: self.mapping.words.load(Ordering::Relaxed),
+            slot_bytes: chunks * self.slots.chunk_bytes,
+            slots_collected: self.collected.load(Ordering::Relaxed),
+            slots_recovered: self.recovered_slots.0,
+        }
+    }
+
+    /// The committed value of the word at `word` (its current copy).
+    fn current_word(&self, word: u64) -> u64 {
+        match self.mapping.get(word) {
+            Some(m) if m.count % 2 == 1 => self.core.media.read_u64((m.slot + SLOT_VALUE) as usize),
+            _ => self.core.media.read_u64(word as usize),
+        }
+    }
+
+    /// The commit word of thread slot `k`.
+    fn commit_word(&self, k: usize) -> usize {
+        (self.core.heap_root.start + COMMITS_AT + 8 * k as u64) as usize
+    }
+}
+
+/// Whether `[home, home + 8)` lies in one of `fresh` (sorted blocks).
+fn in_blocks(blocks: &[(u64, u64)], home: u64) -> bool {
+    let k = blocks.partition_point(|&(h, _)| h <= home);
+    k > 0 && {
+        let (h, size) = blocks[k - 1];
+        home + WORD <= h + size
+    }
+}
+
+/// Turns resolved byte spans into whole words `(word, value)`, in order; a word's
+/// bytes the spans leave out come from `current`.
+fn words_of(spans: &[Span], bytes: &[u8], out: &mut Vec<(u64, u64)>, current: impl Fn(u64) -> u64) {
+    out.clear();
+    for sp in spans {
+        let data = &bytes[sp.at..sp.at + sp.len as usize];
+        let mut at = sp.home;
+        let end = sp.home + sp.len;
+        while at < end {
+            let word = at & !(WORD - 1);
+            let lo = (at - word) as usize;
+            let n = ((word + WORD).min(end) - at) as usize;
+            let mut value = match out.last() {
+                Some(&(w, v)) if w == word => {
+                    out.pop();
+                    v
+                }
+                _ if lo == 0 && n == WORD as usize => 0,
+                _ => current(word),
+            }
+            .to_le_bytes();
+            let from = (at - sp.home) as usize;
+            value[lo..lo + n].copy_from_slice(&data[from..from + n]);
+            out.push((word, u64::from_le_bytes(value)));
+            at += n as u64;
+        }
+    }
+}
+
+/// Oop recovery: reverses the marks of each thread's transaction that did not commit,
+/// then settles every slot (see the module docs).
+fn recover(
+    area: &mut EngineArea<'_, '_>,
+    new_pool_chunk: u64,
+    found: &mut OopRecovered,
+) -> Result<Recovered> {
+    let positions = area.positions()?;
+    let media = area.media();
+    let base = area.base;
+    // The pool's chunk size: stored when the pool is created.
+    let mut chunk_slots = media.read_u64((base + CHUNK_SLOTS_AT) as usize);
+    if chunk_slots == 0 {
+        chunk_slots = (new_pool_chunk - CHUNK_HEADER) / SLOT;
+        media.write_u64((base + CHUNK_SLOTS_AT) as usize, chunk_slots);
+        media.persist((base + CHUNK_SLOTS_AT) as usize, 8);
+    }
+    let Some(chunk_bytes) = chunk_slots
+        .checked_mul(SLOT)
+        .and_then(|b| b.checked_add(CHUNK_HEADER))
+        .filter(|&b| b <= 1 << 30)
+    else {
+        return Err(area.corrupt(
+            base + CHUNK_SLOTS_AT,
+            format!("{chunk_slots} slots per chunk"),
+        ));
+    };
+    found.chunk_bytes = chunk_bytes;
+    let commits: Vec<u64> = (0..MAX_LOGS)
+        .map(|k| media.read_u64((base + COMMITS_AT + 8 * k as u64) as usize))
+        .collect();
+    let committed = |t: u64| {
+        let k = (t & ((1 << THREAD_BITS) - 1)) as usize;
+        t != 0 && k < MAX_LOGS && t >> THREAD_BITS <= commits[k]
+    };
+    // 1. Allocation records of transactions that did not commit: reverse their marks.
+    for (k, p) in positions.iter().enumerate().filter(|(_, p)| p.capacity > 0) {
+        let at = p.area + LOG_HEADER;
+        let mut h = [0u8; HEADER];
+        area.media().read(at as usize, &mut h);
+        let header = record::Header::decode(&h);
+        if header.magic != OOP_MAGIC || header.version >> THREAD_BITS <= commits[k] {
+            continue;
+        }
+        let Some(len) = header.record_len(p.capacity - HEADER as u64) else {
+            continue;
+        };
+        let bytes = area.media().read_vec(at as usize, len);
+        let Some((_, entries)) = record::decode(&bytes, OOP_MAGIC) else {
+            continue; // torn: nothing was marked yet
+        };
+        for e in entries.iter().rev() {
+            match e.kind {
+                EntryKind::Alloc => area.replay.mark(e.home, e.len, false),
+                EntryKind::Free => area.replay.mark(e.home, e.len, true),
+                EntryKind::Data => {
+                    return Err(area.corrupt(at, "an allocation record holds data".into()));
+                }
+            }
+        }
+        let media = area.media();
+        media.fence();
+        let word = at as usize + record::MAGIC_WORD;
+        media.write_u64(word, 0);
+        media.persist(word, 8);
+        found.rolled_back += 1;
+    }
+    // 2. The slot chunks: keep each word's newest committed copy.
+    let media = area.media();
+    let mut link = base + CHAIN_AT;
+    let mut seen = 0u64;
+    loop {
+        let raw = media.read_u64(link as usize);
+        if raw == 0 {
+            break;
+        }
+        let addr = PAddr::from_raw(raw);
+        let at = addr.offset();
+        seen += 1;
+        if addr.file() != 0 || !area.replay.in_heap(at, CHUNK_HEADER) || seen > 1 << 24 {
+            return Err(area.corrupt(link, format!("a slot-chunk link holds {raw:#x}")));
+        }
+        if !area.replay.in_heap(at, chunk_bytes) {
+            return Err(area.corrupt(link, format!("a slot chunk at {at:#x} leaves the heap")));
+        }
+        let slots = chunk_slots;
+        if media.read_u64(at as usize) != CHUNK_MAGIC
+            || media.read_u64(at as usize + 16) != slots
+            || media.read_u64(at as usize + 24) != !slots
+        {
+            // Linked, but a crash came before its header was durable: no slot of it
+            // was ever used.
+            init_chunk(media, at, chunk_bytes);
+            found
+                .free
+                .extend((0..slots).rev().map(|i| at + CHUNK_HEADER + i * SLOT));
+            found.chunks.push(at);
+            link = at + CHUNK_LINK;
+            continue;
+        }
+        for i in (0..slots).rev() {
+            let slot = at + CHUNK_HEADER + i * SLOT;
+            let home = media.read_u64((slot + SLOT_HOME) as usize);
+            if home == 0 {
+                found.free.push(slot);
+                continue;
+            }
+            let u = media.read_u64((slot + SLOT_TXID) as usize);
+            let h = media.read_u64((slot + SLOT_HOME_TXID) as usize);
+            let slot_current = committed(u) && !(committed(h) && h > u);
+            if slot_current && home.is_multiple_of(WORD) && area.replay.in_heap(home, WORD) {
+                if h != 0 {
+                    media.write_u64((slot + SLOT_HOME_TXID) as usize, 0);
+                    media.flush((slot + SLOT_HOME_TXID) as usize, 8);
+                }
+                found.mapped.push((home, slot));
+            } else {
+                media.write_u64((slot + SLOT_HOME) as usize, 0);
+                media.flush((slot + SLOT_HOME) as usize, 8);
+                found.free.push(slot);
+                found.dropped += 1;
+            }
+        }
+        found.chunks.push(at);
+        link = at + CHUNK_LINK;
+    }
+    area.media().fence();
+    Ok(Recovered {
+        positions,
+        last_version: commits.iter().copied().max().unwrap_or(0),
+        records: 0,
+        superseded: area.replay.superseded,
+    })
+}
+
+impl Engine for OopEngine {
+    type Scratch = OopScratch;
+    type Heap = EngineHeap;
+    const FRESH_BLOCKS_READ_ZERO: bool = false;
+
+    fn spare() -> &'static LocalKey<Cell<Option<TxState<OopScratch>>>> {
+        &SPARE_STATE
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.core.shared
+    }
+
+    fn media(&self) -> &Arc<Media> {
+        &self.core.media
+    }
+
+    fn heap(&self) -> &EngineHeap {
+        &self.core.heap
+    }
+
+    fn begin(&self, _s: &mut OopScratch) {}
+
+    fn end(_s: &mut OopScratch) {}
+
+    #[inline]
+    fn check_range(&self, home: u64, len: u64) -> Result<()> {
+        self.core.check_range(home, len)
+    }
+
+    #[inline]
+    fn read_committed(&self, _s: &OopScratch, home: u64, buf: &mut [u8]) {
+        self.core.read(home, buf);
+        self.mapping.overlay(&self.core.media, home, buf);
+    }
+
+    fn before_commit(&self, s: &mut OopScratch) {
+        self.core.lease(&mut s.lease);
+    }
+
+    /// Copies out of place (fence), marks (fence, when the transaction allocates or
+    /// frees), commit word (fence).
+    fn persist(&self, set: &CommitSet<'_>, s: &mut OopScratch) -> Result<Persisted> {
+        set.writes.resolve_into(&mut s.resolve, &mut s.spans);
+        let allocs = set.allocs;
+        if !allocs.alloc_then_freed.is_empty() {
+            let freed_again = &allocs.alloc_then_freed;
+            s.spans = s
+                .spans
+                .iter()
+                .flat_map(|&sp| super::redo::outside(sp, freed_again))
+                .collect();
+        }
+        if s.spans.is_empty() && allocs.allocs.is_empty() && allocs.frees.is_empty() {
+            return Ok(Persisted::Nothing);
+        }
+        let media = &self.core.media;
+        let lease = s.lease.as_ref().expect("leased before the commit");
+        let k = lease.index;
+        let id = txid(set.version, k);
+        words_of(&s.spans, set.writes.bytes(), &mut s.words, |w| {
+            self.current_word(w)
+        });
+        // Everything that can fail comes before the first store.
+        let unmapped = s
+            .words
+            .iter()
+            .filter(|&&(w, _)| !in_blocks(&allocs.allocs, w) && self.mapping.get(w).is_none())
+            .count();
+        self.slots.take(&self.core, unmapped, &mut s.new_slots)?;
+        let logs_marks = !allocs.allocs.is_empty() || !allocs.frees.is_empty();
+        let record_at = if logs_marks {
+            let b = &mut s.record;
+            b.start();
+            for &(home, size) in &allocs.allocs {
+                b.block(EntryKind::Alloc, home, size);
+            }
+            for &(home, size) in &allocs.frees {
+                b.block(EntryKind::Free, home, size);
+            }
+            let mut pos = lock(&lease.log().position);
+            if let Err(e) = self.core.ensure_area(k, &mut pos, b.len() as u64) {
+                drop(pos);
+                self.slots.give_back(&s.new_slots);
+                return Err(e);
+            }
+            Some(pos.area + LOG_HEADER)
+        } else {
+            None
+        };
+        // 1. The copies, out of place.
+        s.changes.clear();
+        s.lines.clear();
+        let mut new_slots = s.new_slots.iter();
+        for &(w, value) in &s.words {
+            match self.mapping.get(w) {
+                None if in_blocks(&allocs.allocs, w) => {
+                    media.write_u64(w as usize, value);
+                    s.lines.push(w);
+                }
+                None => {
+                    let slot = *new_slots.next().expect("a slot per unmapped word");
+                    media.write_u64((slot + SLOT_VALUE) as usize, value);
+                    media.write_u64((slot + SLOT_TXID) as usize, id);
+                    media.write_u64((slot + SLOT_HOME_TXID) as usize, 0);
+                    media.write_u64((slot + SLOT_HOME) as usize, w);
+                    s.lines.push(slot);
+                    s.changes.push((w, WordMap { slot, count: 1 }));
+                }
+                Some(m) => {
+                    let count = m.count + 1;
+                    if count % 2 == 1 {
+                        media.write_u64((m.slot + SLOT_VALUE) as usize, value);
+                        media.write_u64((m.slot + SLOT_TXID) as usize, id);
+                    } else {
+                        media.write_u64(w as usize, value);
+                        media.write_u64((m.slot + SLOT_HOME_TXID) as usize, id);
+                        s.lines.push(w);
+                    }
+                    s.lines.push(m.slot);
+                    s.changes.push((
+                        w,
+                        WordMap {
+                            slot: m.slot,
+                            count,
+                        },
+                    ));
+                }
+            }
+        }
+        if let Some(at) = record_at {
+            let rec = s.record.seal(id, OOP_MAGIC);
+            media.write(at as usize, rec);
+            media.flush(at as usize, rec.len());
+        }
+        flush_lines_once(media, &mut s.lines);
+        media.fence();
+        // 2. The allocator's marks, once the record that can reverse them is durable.
+        if logs_marks {
+            let heap = &self.core.heap.heap;
+            s.lines.clear();
+            for &(home, size) in &allocs.allocs {
+                s.lines.extend(heap.tx_mark(home, size, true));
+            }
+            for &(home, size) in &allocs.frees {
+                s.lines.extend(heap.tx_mark(home, size, false));
+            }
+            flush_lines_once(media, &mut s.lines);
+            media.fence();
+        }
+        // 3. The commit word: the commit point.
+        let commit = self.commit_word(k);
+        media.write_u64(commit, set.version);
+        media.persist(commit, 8);
+        Ok(Persisted::Durable {
+            payload: s.spans.iter().map(|sp| sp.len).sum(),
+        })
+    }
+
+    /// Points the mapping at the new copies; drops the slots whose count reached the
+    /// threshold (their current copy is home).
+    fn publish(&self, _set: &CommitSet<'_>, s: &mut OopScratch) {
+        let media = &self.core.media;
+        let mut dropped = Vec::new();
+        for &(w, m) in &s.changes {
+            if m.count >= GC_THRESHOLD && m.count % 2 == 0 {
+                self.mapping.set(w, None);
+                media.write_u64((m.slot + SLOT_HOME) as usize, 0);
+                media.flush((m.slot + SLOT_HOME) as usize, 8);
+                dropped.push(m.slot);
+            } else {
+                self.mapping.set(w, Some(m));
+            }
+        }
+        if !dropped.is_empty() {
+            self.collected
+                .fetch_add(dropped.len() as u64, Ordering::Relaxed);
+            self.slots.give_back(&dropped);
+        }
+    }
+
+    fn make_room(&self, _s: &mut OopScratch, _since: std::time::Instant) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(home: u64, len: u64, at: usize) -> Span {
+        Span { home, len, at }
+    }
+
+    #[test]
+    fn spans_become_whole_words_with_the_rest_from_the_current_copy() {
+        let bytes: Vec<u8> = (1..=32).collect();
+        let mut out = Vec::new();
+        // 8..16 whole, 20..22 partial, 22..26 partial across two words.
+        words_of(
+            &[span(8, 8, 0), span(20, 2, 8), span(22, 4, 10)],
+            &bytes,
+            &mut out,
+            |w| {
+                if w == 16 {
+                    u64::MAX
+                } else {
+                    0x1111_1111_1111_1111 * (w / 8)
+                }
+            },
+        );
+        let le = |b: [u8; 8]| u64::from_le_bytes(b);
+        assert_eq!(out.len(), 3, "{out:x?}");
+        assert_eq!(out[0], (8, le([1, 2, 3, 4, 5, 6, 7, 8])));
+        assert_eq!(
+            out[1],
+            (16, le([0xff, 0xff, 0xff, 0xff, 9, 10, 11, 12])),
+            "bytes 20..24 written, 16..20 kept"
+        );
+        assert_eq!(
+            out[2],
+            (24, le([13, 14, 0x33, 0x33, 0x33, 0x33, 0x33, 0x33]))
+        );
+    }
+
+    #[test]
+    fn transaction_ids_carry_version_and_thread_slot() {
+        assert_eq!(txid(5, 3), 5 << 8 | 3);
+        assert!(txid(6, 0) > txid(5, MAX_LOGS - 1));
+    }
+
+    #[test]
+    fn fresh_blocks_cover_whole_words_only() {
+        let blocks = [(64, 32), (256, 64)];
+        assert!(in_blocks(&blocks, 64) && in_blocks(&blocks, 88));
+        assert!(!in_blocks(&blocks, 96) && !in_blocks(&blocks, 60));
+        assert!(in_blocks(&blocks, 312) && !in_blocks(&blocks, 320));
+    }
+}
