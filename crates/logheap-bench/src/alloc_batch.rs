@@ -6,7 +6,7 @@
 //! Operation `i` of a thread works on group `i % 2`: it frees every block in the group
 //! (after the first pass) and allocates a new block of a size drawn uniformly from
 //! [`MIN_SIZE`, `MAX_SIZE`] into each slot. On the transactional engines (`log`, `redo`,
-//! `undo`) one operation is one transaction; on the persistent heap's standalone calls
+//! `undo`, `oop`) one operation is one transaction; on the persistent heap's standalone calls
 //! (`alloc`: metadata in place, 002; `alloc-log`: DRAM state and a metadata log, 004) it
 //! is `alloc_batch` durable `deallocate` and `allocate_into` calls. So a batch of 1
 //! compares one allocation per transaction with one call, and batches of 8 and 64 show
@@ -35,8 +35,8 @@ pub const DEFAULT_BATCHES: [usize; 3] = [1, 8, 64];
 
 /// The engines `alloc-batch` runs on by default: the transactional engines and the
 /// persistent heap's standalone calls.
-pub fn engines() -> [&'static str; 5] {
-    [ALLOC, ALLOC_LOG, "log", "redo", "undo"]
+pub fn engines() -> [&'static str; 6] {
+    [ALLOC, ALLOC_LOG, "log", "redo", "undo", "oop"]
 }
 
 /// The block sizes of one thread's operations, in order: `ops x batch` of them.

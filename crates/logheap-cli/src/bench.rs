@@ -1,9 +1,10 @@
 //! `logheap bench`: the paper's evaluation, run and reported in one command.
 //!
 //! Without arguments it runs every workload on every configuration of the address-mapping
-//! ablation (Base, 2L, 2L-GU, 2L-GU-C, full) and on the logging baselines `redo` and
-//! `undo` (§5.3) on one thread; on two threads, every workload on `log`, `redo` and
-//! `undo` (Fig. 7 b) and the update workloads on 2L-GU-C (Fig. 6); all with the paper's
+//! ablation (Base, 2L, 2L-GU, 2L-GU-C, full), on the logging baselines `redo` and
+//! `undo` (§5.3) and on 003's out-of-place `oop`, on one thread; on two threads, every
+//! workload on `log`, `redo`, `undo` and `oop` (Fig. 7 b) and the update workloads on
+//! 2L-GU-C (Fig. 6); all with the paper's
 //! NVM emulation (500 ns, 1 GB/s). When this build has PMDK, the peer engine `pmdk`
 //! (libpmemobj) runs every workload on one and two threads too. It writes
 //! `results.jsonl` and `results.md` into a results directory named on its last line;
@@ -46,7 +47,7 @@ pub struct Args {
     #[arg(long = "engine")]
     engines: Vec<String>,
     /// Thread counts (repeat; default: 1, plus 2 threads for every workload on log,
-    /// redo, undo and pmdk, and for the update workloads on log-2l-gu-c and
+    /// redo, undo, oop and pmdk, and for the update workloads on log-2l-gu-c and
     /// log-cleaning, without --utilisation). The fragmentation workloads always run on
     /// one thread.
     #[arg(long = "threads")]
@@ -202,8 +203,9 @@ fn plan(args: &Args) -> Vec<Planned> {
             .iter()
             .map(|&(_, m)| engine_of(m))
             .collect();
-        // The paper's baselines (§5.3): redo (Mnemosyne) and undo (Mnemosyne-Undo).
-        engines.extend(["redo", "undo"].map(String::from));
+        // The paper's baselines (§5.3): redo (Mnemosyne) and undo (Mnemosyne-Undo); and
+        // 003's out-of-place update.
+        engines.extend(["redo", "undo", "oop"].map(String::from));
         if pmdk_available() {
             engines.push(pmdk::ENGINE.to_string());
         }
@@ -270,7 +272,7 @@ fn plan(args: &Args) -> Vec<Planned> {
         // Two threads: every workload on log, redo, undo and pmdk (Fig. 7 b), the update
         // workloads also on log-2l-gu-c and log-cleaning (Fig. 6).
         let on_two_threads = |w: Workload, e: &str| {
-            matches!(e, "log" | "redo" | "undo" | pmdk::ENGINE)
+            matches!(e, "log" | "redo" | "undo" | "oop" | pmdk::ENGINE)
                 || (w.is_update() && (e == "log-2l-gu-c" || e == LOG_CLEANING))
         };
         for &w in workloads
