@@ -14,6 +14,7 @@
 //!   8    retired    u64   redo: every record of version <= retired is retired
 //!   16   chunks     u64   oop: link to the first slot chunk (PAddr, 0: none)
 //!   24   slots      u64   oop: slots per chunk
+//!   32   staged     u64   oop: a chunk being added (PAddr, 0: none)
 //!   64   logs       u64 x MAX_LOGS   per-thread log areas (PAddr, 0: none)
 //!   2048 commits    u64 x MAX_LOGS   oop: each log slot's newest committed version
 //! ```
@@ -47,6 +48,8 @@ pub(crate) const ENGINE_AREA: u64 = 4096;
 pub(crate) const CHAIN_AT: u64 = 16;
 /// oop: slots per slot chunk, fixed when the pool is created.
 pub(crate) const CHUNK_SLOTS_AT: u64 = 24;
+/// oop: a slot chunk allocated but not yet linked (see `oop::Slots::grow`).
+pub(crate) const STAGED_CHUNK_AT: u64 = 32;
 /// oop: each log slot's commit word (the newest version it committed).
 pub(crate) const COMMITS_AT: u64 = 2048;
 /// Per-thread logs a pool can hold. A thread keeps its lease from its first commit on
@@ -321,7 +324,12 @@ impl EngineArea<'_, '_> {
             }
             let addr = PAddr::from_raw(raw);
             let area = addr.offset();
-            if addr.file() != 0 || !self.replay.in_heap(area, LOG_HEADER) {
+            let root = self.replay.root();
+            if addr.file() != 0
+                || !area.is_multiple_of(LOG_HEADER)
+                || !self.replay.in_heap(area, LOG_HEADER)
+                || area < root.end && area + LOG_HEADER > root.start
+            {
                 return Err(self.corrupt(slot, format!("log slot {k} holds {raw:#x}")));
             }
             let capacity = media.read_u64(area as usize);
@@ -547,7 +555,12 @@ impl InPlace {
         let area = block.offset();
         self.media.write_u64(area as usize, capacity);
         self.media.write_u64(area as usize + 8, !capacity);
-        self.media.persist(area as usize, 16);
+        // The block's last owner may have left a record at its start (another slot's
+        // log): it must not be read as this slot's.
+        let magic = area as usize + LOG_HEADER as usize + record::MAGIC_WORD;
+        self.media.write_u64(magic, 0);
+        self.media.flush(area as usize, 16);
+        self.media.persist(magic, 8);
         self.logs().set_area(0, Some((area, capacity + LOG_HEADER)));
         *position = LogPosition {
             area,

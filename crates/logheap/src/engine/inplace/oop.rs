@@ -58,7 +58,7 @@ use super::record::{self, EntryKind, HEADER, RecordBuilder};
 use super::redo::InPlaceEngineStats;
 use super::{
     CHAIN_AT, CHUNK_SLOTS_AT, COMMITS_AT, EngineArea, EngineHeap, InPlace, LOG_HEADER, LogLease,
-    MAX_LOGS, Recovered, flush_lines_once, lock,
+    MAX_LOGS, Recovered, STAGED_CHUNK_AT, flush_lines_once, lock,
 };
 use crate::alloc::PAddr;
 use crate::engine::{CommitSet, Engine, Persisted};
@@ -151,6 +151,27 @@ impl Mapping {
         }
     }
 
+    /// Appends the mapped words of `[home, home + len)` to `out`.
+    fn mapped_in(&self, home: u64, len: u64, out: &mut Vec<(u64, WordMap)>) {
+        if self.words.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let end = home + len;
+        let mut line = home & !(LINE - 1);
+        while line < end {
+            let shard = self.shard(line).read().unwrap_or_else(|p| p.into_inner());
+            if let Some(words) = shard.get(&line) {
+                for (i, m) in words.iter().enumerate() {
+                    let w = line + i as u64 * WORD;
+                    if let Some(m) = m.filter(|_| w >= home && w + WORD <= end) {
+                        out.push((w, m));
+                    }
+                }
+            }
+            line += LINE;
+        }
+    }
+
     /// Overlays on `buf` (the home bytes at `home`) the words whose current copy is in
     /// their slot.
     fn overlay(&self, media: &Media, home: u64, buf: &mut [u8]) {
@@ -217,24 +238,33 @@ impl Slots {
         lock(&self.free).extend_from_slice(slots);
     }
 
-    /// Adds a chunk: allocated into the last link, its slots zeroed and its header
-    /// made durable before any slot in it is used.
+    /// Adds a chunk: allocated into the engine area's staging word (so it is never
+    /// leaked), its slots zeroed and its header made durable, then linked after the
+    /// last chunk, then unstaged. Every chunk in the list has a valid header.
     fn grow(&self, core: &InPlace, needed: usize) -> Result<()> {
         let mut chunks = lock(&self.chunks);
         if lock(&self.free).len() >= needed {
             return Ok(()); // another thread grew it meanwhile
         }
-        let link = PAddr::new(0, chunks.1).expect("the link is in the pool file");
+        let staged = core.heap_root.start + STAGED_CHUNK_AT;
         let block = core
             .heap
             .heap
-            .allocate_into(link, self.chunk_bytes)
+            .allocate_into(
+                PAddr::new(0, staged).expect("the engine area is in the pool file"),
+                self.chunk_bytes,
+            )
             .map_err(|e| match e {
                 Error::HeapFull { .. } => Error::PoolFull,
                 e => e,
             })?;
         let at = block.offset();
-        init_chunk(&core.media, at, self.chunk_bytes);
+        let media = &core.media;
+        init_chunk(media, at, self.chunk_bytes);
+        media.write_u64(chunks.1 as usize, block.raw());
+        media.persist(chunks.1 as usize, 8);
+        media.write_u64(staged as usize, 0);
+        media.persist(staged as usize, 8);
         core.logs().set_area(0, Some((at, self.chunk_bytes)));
         chunks.0.push(at);
         chunks.1 = at + CHUNK_LINK;
@@ -277,6 +307,10 @@ pub(crate) struct OopScratch {
     new_slots: Vec<u64>,
     /// Mapping changes to publish: (word, its new map).
     changes: Vec<(u64, WordMap)>,
+    /// Blocks the transaction frees, sorted.
+    freed: Vec<(u64, u64)>,
+    /// Mapped words of the blocks it frees: their slots are dropped once it commits.
+    released: Vec<(u64, WordMap)>,
     /// Lines stored this commit.
     lines: Vec<u64>,
 }
@@ -360,8 +394,8 @@ impl OopEngine {
         let (logs, log_bytes) = self.core.logs().areas();
         let chunks = lock(&self.slots.chunks).0.len() as u64;
         InPlaceEngineStats {
-            logs: logs - chunks,
-            log_bytes: log_bytes - chunks * self.slots.chunk_bytes,
+            logs: logs.saturating_sub(chunks),
+            log_bytes: log_bytes.saturating_sub(chunks * self.slots.chunk_bytes),
             truncations: 0,
             records_recovered: self.recovered.records,
             marks_superseded: self.recovered.superseded,
@@ -436,6 +470,15 @@ fn recover(
     let base = area.base;
     // The pool's chunk size: stored when the pool is created.
     let mut chunk_slots = media.read_u64((base + CHUNK_SLOTS_AT) as usize);
+    if chunk_slots == 0
+        && (media.read_u64((base + CHAIN_AT) as usize) != 0
+            || media.read_u64((base + STAGED_CHUNK_AT) as usize) != 0)
+    {
+        return Err(area.corrupt(
+            base + CHUNK_SLOTS_AT,
+            "slot chunks, but no chunk size".into(),
+        ));
+    }
     if chunk_slots == 0 {
         chunk_slots = (new_pool_chunk - CHUNK_HEADER) / SLOT;
         media.write_u64((base + CHUNK_SLOTS_AT) as usize, chunk_slots);
@@ -465,7 +508,9 @@ fn recover(
         let mut h = [0u8; HEADER];
         area.media().read(at as usize, &mut h);
         let header = record::Header::decode(&h);
-        if header.magic != OOP_MAGIC || header.version >> THREAD_BITS <= commits[k] {
+        // A record of another slot (left in a block this area reused) is not ours.
+        let mine = header.version & ((1 << THREAD_BITS) - 1) == k as u64;
+        if header.magic != OOP_MAGIC || !mine || committed(header.version) {
             continue;
         }
         let Some(len) = header.record_len(p.capacity - HEADER as u64) else {
@@ -492,40 +537,35 @@ fn recover(
         found.rolled_back += 1;
     }
     // 2. The slot chunks: keep each word's newest committed copy.
-    let media = area.media();
+    let root = area.replay.root();
+    let chunk_ok = |area: &EngineArea<'_, '_>, at: u64| {
+        at.is_multiple_of(LINE)
+            && area.replay.in_heap(at, chunk_bytes)
+            && !(at < root.end && at + chunk_bytes > root.start)
+    };
     let mut link = base + CHAIN_AT;
-    let mut seen = 0u64;
+    let mut visited = std::collections::HashSet::new();
+    let mut homes = std::collections::HashSet::new();
     loop {
-        let raw = media.read_u64(link as usize);
+        let raw = area.media().read_u64(link as usize);
         if raw == 0 {
             break;
         }
         let addr = PAddr::from_raw(raw);
         let at = addr.offset();
-        seen += 1;
-        if addr.file() != 0 || !area.replay.in_heap(at, CHUNK_HEADER) || seen > 1 << 24 {
+        if addr.file() != 0 || !chunk_ok(area, at) || !visited.insert(at) {
             return Err(area.corrupt(link, format!("a slot-chunk link holds {raw:#x}")));
         }
-        if !area.replay.in_heap(at, chunk_bytes) {
-            return Err(area.corrupt(link, format!("a slot chunk at {at:#x} leaves the heap")));
-        }
-        let slots = chunk_slots;
+        let media = area.media();
         if media.read_u64(at as usize) != CHUNK_MAGIC
-            || media.read_u64(at as usize + 16) != slots
-            || media.read_u64(at as usize + 24) != !slots
+            || media.read_u64(at as usize + 16) != chunk_slots
+            || media.read_u64(at as usize + 24) != !chunk_slots
         {
-            // Linked, but a crash came before its header was durable: no slot of it
-            // was ever used.
-            init_chunk(media, at, chunk_bytes);
-            found
-                .free
-                .extend((0..slots).rev().map(|i| at + CHUNK_HEADER + i * SLOT));
-            found.chunks.push(at);
-            link = at + CHUNK_LINK;
-            continue;
+            return Err(area.corrupt(at, "a slot chunk's header is damaged".into()));
         }
-        for i in (0..slots).rev() {
+        for i in (0..chunk_slots).rev() {
             let slot = at + CHUNK_HEADER + i * SLOT;
+            let media = area.media();
             let home = media.read_u64((slot + SLOT_HOME) as usize);
             if home == 0 {
                 found.free.push(slot);
@@ -534,13 +574,24 @@ fn recover(
             let u = media.read_u64((slot + SLOT_TXID) as usize);
             let h = media.read_u64((slot + SLOT_HOME_TXID) as usize);
             let slot_current = committed(u) && !(committed(h) && h > u);
-            if slot_current && home.is_multiple_of(WORD) && area.replay.in_heap(home, WORD) {
+            if slot_current {
+                if !home.is_multiple_of(WORD)
+                    || !area.replay.in_heap(home, WORD)
+                    || !homes.insert(home)
+                {
+                    return Err(area.corrupt(
+                        slot,
+                        format!("an update slot names home {home:#x} (unaligned, outside the heap or named twice)"),
+                    ));
+                }
+                let media = area.media();
                 if h != 0 {
                     media.write_u64((slot + SLOT_HOME_TXID) as usize, 0);
                     media.flush((slot + SLOT_HOME_TXID) as usize, 8);
                 }
                 found.mapped.push((home, slot));
             } else {
+                let media = area.media();
                 media.write_u64((slot + SLOT_HOME) as usize, 0);
                 media.flush((slot + SLOT_HOME) as usize, 8);
                 found.free.push(slot);
@@ -549,6 +600,30 @@ fn recover(
         }
         found.chunks.push(at);
         link = at + CHUNK_LINK;
+    }
+    // 3. A chunk allocated but not yet linked (a crash in `Slots::grow`): its slots
+    // were never used; link it now.
+    let staged = base + STAGED_CHUNK_AT;
+    let raw = area.media().read_u64(staged as usize);
+    if raw != 0 {
+        let addr = PAddr::from_raw(raw);
+        let at = addr.offset();
+        if addr.file() != 0 || !chunk_ok(area, at) {
+            return Err(area.corrupt(staged, format!("the staged slot chunk is {raw:#x}")));
+        }
+        if !visited.contains(&at) {
+            let media = area.media();
+            init_chunk(media, at, chunk_bytes);
+            media.write_u64(link as usize, raw);
+            media.persist(link as usize, 8);
+            found
+                .free
+                .extend((0..chunk_slots).rev().map(|i| at + CHUNK_HEADER + i * SLOT));
+            found.chunks.push(at);
+        }
+        let media = area.media();
+        media.write_u64(staged as usize, 0);
+        media.persist(staged as usize, 8);
     }
     area.media().fence();
     Ok(Recovered {
@@ -622,6 +697,19 @@ impl Engine for OopEngine {
         words_of(&s.spans, set.writes.bytes(), &mut s.words, |w| {
             self.current_word(w)
         });
+        // Words of blocks it frees are dead once it commits: not written; their slots
+        // are released (below, and in `publish`).
+        s.freed.clear();
+        s.freed.extend_from_slice(&allocs.frees);
+        s.freed.sort_unstable();
+        if !s.freed.is_empty() {
+            let freed = &s.freed;
+            s.words.retain(|&(w, _)| !in_blocks(freed, w));
+        }
+        s.released.clear();
+        for &(home, size) in &s.freed {
+            self.mapping.mapped_in(home, size, &mut s.released);
+        }
         // Everything that can fail comes before the first store.
         let unmapped = s
             .words
@@ -689,6 +777,15 @@ impl Engine for OopEngine {
                 }
             }
         }
+        // A freed word whose current copy is its slot: the home copy is made the newer
+        // one by this transaction, so once it commits the slot is stale (and may be
+        // dropped) whatever later reuses the block's space.
+        for &(_, m) in &s.released {
+            if m.count % 2 == 1 {
+                media.write_u64((m.slot + SLOT_HOME_TXID) as usize, id);
+                s.lines.push(m.slot);
+            }
+        }
         if let Some(at) = record_at {
             let rec = s.record.seal(id, OOP_MAGIC);
             media.write(at as usize, rec);
@@ -723,6 +820,12 @@ impl Engine for OopEngine {
     fn publish(&self, _set: &CommitSet<'_>, s: &mut OopScratch) {
         let media = &self.core.media;
         let mut dropped = Vec::new();
+        for &(w, m) in &s.released {
+            self.mapping.set(w, None);
+            media.write_u64((m.slot + SLOT_HOME) as usize, 0);
+            media.flush((m.slot + SLOT_HOME) as usize, 8);
+            dropped.push(m.slot);
+        }
         for &(w, m) in &s.changes {
             if m.count >= GC_THRESHOLD && m.count % 2 == 0 {
                 self.mapping.set(w, None);
