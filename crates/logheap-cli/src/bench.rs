@@ -379,10 +379,11 @@ fn check_plan(runs: &[Planned]) -> Result<(), String> {
                         | logheap::EngineKind::Redo
                         | logheap::EngineKind::Undo
                         | logheap::EngineKind::Oop
+                        | logheap::EngineKind::Hoop
                 ) =>
             {
                 return Err(format!(
-                    "--engine {engine}: that engine is not built yet (log and its ablation, redo, undo and oop are)"
+                    "--engine {engine}: that engine is not built yet (log and its ablation, redo, undo, oop and hoop are)"
                 ));
             }
             Ok(_) => {}

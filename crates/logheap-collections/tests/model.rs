@@ -10,11 +10,12 @@ use logheap_collections::{Array, BpTree, HashMap, Queue, RbTree, Vector};
 use proptest::prelude::*;
 
 /// Every engine the collections run on.
-const ENGINES: [EngineKind; 4] = [
+const ENGINES: [EngineKind; 5] = [
     EngineKind::Log,
     EngineKind::Redo,
     EngineKind::Undo,
     EngineKind::Oop,
+    EngineKind::Hoop,
 ];
 
 fn new_pool(engine: usize) -> Pool {

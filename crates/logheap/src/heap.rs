@@ -187,8 +187,8 @@ impl Pool {
     /// Creates or opens a pool of an in-place engine (`redo`, `undo`, `oop`).
     fn start_in_place(kind: EngineKind, how: Start<'_>, config: &Config) -> Result<Pool> {
         let engine = match kind {
-            EngineKind::Redo => {
-                PoolEngine::Redo(Stm::new(Arc::new(RedoEngine::start(how, config)?)))
+            EngineKind::Redo | EngineKind::Hoop => {
+                PoolEngine::Redo(Stm::new(Arc::new(RedoEngine::start(kind, how, config)?)))
             }
             EngineKind::Undo => {
                 PoolEngine::Undo(Stm::new(Arc::new(UndoEngine::start(how, config)?)))
@@ -434,7 +434,11 @@ impl Pool {
 
 fn check_engine(kind: EngineKind) -> Result<()> {
     match kind {
-        EngineKind::Log | EngineKind::Redo | EngineKind::Undo | EngineKind::Oop => Ok(()),
+        EngineKind::Log
+        | EngineKind::Redo
+        | EngineKind::Undo
+        | EngineKind::Oop
+        | EngineKind::Hoop => Ok(()),
         EngineKind::Alloc => Err(Error::InvalidConfig(
             "engine alloc is a bare persistent heap: create it with alloc::PersistentHeap".into(),
         )),

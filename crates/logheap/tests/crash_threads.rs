@@ -148,6 +148,7 @@ fn concurrent_transfers_survive_every_crash_image() {
         EngineKind::Redo,
         EngineKind::Undo,
         EngineKind::Oop,
+        EngineKind::Hoop,
     ] {
         concurrent_transfers_survive_every_crash_image_on(engine);
     }

@@ -606,7 +606,7 @@ fn the_largest_transactions_fill_blocks_to_their_limits() {
 
 #[test]
 fn a_zeroed_allocation_reads_zero_on_every_engine_even_where_a_freed_block_was() {
-    for engine in ["log", "redo", "undo", "oop"] {
+    for engine in ["log", "redo", "undo", "oop", "hoop"] {
         let dir = tempfile::tempdir().unwrap();
         let config = Config::default().size(8 << 20).engine_name(engine).unwrap();
         let pool = Pool::create(dir.path().join("p"), &config).unwrap();

@@ -195,9 +195,9 @@ proptest! {
     #[test]
     fn random_operations_with_crashes_agree_with_the_model_on_the_in_place_engines(
         ops in prop::collection::vec(op(), 1..60),
-        which in 0..3usize,
+        which in 0..4usize,
     ) {
-        let engine = [EngineKind::Redo, EngineKind::Undo, EngineKind::Oop][which];
+        let engine = [EngineKind::Redo, EngineKind::Undo, EngineKind::Oop, EngineKind::Hoop][which];
         run(ops, Config::default().size(4 << 20).engine(engine))?;
     }
 }

@@ -15,6 +15,9 @@ pub enum EngineKind {
     Undo,
     /// Endurance-aware out-of-place update ("endurance-aware out-of-place update", EAOOP).
     Oop,
+    /// HOOP: out-of-place updates into logs, written home by periodic collections
+    /// (003's strongest baseline).
+    Hoop,
     /// No transaction engine: the pool is a bare persistent heap
     /// ([`PersistentHeap`](crate::alloc::PersistentHeap), PAllocator of 002).
     Alloc,
@@ -22,7 +25,14 @@ pub enum EngineKind {
 
 impl EngineKind {
     /// Every engine kind.
-    pub const ALL: [EngineKind; 5] = [Self::Log, Self::Redo, Self::Undo, Self::Oop, Self::Alloc];
+    pub const ALL: [EngineKind; 6] = [
+        Self::Log,
+        Self::Redo,
+        Self::Undo,
+        Self::Oop,
+        Self::Alloc,
+        Self::Hoop,
+    ];
 
     /// The code stored in the pool header.
     pub fn code(self) -> u32 {
@@ -32,6 +42,7 @@ impl EngineKind {
             Self::Undo => 3,
             Self::Oop => 4,
             Self::Alloc => 5,
+            Self::Hoop => 6,
         }
     }
 
@@ -48,6 +59,7 @@ impl EngineKind {
             Self::Undo => "undo",
             Self::Oop => "oop",
             Self::Alloc => "alloc",
+            Self::Hoop => "hoop",
         }
     }
 }
@@ -65,7 +77,7 @@ impl FromStr for EngineKind {
         Self::ALL
             .into_iter()
             .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown engine {s:?} (log, redo, undo, oop, alloc)"))
+            .ok_or_else(|| format!("unknown engine {s:?} (log, redo, undo, oop, hoop, alloc)"))
     }
 }
 

@@ -26,6 +26,7 @@
 //!
 //! What the software versions keep and leave out is in `redo` and `undo`.
 
+pub(crate) mod hoop;
 pub(crate) mod oop;
 pub(crate) mod record;
 pub(crate) mod redo;

@@ -83,7 +83,7 @@ const CHUNK_MAGIC: u64 = u64::from_le_bytes(*b"OOPSLOT1");
 const CHUNK_LINK: u64 = 8;
 const THREAD_BITS: u32 = 8;
 const SHARDS: usize = 64;
-const WORD: u64 = 8;
+pub(crate) const WORD: u64 = 8;
 const LINE: u64 = CACHE_LINE as u64;
 
 /// A transaction id: its commit version and its thread's slot.
@@ -93,23 +93,24 @@ fn txid(version: u64, slot: usize) -> u64 {
 
 /// Where a mapped word's copies are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct WordMap {
-    /// Offset of the word's slot.
-    slot: u64,
-    /// Updates since the word got its slot (odd: the slot holds the current copy).
-    count: u32,
+pub(crate) struct WordMap {
+    /// oop: offset of the word's slot; hoop: offset of its newest value in a log.
+    pub slot: u64,
+    /// oop: updates since the word got its slot (odd: the slot holds the current copy).
+    pub count: u32,
 }
 
-/// The DRAM mapping table, by home line (one lookup per line read).
+/// The DRAM mapping table of the out-of-place engines, by home line (one lookup per
+/// line read).
 #[derive(Debug)]
-struct Mapping {
+pub(crate) struct Mapping {
     shards: Box<[RwLock<FxHashMap<u64, [Option<WordMap>; 8]>>]>,
     /// Words mapped (reads skip the table while it is 0).
     words: AtomicU64,
 }
 
 impl Mapping {
-    fn new() -> Mapping {
+    pub(crate) fn new() -> Mapping {
         Mapping {
             shards: (0..SHARDS).map(|_| RwLock::default()).collect(),
             words: AtomicU64::new(0),
@@ -120,7 +121,7 @@ impl Mapping {
         &self.shards[(line / LINE) as usize % SHARDS]
     }
 
-    fn get(&self, word: u64) -> Option<WordMap> {
+    pub(crate) fn get(&self, word: u64) -> Option<WordMap> {
         if self.words.load(Ordering::Acquire) == 0 {
             return None;
         }
@@ -131,7 +132,7 @@ impl Mapping {
             .and_then(|w| w[((word - line) / WORD) as usize])
     }
 
-    fn set(&self, word: u64, map: Option<WordMap>) {
+    pub(crate) fn set(&self, word: u64, map: Option<WordMap>) {
         let line = word & !(LINE - 1);
         let i = ((word - line) / WORD) as usize;
         let mut shard = self.shard(line).write().unwrap_or_else(|p| p.into_inner());
@@ -152,7 +153,7 @@ impl Mapping {
     }
 
     /// Appends the mapped words of `[home, home + len)` to `out`.
-    fn mapped_in(&self, home: u64, len: u64, out: &mut Vec<(u64, WordMap)>) {
+    pub(crate) fn mapped_in(&self, home: u64, len: u64, out: &mut Vec<(u64, WordMap)>) {
         if self.words.load(Ordering::Acquire) == 0 {
             return;
         }
@@ -172,9 +173,34 @@ impl Mapping {
         }
     }
 
-    /// Overlays on `buf` (the home bytes at `home`) the words whose current copy is in
-    /// their slot.
-    fn overlay(&self, media: &Media, home: u64, buf: &mut [u8]) {
+    /// Words mapped now.
+    pub(crate) fn len(&self) -> u64 {
+        self.words.load(Ordering::Relaxed)
+    }
+
+    /// Every mapped word (for a collection that moves them all).
+    pub(crate) fn all(&self, out: &mut Vec<(u64, WordMap)>) {
+        for shard in self.shards.iter() {
+            let shard = shard.read().unwrap_or_else(|p| p.into_inner());
+            for (&line, words) in shard.iter() {
+                for (i, m) in words.iter().enumerate() {
+                    if let Some(m) = m {
+                        out.push((line + i as u64 * WORD, *m));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Overlays on `buf` (the home bytes at `home`) each mapped word whose current
+    /// copy is elsewhere: at `value_at(map)`, when it says so.
+    pub(crate) fn overlay(
+        &self,
+        media: &Media,
+        home: u64,
+        buf: &mut [u8],
+        value_at: impl Fn(WordMap) -> Option<u64>,
+    ) {
         if self.words.load(Ordering::Acquire) == 0 {
             return;
         }
@@ -184,13 +210,13 @@ impl Mapping {
             let shard = self.shard(line).read().unwrap_or_else(|p| p.into_inner());
             if let Some(words) = shard.get(&line) {
                 for (i, m) in words.iter().enumerate() {
-                    let Some(m) = m.filter(|m| m.count % 2 == 1) else {
+                    let Some(at) = m.and_then(&value_at) else {
                         continue;
                     };
                     let w = line + i as u64 * WORD;
                     let (lo, hi) = (w.max(home), (w + WORD).min(end));
                     if lo < hi {
-                        let value = media.read_u64((m.slot + SLOT_VALUE) as usize).to_le_bytes();
+                        let value = media.read_u64(at as usize).to_le_bytes();
                         buf[(lo - home) as usize..(hi - home) as usize]
                             .copy_from_slice(&value[(lo - w) as usize..(hi - w) as usize]);
                     }
@@ -403,6 +429,7 @@ impl OopEngine {
             slot_bytes: chunks * self.slots.chunk_bytes,
             slots_collected: self.collected.load(Ordering::Relaxed),
             slots_recovered: self.recovered_slots.0,
+            ..InPlaceEngineStats::default()
         }
     }
 
@@ -421,7 +448,7 @@ impl OopEngine {
 }
 
 /// Whether `[home, home + 8)` lies in one of `fresh` (sorted blocks).
-fn in_blocks(blocks: &[(u64, u64)], home: u64) -> bool {
+pub(crate) fn in_blocks(blocks: &[(u64, u64)], home: u64) -> bool {
     let k = blocks.partition_point(|&(h, _)| h <= home);
     k > 0 && {
         let (h, size) = blocks[k - 1];
@@ -431,7 +458,12 @@ fn in_blocks(blocks: &[(u64, u64)], home: u64) -> bool {
 
 /// Turns resolved byte spans into whole words `(word, value)`, in order; a word's
 /// bytes the spans leave out come from `current`.
-fn words_of(spans: &[Span], bytes: &[u8], out: &mut Vec<(u64, u64)>, current: impl Fn(u64) -> u64) {
+pub(crate) fn words_of(
+    spans: &[Span],
+    bytes: &[u8],
+    out: &mut Vec<(u64, u64)>,
+    current: impl Fn(u64) -> u64,
+) {
     out.clear();
     for sp in spans {
         let data = &bytes[sp.at..sp.at + sp.len as usize];
@@ -667,7 +699,9 @@ impl Engine for OopEngine {
     #[inline]
     fn read_committed(&self, _s: &OopScratch, home: u64, buf: &mut [u8]) {
         self.core.read(home, buf);
-        self.mapping.overlay(&self.core.media, home, buf);
+        self.mapping.overlay(&self.core.media, home, buf, |m| {
+            (m.count % 2 == 1).then_some(m.slot + SLOT_VALUE)
+        });
     }
 
     fn before_commit(&self, s: &mut OopScratch) {

@@ -30,6 +30,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::LocalKey;
 
+use super::hoop::Hoop;
+use super::oop::words_of;
 use super::record::{self, EntryKind, HEADER, REDO_MAGIC, RecordBuilder};
 use super::{
     EngineArea, EngineHeap, InPlace, LOG_HEADER, LogLease, LogPosition, Recovered,
@@ -54,6 +56,12 @@ pub(crate) struct RedoScratch {
     flushed: Vec<(u64, u64)>,
     /// The metadata lines of the transaction's allocator marks.
     marks: Vec<u64>,
+    /// hoop: the transaction's words, their offsets in the record, where the record is.
+    words: Vec<(u64, u64)>,
+    locs: Vec<(u64, u64)>,
+    run: Vec<u8>,
+    record_at: u64,
+    mapped: Vec<(u64, super::oop::WordMap)>,
 }
 
 thread_local! {
@@ -81,6 +89,10 @@ pub struct InPlaceEngineStats {
     pub slots_collected: u64,
     /// oop: slots recovery kept (their word's current copy) when the pool was opened.
     pub slots_recovered: u64,
+    /// hoop: collections run (each writes every mapped word home and retires the logs).
+    pub collections: u64,
+    /// hoop: words the collections wrote home.
+    pub words_collected: u64,
 }
 
 /// The redo engine (see the module docs).
@@ -93,13 +105,19 @@ pub(crate) struct RedoEngine {
     deferred: Mutex<Vec<(u64, u64)>>,
     truncations: AtomicU64,
     recovered: Recovered,
+    /// `hoop`: the words whose newest copy is in a log (see `hoop`); `None` for `redo`.
+    pub hoop: Option<Hoop>,
 }
 
 impl RedoEngine {
-    /// Creates or opens a redo pool.
-    pub(crate) fn start(how: super::Start<'_>, config: &crate::Config) -> Result<RedoEngine> {
-        let (core, recovered) =
-            InPlace::start(crate::EngineKind::Redo, how, config, &mut recover, true)?;
+    /// Creates or opens a pool of `kind`: `Redo`, or `Hoop` (the same logs and
+    /// recovery, home stores deferred to collections).
+    pub(crate) fn start(
+        kind: crate::EngineKind,
+        how: super::Start<'_>,
+        config: &crate::Config,
+    ) -> Result<RedoEngine> {
+        let (core, recovered) = InPlace::start(kind, how, config, &mut recover, true)?;
         let retired = core.shared.clock.now();
         Ok(RedoEngine {
             core,
@@ -107,6 +125,7 @@ impl RedoEngine {
             deferred: Mutex::default(),
             truncations: AtomicU64::new(0),
             recovered,
+            hoop: (kind == crate::EngineKind::Hoop).then(Hoop::new),
         })
     }
 
@@ -118,6 +137,12 @@ impl RedoEngine {
             return *retired;
         }
         let media = &self.core.media;
+        // hoop: every mapped word's newest copy goes home first (no record at or below
+        // the target may be needed once it is retired).
+        let collection = self
+            .hoop
+            .as_ref()
+            .map(|h| h.collect_begin(&self.core.shared, media));
         for log in self.core.logs().logs.iter() {
             let mut u = lock(&log.unfenced);
             if u.version != 0 && u.version <= target {
@@ -130,6 +155,9 @@ impl RedoEngine {
         }
         media.fence();
         self.core.store_retired(target);
+        if let (Some(h), Some(c)) = (&self.hoop, collection) {
+            h.collect_end(&self.core.shared, c);
+        }
         *retired = target;
         drop(retired);
         self.truncations.fetch_add(1, Ordering::Relaxed);
@@ -162,6 +190,24 @@ impl RedoEngine {
         self.truncate();
     }
 
+    /// hoop: resets the log if every record in it is retired; else `PoolFull`, so the
+    /// commit lets its locks go and collects in `make_room`.
+    fn reset_retired_log(&self, slot: usize, pos: &mut LogPosition, needed: u64) -> Result<()> {
+        // Not waiting for the lock: a collection holds it while it waits for stripe
+        // locks this transaction may hold.
+        let retired = match self.retired.try_lock() {
+            Ok(r) => *r,
+            Err(std::sync::TryLockError::Poisoned(p)) => *p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return Err(crate::Error::PoolFull),
+        };
+        if pos.newest > retired {
+            return Err(crate::Error::PoolFull);
+        }
+        pos.tail = 0;
+        pos.newest = 0;
+        self.core.ensure_area(slot, pos, needed)
+    }
+
     /// The engine's figures.
     pub(crate) fn stats(&self) -> InPlaceEngineStats {
         let (logs, log_bytes) = self.core.logs().areas();
@@ -171,6 +217,15 @@ impl RedoEngine {
             truncations: self.truncations.load(Ordering::Relaxed),
             records_recovered: self.recovered.records,
             marks_superseded: self.recovered.superseded,
+            update_slots: self.hoop.as_ref().map_or(0, |h| h.mapping.len()),
+            collections: self
+                .hoop
+                .as_ref()
+                .map_or(0, |h| h.collections.load(Ordering::Relaxed)),
+            words_collected: self
+                .hoop
+                .as_ref()
+                .map_or(0, |h| h.migrated.load(Ordering::Relaxed)),
             ..InPlaceEngineStats::default()
         }
     }
@@ -353,7 +408,10 @@ impl Engine for RedoEngine {
 
     #[inline]
     fn read_committed(&self, _s: &RedoScratch, home: u64, buf: &mut [u8]) {
-        self.core.read(home, buf);
+        match &self.hoop {
+            None => self.core.read(home, buf),
+            Some(h) => h.read(&self.core.media, home, buf),
+        }
     }
 
     fn before_commit(&self, s: &mut RedoScratch) {
@@ -377,9 +435,20 @@ impl Engine for RedoEngine {
         let b = &mut s.record;
         b.start();
         let mut payload = 0;
-        for sp in &s.spans {
-            b.data(sp.home, &bytes[sp.at..sp.at + sp.len as usize]);
-            payload += sp.len;
+        match &self.hoop {
+            None => {
+                for sp in &s.spans {
+                    b.data(sp.home, &bytes[sp.at..sp.at + sp.len as usize]);
+                    payload += sp.len;
+                }
+            }
+            Some(h) => {
+                // Whole words, so the table can point at each one's newest copy.
+                let media = &self.core.media;
+                words_of(&s.spans, bytes, &mut s.words, |w| h.current_word(media, w));
+                Hoop::record_words(b, &s.words, &mut s.locs, &mut s.run);
+                payload = s.spans.iter().map(|sp| sp.len).sum();
+            }
         }
         for &(home, size) in &set.allocs.allocs {
             b.block(EntryKind::Alloc, home, size);
@@ -395,9 +464,14 @@ impl Engine for RedoEngine {
         let mut pos = lock(&log.position);
         let needed = (b.len() as u64).next_multiple_of(RECORD_ALIGN);
         if pos.area == 0 || pos.tail + needed > pos.capacity {
-            self.make_space(lease.index, &mut pos, needed)?;
+            if self.hoop.is_some() {
+                self.reset_retired_log(lease.index, &mut pos, needed)?;
+            } else {
+                self.make_space(lease.index, &mut pos, needed)?;
+            }
         }
         let at = (pos.area + LOG_HEADER + pos.tail) as usize;
+        s.record_at = at as u64;
         let rec = b.seal(set.version, REDO_MAGIC);
         let media = &self.core.media;
         media.write(at, rec);
@@ -427,9 +501,14 @@ impl Engine for RedoEngine {
         let heap = &self.core.heap.heap;
         let bytes = set.writes.bytes();
         s.flushed.clear();
-        for sp in &s.spans {
-            write_flushed(media, sp.home, &bytes[sp.at..sp.at + sp.len as usize]);
-            s.flushed.push((sp.home, sp.len));
+        match &self.hoop {
+            None => {
+                for sp in &s.spans {
+                    write_flushed(media, sp.home, &bytes[sp.at..sp.at + sp.len as usize]);
+                    s.flushed.push((sp.home, sp.len));
+                }
+            }
+            Some(h) => h.publish(s.record_at, &s.locs, &set.allocs.frees, &mut s.mapped),
         }
         s.marks.clear();
         for &(home, size) in &set.allocs.allocs {
@@ -452,7 +531,14 @@ impl Engine for RedoEngine {
     }
 
     /// Out of space: a truncation gives back freed huge blocks it was holding.
-    fn make_room(&self, _s: &mut RedoScratch, _since: std::time::Instant) -> bool {
+    fn make_room(&self, _s: &mut RedoScratch, since: std::time::Instant) -> bool {
+        if self.hoop.is_some() {
+            // A log full of records not yet collected: collect (this thread holds no
+            // lock now), then the commit tries again. A log that a still-committing
+            // transaction of another thread keeps from retiring frees up soon.
+            self.truncate();
+            return since.elapsed() < std::time::Duration::from_secs(30);
+        }
         let pending = lock(&self.deferred).len();
         pending > 0 && {
             self.truncate();

@@ -1,0 +1,200 @@
+//! The `hoop` engine: HOOP (Cai et al., ISCA 2020; 003's strongest baseline) in
+//! software. It is the redo engine (`redo`) with the home stores taken off the commit
+//! path: a transaction's words go out of place, into its thread's log (HOOP's OOP
+//! region), in one record made durable by one fence; a DRAM mapping table sends reads
+//! of those words to their newest copy in the logs; and a periodic garbage collection
+//! writes the newest copy of every mapped word back home, after which the logs are
+//! reused. Repeated updates of a word between two collections reach home once.
+//!
+//! **What the software version keeps and what it cannot.** HOOP packs the words a
+//! transaction updates into 64-byte memory slices in the memory controller's OOP buffer
+//! and writes them to a log-structured OOP region; its mapping table and collection are
+//! in the controller too. Here the "slices" are the record's data entries (a run of
+//! consecutive words per entry: a 16-byte entry header, then the words), the OOP region
+//! is the per-thread logs of the redo engine, and the collection is run by the thread
+//! whose log is full (outside its transaction's locks: it takes the stripe locks of the
+//! words it moves, so readers that went through the old mapping revalidate). Recovery
+//! is the redo engine's: every record above the collected version is replayed home in
+//! version order, so after an open every word is home and the table is empty.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::oop::{Mapping, WORD, WordMap};
+use super::record::{ENTRY_HEADER, RecordBuilder};
+use crate::media::Media;
+use crate::stm::{Shared, StripeLocks, stripes};
+
+/// The out-of-place state of a `hoop` pool (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Hoop {
+    /// Home word → offset of its newest copy in a log.
+    pub mapping: Mapping,
+    /// Collections run.
+    pub collections: AtomicU64,
+    /// Words written home by collections.
+    pub migrated: AtomicU64,
+}
+
+/// The locks and version of a collection in progress (see [`Hoop::collect_begin`]).
+pub(crate) struct Collection {
+    locks: StripeLocks,
+    version: u64,
+    words: Vec<(u64, WordMap)>,
+}
+
+impl Hoop {
+    pub(crate) fn new() -> Hoop {
+        Hoop {
+            mapping: Mapping::new(),
+            collections: AtomicU64::new(0),
+            migrated: AtomicU64::new(0),
+        }
+    }
+
+    /// The committed value of the word at `word`: its newest copy.
+    pub(crate) fn current_word(&self, media: &Media, word: u64) -> u64 {
+        let at = self.mapping.get(word).map_or(word, |m| m.slot);
+        media.read_u64(at as usize)
+    }
+
+    /// Copies the committed bytes of `[home, home + buf.len())`.
+    pub(crate) fn read(&self, media: &Media, home: u64, buf: &mut [u8]) {
+        media.read(home as usize, buf);
+        self.mapping.overlay(media, home, buf, |m| Some(m.slot));
+    }
+
+    /// Adds `words` (sorted, whole words) to the record as data entries, one per run of
+    /// consecutive words, and records in `locs` each word's offset in the record.
+    pub(crate) fn record_words(
+        b: &mut RecordBuilder,
+        words: &[(u64, u64)],
+        locs: &mut Vec<(u64, u64)>,
+        run: &mut Vec<u8>,
+    ) {
+        locs.clear();
+        let mut i = 0;
+        while i < words.len() {
+            let start = words[i].0;
+            let mut j = i;
+            run.clear();
+            while j < words.len() && words[j].0 == start + (j - i) as u64 * WORD {
+                run.extend_from_slice(&words[j].1.to_le_bytes());
+                j += 1;
+            }
+            let data_at = (b.len() + ENTRY_HEADER) as u64;
+            for (k, &(w, _)) in words[i..j].iter().enumerate() {
+                locs.push((w, data_at + k as u64 * WORD));
+            }
+            b.data(start, run);
+            i = j;
+        }
+    }
+
+    /// Points the mapping at a committed record's words (`locs` from
+    /// [`record_words`](Self::record_words), the record at `record_at`), and forgets
+    /// the words of the blocks it freed.
+    pub(crate) fn publish(
+        &self,
+        record_at: u64,
+        locs: &[(u64, u64)],
+        frees: &[(u64, u64)],
+        scratch: &mut Vec<(u64, WordMap)>,
+    ) {
+        for &(w, off) in locs {
+            self.mapping.set(
+                w,
+                Some(WordMap {
+                    slot: record_at + off,
+                    count: 1,
+                }),
+            );
+        }
+        for &(home, size) in frees {
+            scratch.clear();
+            self.mapping.mapped_in(home, size, scratch);
+            for &(w, _) in scratch.iter() {
+                self.mapping.set(w, None);
+            }
+        }
+    }
+
+    /// Starts a collection: takes the stripe locks of every mapped word (waiting for
+    /// committing transactions to let them go) and stores each word's newest copy home,
+    /// flushed. The caller fences, retires the logs, then calls
+    /// [`collect_end`](Self::collect_end). Must be called with no stripe lock held.
+    pub(crate) fn collect_begin(&self, shared: &Shared, media: &Media) -> Collection {
+        let owner = shared.new_owner();
+        let mut buffer = Vec::new();
+        loop {
+            let mut words = Vec::with_capacity(self.mapping.len() as usize);
+            self.mapping.all(&mut words);
+            let mut indices: Vec<usize> = words
+                .iter()
+                .flat_map(|&(w, _)| stripes(w, WORD).map(|s| shared.locks.index(s)))
+                .collect();
+            indices.sort_unstable();
+            indices.dedup();
+            match StripeLocks::acquire(&shared.locks, &indices, owner, std::mem::take(&mut buffer))
+            {
+                Ok(locks) => {
+                    // Under the locks no word's copy moves: read the table again.
+                    words.clear();
+                    self.mapping.all(&mut words);
+                    let covered = words.iter().all(|&(w, _)| {
+                        stripes(w, WORD)
+                            .all(|s| indices.binary_search(&shared.locks.index(s)).is_ok())
+                    });
+                    if !covered {
+                        buffer = locks.restore(&shared.locks);
+                        continue; // a word was mapped meanwhile: lock it too
+                    }
+                    let version = shared.tick_committing();
+                    for &(w, m) in &words {
+                        let value = media.read_u64(m.slot as usize);
+                        media.write_u64(w as usize, value);
+                        media.flush(w as usize, WORD as usize);
+                    }
+                    return Collection {
+                        locks,
+                        version,
+                        words,
+                    };
+                }
+                Err(_) => {
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+
+    /// Ends a collection whose stores are durable: drops the moved words from the
+    /// table and lets their locks go with a new version (so a reader that went through
+    /// the old mapping revalidates).
+    pub(crate) fn collect_end(&self, shared: &Shared, c: Collection) {
+        for &(w, _) in &c.words {
+            self.mapping.set(w, None);
+        }
+        self.migrated
+            .fetch_add(c.words.len() as u64, Ordering::Relaxed);
+        self.collections.fetch_add(1, Ordering::Relaxed);
+        c.locks.release(&shared.locks, c.version);
+        shared.done_committing(c.version);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consecutive_words_share_an_entry_and_each_word_knows_its_offset() {
+        let mut b = RecordBuilder::default();
+        b.start();
+        let mut locs = Vec::new();
+        let mut run = Vec::new();
+        Hoop::record_words(&mut b, &[(64, 1), (72, 2), (200, 3)], &mut locs, &mut run);
+        // Header 32, entry header 16, two words; entry header 16, one word.
+        assert_eq!(locs, vec![(64, 48), (72, 56), (200, 80)]);
+        assert_eq!(b.len(), 88);
+    }
+}
