@@ -364,6 +364,13 @@ pub fn run_reporting(
         _ => {}
     }
     if spec.engine == crate::pmdk::ENGINE {
+        if spec.workload.is_out_of_place() {
+            return Err(format!(
+                "pmdk does not run {} (the PMDK peer engine has the paper's workloads only)",
+                spec.workload
+            )
+            .into());
+        }
         return crate::pmdk::run_reporting(spec, phase);
     }
     if crate::fragmentation::is_dram_allocator(&spec.engine) {

@@ -15,7 +15,7 @@ pub mod keys;
 pub mod plots;
 pub mod pmdk;
 pub mod report;
-pub mod versus_logging;
+pub mod versus;
 pub mod workload;
 
 pub use harness::{FragOptions, RunResult, RunSpec, SpaceFigures, run, run_reporting};

@@ -323,7 +323,9 @@ pub fn draw_all(
         )?);
     }
     // (e) Fig. 7 and 8: log against the redo and undo logging engines.
-    files.extend(draw_versus_logging(results, dir)?);
+    for c in [crate::versus::LOGGING, crate::versus::OUT_OF_PLACE] {
+        files.extend(draw_versus(results, dir, &c)?);
+    }
     // (f) Throughput relative to the PMDK peer engine.
     let pmdk = crate::pmdk::ENGINE;
     let versus = per_engine(&|r: &RunResult| {
@@ -344,16 +346,17 @@ pub fn draw_all(
     Ok(files)
 }
 
-/// Fig. 7 (the log engine's throughput relative to `redo` and `undo`, per thread count)
-/// and Fig. 8 (write traffic and dirty bytes per transaction of the three, one thread),
-/// when `log` ran beside either; returns the files.
-fn draw_versus_logging(
+/// The figures of a comparison ([`crate::versus`]): the subject's throughput relative
+/// to each baseline, per thread count (Fig. 7 for [`LOGGING`](crate::versus::LOGGING)),
+/// and write traffic and dirty bytes per transaction of every engine, one thread (Fig.
+/// 8), when the subject ran beside a baseline; returns the files.
+fn draw_versus(
     results: &[RunResult],
     dir: &Path,
+    c: &crate::versus::Comparison,
 ) -> Result<Vec<PathBuf>, Box<dyn std::error::Error>> {
-    use crate::versus_logging::{self, BASELINES, LOG};
     // One value size per figure: the smallest that ran.
-    let mut rows = versus_logging::rows(results);
+    let mut rows = crate::versus::rows(results, c);
     let mut files = Vec::new();
     let Some(size) = rows.iter().map(|r| r.value_size).min() else {
         return Ok(files);
@@ -373,7 +376,7 @@ fn draw_versus_logging(
     let names: Vec<String> = workloads.iter().map(|w| w.name().to_string()).collect();
     let mut relative = Vec::new();
     for &t in &threads {
-        for (b, base) in BASELINES.iter().enumerate() {
+        for (b, base) in c.baselines.iter().enumerate() {
             let v: Vec<Option<f64>> = workloads
                 .iter()
                 .map(|&w| {
@@ -391,19 +394,20 @@ fn draw_versus_logging(
             }
         }
     }
+    let y_label = format!("{} / baseline", c.subject);
     files.extend(save(
         dir,
-        "fig7-vs-logging",
+        c.figures.0,
         &Bars {
-            title: "Fig. 7: log throughput relative to redo and undo logging (1 = the same)",
-            y_label: "log / baseline",
+            title: c.titles.0,
+            y_label: &y_label,
             categories: names.clone(),
             series: relative,
         },
     )?);
     let one = threads.iter().copied().min().unwrap_or(1);
     let mut traffic = Vec::new();
-    for engine in std::iter::once(LOG).chain(BASELINES) {
+    for &engine in std::iter::once(&c.subject).chain(c.baselines) {
         for (label, figure) in [
             (
                 "write traffic",
@@ -433,12 +437,13 @@ fn draw_versus_logging(
     }
     if !traffic.is_empty() {
         let title = format!(
-            "Fig. 8: write traffic and dirty bytes per transaction, {one} thread{}",
+            "{}, {one} thread{}",
+            c.titles.1,
             if one == 1 { "" } else { "s" }
         );
         files.extend(save(
             dir,
-            "fig8-traffic-vs-logging",
+            c.figures.1,
             &Bars {
                 title: &title,
                 y_label: "bytes / transaction",

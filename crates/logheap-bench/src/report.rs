@@ -22,7 +22,8 @@ pub fn markdown(results: &[RunResult]) -> String {
     } else {
         standard_tables(&standard)
     };
-    out.push_str(&versus_logging_table(&standard));
+    out.push_str(&versus_table(&standard, &crate::versus::LOGGING));
+    out.push_str(&versus_table(&standard, &crate::versus::OUT_OF_PLACE));
     out.push_str(&alloc_batch_table(&batches));
     out.push_str(&cleaning_tables(&special));
     out
@@ -265,41 +266,58 @@ fn cleaning_tables(results: &[RunResult]) -> String {
     out
 }
 
-/// The log engine against `redo` and `undo` (§5.3, Fig. 7 and 8), per workload and on
-/// average, beside the paper's averages; empty when they did not run together.
-fn versus_logging_table(results: &[RunResult]) -> String {
-    use crate::versus_logging::{self, PAPER, Versus};
-    let rows = versus_logging::rows(results);
+/// A comparison of the source documents ([`crate::versus`]), per workload and on
+/// average, beside the paper's averages; empty when its engines did not run together.
+fn versus_table(results: &[RunResult], c: &crate::versus::Comparison) -> String {
+    use crate::versus::{self, Versus};
+    let rows = versus::rows(results, c);
     let mut out = String::new();
     if rows.is_empty() {
         return out;
     }
     let signed = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:+.1}%", 100.0 * x));
     let share = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:.1}%", 100.0 * x));
-    let speedup = |v: &Versus| Some(v.speedup);
-    let traffic = |v: &Versus| v.traffic_saved;
-    let dirty = |v: &Versus| v.dirty_saved;
+    // Column groups: (label, figure, format as a signed change).
+    type Figure = fn(&Versus) -> Option<f64>;
+    let groups: [(&str, Figure, bool); 4] = [
+        ("throughput", |v| Some(v.speedup), true),
+        ("latency saved", |v| Some(v.latency_saved()), false),
+        ("write traffic saved", |v| v.traffic_saved, false),
+        ("dirty bytes saved", |v| v.dirty_saved, false),
+    ];
+    let nb = c.baselines.len();
+    let mut header = String::from("| workload | threads | emulated |");
+    for (label, _, _) in &groups {
+        for (k, b) in c.baselines.iter().enumerate() {
+            if k == 0 {
+                let _ = write!(header, " {label} vs {b} |");
+            } else {
+                let _ = write!(header, " vs {b} |");
+            }
+        }
+    }
     let _ = writeln!(
         out,
-        "\n### log against redo and undo logging (§5.3, Fig. 7 and 8)\n\nThroughput: `log / baseline - 1`; write traffic and dirty bytes saved: `1 - log / baseline`, per transaction.\n\n| workload | threads | emulated | throughput vs redo | vs undo | write traffic saved vs redo | vs undo | dirty bytes saved vs redo | vs undo |\n|---|---|---|---|---|---|---|---|---|"
+        "\n### {}\n\nThroughput: `{s} / baseline - 1`; latency saved: `1 - baseline / {s}` in throughput (time per transaction); write traffic and dirty bytes saved: `1 - {s} / baseline`, per transaction.\n\n{header}\n|---|---|---|{}",
+        c.heading,
+        "---|".repeat(4 * nb),
+        s = c.subject,
     );
-    let cells = |against: &[Option<Versus>; 2]| -> String {
-        let at = |b: usize, f: &dyn Fn(&Versus) -> Option<f64>| against[b].as_ref().and_then(f);
-        [
-            signed(at(0, &speedup)),
-            signed(at(1, &speedup)),
-            share(at(0, &traffic)),
-            share(at(1, &traffic)),
-            share(at(0, &dirty)),
-            share(at(1, &dirty)),
-        ]
-        .join(" | ")
+    let cells = |value: &dyn Fn(usize, Figure) -> Option<f64>| -> String {
+        let mut cells = Vec::new();
+        for &(_, figure, signed_change) in &groups {
+            for b in 0..nb {
+                let x = value(b, figure);
+                cells.push(if signed_change { signed(x) } else { share(x) });
+            }
+        }
+        cells.join(" | ")
     };
     let mut shapes: Vec<(usize, usize)> = rows.iter().map(|r| (r.value_size, r.threads)).collect();
     shapes.dedup();
     let sizes_differ = shapes.iter().any(|s| s.0 != shapes[0].0);
     for (size, t) in shapes {
-        let of_t: Vec<&versus_logging::Row> = rows
+        let of_t: Vec<&versus::Row> = rows
             .iter()
             .filter(|r| (r.value_size, r.threads) == (size, t))
             .collect();
@@ -316,37 +334,36 @@ fn versus_logging_table(results: &[RunResult]) -> String {
                 "| {} | {t} | {} | {} |",
                 sized(r.workload.to_string()),
                 if r.emulated { "yes" } else { "no" },
-                cells(&r.against)
+                cells(&|b, f| r.against[b].as_ref().and_then(f))
             );
         }
-        let mean = |b: usize, f: &dyn Fn(&Versus) -> Option<f64>| versus_logging::mean(&of_t, b, f);
+        let means = cells(&|b, f| versus::mean(&of_t, b, f));
+        let bold: Vec<String> = means.split(" | ").map(|m| format!("**{m}**")).collect();
         let _ = writeln!(
             out,
-            "| **{}** | {t} | | **{}** | **{}** | **{}** | **{}** | **{}** | **{}** |",
+            "| **{}** | {t} | | {} |",
             sized("mean".into()),
-            signed(mean(0, &speedup)),
-            signed(mean(1, &speedup)),
-            share(mean(0, &traffic)),
-            share(mean(1, &traffic)),
-            share(mean(0, &dirty)),
-            share(mean(1, &dirty)),
+            bold.join(" | ")
         );
     }
-    let [s1r, s1u] = PAPER.speedup_one_thread;
-    let [s4r, s4u] = PAPER.speedup_four_threads;
-    let [tr, tu] = PAPER.traffic_saved;
-    let [dr, du] = PAPER.dirty_saved;
+    let paper: Vec<String> = c
+        .paper
+        .iter()
+        .flat_map(|group| {
+            group.iter().map(|x| {
+                if x.is_empty() {
+                    String::new()
+                } else {
+                    format!("*{x}*")
+                }
+            })
+        })
+        .collect();
     let _ = writeln!(
         out,
-        "| *paper* | 1 / 4 | 500 ns, 1 GB/s | *{} / {}* | *{} / {}* | *{}* | *{}* | *{}* | *{}* |",
-        signed(Some(s1r)),
-        signed(Some(s4r)),
-        signed(Some(s1u)),
-        signed(Some(s4u)),
-        share(Some(tr)),
-        share(Some(tu)),
-        share(Some(dr)),
-        share(Some(du)),
+        "| *paper* | | {} | {} |",
+        c.paper_setting,
+        paper.join(" | ")
     );
     out
 }
@@ -492,7 +509,9 @@ mod tests {
         }
         let md = markdown(&results);
         assert!(
-            md.contains("| sps | 1 | no | +50.0% | -25.0% | 50.0% | 50.0% | 75.0% | 75.0% |"),
+            md.contains(
+                "| sps | 1 | no | +50.0% | -25.0% | 33.3% | -33.3% | 50.0% | 50.0% | 75.0% | 75.0% |"
+            ),
             "{md}"
         );
         assert!(
@@ -500,10 +519,13 @@ mod tests {
             "{md}"
         );
         assert!(
-            md.contains("| **mean** | 1 | | **+75.0%** | **-12.5%** | **50.0%** |"),
+            md.contains(
+                "| **mean** | 1 | | **+75.0%** | **-12.5%** | **41.7%** | **-16.7%** | **50.0%** |"
+            ),
             "{md}"
         );
         assert!(md.contains("*+37.3% / +44.7%*"), "{md}");
+        assert!(!md.contains("oop against"), "no oop run: no oop table");
     }
 
     #[test]

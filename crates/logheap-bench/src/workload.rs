@@ -7,7 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use logheap::{Error, Pool, Tx};
-use logheap_collections::{Array, BpTree, HashMap, RbTree};
+use logheap_collections::{Array, BpTree, HashMap, Queue, RbTree, Vector};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -46,6 +46,14 @@ pub enum Workload {
     /// Random-size allocation and free, 64 B to 128 KiB, on persistent and DRAM
     /// allocators ([`crate::alloc_bench`]; issue 11, 002's benchmark).
     AllocRandom,
+    /// Queue, 8 pushes per transaction (003's micro-benchmark).
+    QueueIns,
+    /// Queue, 8 times a pop and a push per transaction (003).
+    QueueUpd,
+    /// Vector, 8 appends per transaction (003).
+    VectorIns,
+    /// Vector, 8 elements set at random per transaction (003).
+    VectorUpd,
     /// Allocations and frees batched in transactions of 1, 8 or 64 (`--alloc-batch`)
     /// on the transactional engines, against the persistent heap's standalone calls
     /// ([`crate::alloc_batch`]; issue 11, 004's flush comparison).
@@ -69,6 +77,21 @@ impl Workload {
     /// The fragmentation workloads (Fig. 9), which run on the log engine and on the
     /// DRAM allocators `glibc` and `jemalloc` ([`crate::fragmentation`]).
     pub const FRAGMENTATION: [Workload; 3] = [Self::FragW1, Self::FragW2, Self::FragW3];
+
+    /// 003's micro-benchmarks that the paper's workloads do not cover (Queue and Vector,
+    /// insert and update, [`OPS_PER_TX`] operations per transaction); they run when
+    /// named, on logheap's engines (not on `pmdk`).
+    pub const OUT_OF_PLACE: [Workload; 4] = [
+        Self::QueueIns,
+        Self::QueueUpd,
+        Self::VectorIns,
+        Self::VectorUpd,
+    ];
+
+    /// Whether this is one of [`OUT_OF_PLACE`](Self::OUT_OF_PLACE).
+    pub fn is_out_of_place(self) -> bool {
+        Self::OUT_OF_PLACE.contains(&self)
+    }
 
     /// Workloads that run only when named (`alloc-random`, `alloc-batch`).
     pub const ON_REQUEST: [Workload; 2] = [Self::AllocRandom, Self::AllocBatch];
@@ -108,6 +131,10 @@ impl Workload {
             Self::FragW1 => "frag-w1",
             Self::FragW2 => "frag-w2",
             Self::FragW3 => "frag-w3",
+            Self::QueueIns => "queue-ins",
+            Self::QueueUpd => "queue-upd",
+            Self::VectorIns => "vector-ins",
+            Self::VectorUpd => "vector-upd",
             Self::AllocRandom => "alloc-random",
             Self::AllocBatch => "alloc-batch",
         }
@@ -146,12 +173,14 @@ impl FromStr for Workload {
         Self::ALL
             .into_iter()
             .chain(Self::FRAGMENTATION)
+            .chain(Self::OUT_OF_PLACE)
             .chain(Self::ON_REQUEST)
             .find(|w| w.name() == s)
             .ok_or_else(|| {
                 let names: Vec<&str> = Self::ALL
                     .iter()
                     .chain(&Self::FRAGMENTATION)
+                    .chain(&Self::OUT_OF_PLACE)
                     .chain(&Self::ON_REQUEST)
                     .map(|w| w.name())
                     .collect();
@@ -214,7 +243,12 @@ pub struct Prepared {
 enum Target {
     Array(Array),
     Store(Store),
+    Queue(Queue),
+    Vector(Vector),
 }
+
+/// Operations per transaction of 003's micro-benchmarks (Queue, Vector).
+pub const OPS_PER_TX: u64 = 8;
 
 /// Operations per transaction of the preload.
 pub const PRELOAD_BATCH: u64 = 100;
@@ -260,8 +294,10 @@ impl OpStream {
         OpStream {
             workload,
             shape,
-            // Update workloads draw keys from 2n ranks (see `preload_op`).
-            zipf: workload.is_update().then(|| ZipfKeys::new(2 * n)),
+            // Update workloads draw keys from 2n ranks (see `preload_op`); 003's Vector
+            // updates draw their elements uniformly.
+            zipf: (workload.is_update() && !workload.is_out_of_place())
+                .then(|| ZipfKeys::new(2 * n)),
         }
     }
 
@@ -382,6 +418,10 @@ impl Prepared {
         let target = pool.transaction(|tx| {
             Ok::<_, Error>(match workload {
                 Workload::Sps => Target::Array(Array::create(tx, n, 8)?),
+                Workload::QueueIns | Workload::QueueUpd => Target::Queue(Queue::create(tx)?),
+                Workload::VectorIns | Workload::VectorUpd => {
+                    Target::Vector(Vector::create(tx, shape.value_size.max(1) as u64)?)
+                }
                 Workload::RbtreeIns | Workload::RbtreeUpd => {
                     Target::Store(Store::Rb(RbTree::create(tx)?))
                 }
@@ -404,6 +444,8 @@ impl Prepared {
                         Target::Store(s) => {
                             s.insert(tx, op.key, &op.value())?;
                         }
+                        Target::Queue(q) => q.push(tx, &op.value())?,
+                        Target::Vector(v) => v.push(tx, &op.value())?,
                     }
                 }
                 Ok::<_, Error>(())
@@ -419,9 +461,36 @@ impl Prepared {
     }
 
     /// Runs `op` as one transaction: SPS swaps two elements; insert workloads insert;
-    /// update workloads look the key up, then delete it if found, else insert it.
+    /// update workloads look the key up, then delete it if found, else insert it; the
+    /// Queue and Vector workloads do [`OPS_PER_TX`] operations (pushes; pops and
+    /// pushes; appends; sets of elements drawn from `op.key`).
     pub fn apply(&self, pool: &Pool, op: &Op) -> Result<(), Error> {
+        let value = || op.value();
         match self.target {
+            Target::Queue(q) => pool.transaction(|tx| {
+                let value = value();
+                for _ in 0..OPS_PER_TX {
+                    if self.stream.workload == Workload::QueueUpd {
+                        q.pop(tx)?;
+                    }
+                    q.push(tx, &value)?;
+                }
+                Ok(())
+            }),
+            Target::Vector(v) => pool.transaction(|tx| {
+                let value = value();
+                if self.stream.workload == Workload::VectorIns {
+                    for _ in 0..OPS_PER_TX {
+                        v.push(tx, &value)?;
+                    }
+                    return Ok(());
+                }
+                let len = v.len(tx)?.max(1);
+                for k in 0..OPS_PER_TX {
+                    v.set(tx, scramble(op.key.wrapping_add(k)) % len, &value)?;
+                }
+                Ok(())
+            }),
             Target::Array(a) => pool.transaction(|tx| a.swap(tx, op.key, op.other)),
             Target::Store(s) => {
                 let value = op.value();

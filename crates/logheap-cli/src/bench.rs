@@ -199,13 +199,19 @@ fn plan(args: &Args) -> Vec<Planned> {
                 .map(String::from)
                 .collect();
         }
+        if w.is_out_of_place() {
+            // 003's comparison: oop against undo, redo and hoop (and log for scale).
+            return ["oop", "undo", "redo", "hoop", "log"]
+                .map(String::from)
+                .to_vec();
+        }
         let mut engines: Vec<String> = MappingConfig::LADDER
             .iter()
             .map(|&(_, m)| engine_of(m))
             .collect();
         // The paper's baselines (§5.3): redo (Mnemosyne) and undo (Mnemosyne-Undo); and
-        // 003's out-of-place update.
-        engines.extend(["redo", "undo", "oop"].map(String::from));
+        // 003's out-of-place update and its baseline HOOP.
+        engines.extend(["redo", "undo", "oop", "hoop"].map(String::from));
         if pmdk_available() {
             engines.push(pmdk::ENGINE.to_string());
         }
@@ -272,7 +278,7 @@ fn plan(args: &Args) -> Vec<Planned> {
         // Two threads: every workload on log, redo, undo and pmdk (Fig. 7 b), the update
         // workloads also on log-2l-gu-c and log-cleaning (Fig. 6).
         let on_two_threads = |w: Workload, e: &str| {
-            matches!(e, "log" | "redo" | "undo" | "oop" | pmdk::ENGINE)
+            matches!(e, "log" | "redo" | "undo" | "oop" | "hoop" | pmdk::ENGINE)
                 || (w.is_update() && (e == "log-2l-gu-c" || e == LOG_CLEANING))
         };
         for &w in workloads
@@ -345,6 +351,12 @@ fn check_plan(runs: &[Planned]) -> Result<(), String> {
             continue;
         }
         if engine == pmdk::ENGINE {
+            if r.workload.is_out_of_place() {
+                return Err(format!(
+                    "--engine pmdk does not run {} (the PMDK peer engine has the paper's workloads only)",
+                    r.workload
+                ));
+            }
             if r.workload.is_fragmentation() {
                 return Err(format!(
                     "--engine pmdk does not run {} (the fragmentation workloads run on log engines, the persistent heap, glibc and jemalloc)",

@@ -19,6 +19,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::flush_lines_once;
 use super::oop::{Mapping, WORD, WordMap};
 use super::record::{ENTRY_HEADER, RecordBuilder};
 use crate::media::Media;
@@ -149,11 +150,14 @@ impl Hoop {
                         continue; // a word was mapped meanwhile: lock it too
                     }
                     let version = shared.tick_committing();
+                    let mut lines = Vec::with_capacity(words.len());
                     for &(w, m) in &words {
                         let value = media.read_u64(m.slot as usize);
                         media.write_u64(w as usize, value);
-                        media.flush(w as usize, WORD as usize);
+                        lines.push(w);
                     }
+                    // Words of one line go back together (HOOP packs them too).
+                    flush_lines_once(media, &mut lines);
                     return Collection {
                         locks,
                         version,
