@@ -100,11 +100,14 @@ pub(crate) struct WordMap {
     pub count: u32,
 }
 
+/// One shard of the mapping: home line → its 8 words.
+type Shard = FxHashMap<u64, [Option<WordMap>; 8]>;
+
 /// The DRAM mapping table of the out-of-place engines, by home line (one lookup per
 /// line read).
 #[derive(Debug)]
 pub(crate) struct Mapping {
-    shards: Box<[RwLock<FxHashMap<u64, [Option<WordMap>; 8]>>]>,
+    shards: Box<[RwLock<Shard>]>,
     /// Words mapped (reads skip the table while it is 0).
     words: AtomicU64,
 }
@@ -117,7 +120,7 @@ impl Mapping {
         }
     }
 
-    fn shard(&self, line: u64) -> &RwLock<FxHashMap<u64, [Option<WordMap>; 8]>> {
+    fn shard(&self, line: u64) -> &RwLock<Shard> {
         &self.shards[(line / LINE) as usize % SHARDS]
     }
 
