@@ -110,6 +110,34 @@ impl StripeLocks {
         Ok(locks)
     }
 
+    /// Takes every lock in `indices` (sorted and deduplicated) for `owner`, waiting for
+    /// each held one to be let go. Only for an engine thread that holds no other lock
+    /// (a transaction never waits for a lock, so this cannot deadlock with one).
+    pub(crate) fn acquire_waiting(
+        table: &LockTable,
+        indices: &[usize],
+        owner: u64,
+        mut buffer: Vec<(usize, u64)>,
+    ) -> StripeLocks {
+        buffer.clear();
+        let mut locks = StripeLocks { held: buffer };
+        for &i in indices {
+            let mut spins = 0u32;
+            let previous = loop {
+                match table.try_lock(i, owner) {
+                    Ok(previous) => break previous,
+                    Err(_) if spins < 64 => {
+                        spins += 1;
+                        std::hint::spin_loop();
+                    }
+                    Err(_) => std::thread::yield_now(),
+                }
+            };
+            locks.held.push((i, previous));
+        }
+        locks
+    }
+
     /// The version lock `i` had before this transaction took it, if it holds it.
     pub(crate) fn previous_version(&self, i: usize) -> Option<u64> {
         self.held

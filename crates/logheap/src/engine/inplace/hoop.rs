@@ -119,55 +119,46 @@ impl Hoop {
         }
     }
 
-    /// Starts a collection: takes the stripe locks of every mapped word (waiting for
-    /// committing transactions to let them go) and stores each word's newest copy home,
-    /// flushed. The caller fences, retires the logs, then calls
+    /// Starts a collection: takes the stripe locks of every word mapped now (waiting
+    /// for committing transactions to let them go) and stores each one's newest copy
+    /// home, each home line flushed once. The caller fences, retires the logs up to a
+    /// version it computed *before* this call, then calls
     /// [`collect_end`](Self::collect_end). Must be called with no stripe lock held.
+    ///
+    /// A word mapped after the table was read here was published by a transaction
+    /// still committing when the caller's version was computed: its record is above
+    /// that version, stays in the logs, and the word stays mapped.
     pub(crate) fn collect_begin(&self, shared: &Shared, media: &Media) -> Collection {
-        let owner = shared.new_owner();
-        let mut buffer = Vec::new();
-        loop {
-            let mut words = Vec::with_capacity(self.mapping.len() as usize);
-            self.mapping.all(&mut words);
-            let mut indices: Vec<usize> = words
-                .iter()
-                .flat_map(|&(w, _)| stripes(w, WORD).map(|s| shared.locks.index(s)))
-                .collect();
-            indices.sort_unstable();
-            indices.dedup();
-            match StripeLocks::acquire(&shared.locks, &indices, owner, std::mem::take(&mut buffer))
-            {
-                Ok(locks) => {
-                    // Under the locks no word's copy moves: read the table again.
-                    words.clear();
-                    self.mapping.all(&mut words);
-                    let covered = words.iter().all(|&(w, _)| {
-                        stripes(w, WORD)
-                            .all(|s| indices.binary_search(&shared.locks.index(s)).is_ok())
-                    });
-                    if !covered {
-                        buffer = locks.restore(&shared.locks);
-                        continue; // a word was mapped meanwhile: lock it too
-                    }
-                    let version = shared.tick_committing();
-                    let mut lines = Vec::with_capacity(words.len());
-                    for &(w, m) in &words {
-                        let value = media.read_u64(m.slot as usize);
-                        media.write_u64(w as usize, value);
-                        lines.push(w);
-                    }
-                    // Words of one line go back together (HOOP packs them too).
-                    flush_lines_once(media, &mut lines);
-                    return Collection {
-                        locks,
-                        version,
-                        words,
-                    };
-                }
-                Err(_) => {
-                    std::thread::yield_now();
-                }
-            }
+        let mut words = Vec::with_capacity(self.mapping.len() as usize);
+        self.mapping.all(&mut words);
+        let mut indices: Vec<usize> = words
+            .iter()
+            .flat_map(|&(w, _)| stripes(w, WORD).map(|s| shared.locks.index(s)))
+            .collect();
+        indices.sort_unstable();
+        indices.dedup();
+        let locks =
+            StripeLocks::acquire_waiting(&shared.locks, &indices, shared.new_owner(), Vec::new());
+        // Under the locks these words' copies cannot move: read where they are now.
+        let held = |w: u64| {
+            stripes(w, WORD).all(|s| indices.binary_search(&shared.locks.index(s)).is_ok())
+        };
+        words.clear();
+        self.mapping.all(&mut words);
+        words.retain(|&(w, _)| held(w));
+        let version = shared.tick_committing();
+        let mut lines = Vec::with_capacity(words.len());
+        for &(w, m) in &words {
+            let value = media.read_u64(m.slot as usize);
+            media.write_u64(w as usize, value);
+            lines.push(w);
+        }
+        // Words of one line go back together (HOOP packs them too).
+        flush_lines_once(media, &mut lines);
+        Collection {
+            locks,
+            version,
+            words,
         }
     }
 

@@ -62,6 +62,8 @@ pub(crate) struct RedoScratch {
     run: Vec<u8>,
     record_at: u64,
     mapped: Vec<(u64, super::oop::WordMap)>,
+    /// hoop: the last commit stopped because its log held records not yet collected.
+    log_not_retired: bool,
 }
 
 thread_local! {
@@ -190,22 +192,23 @@ impl RedoEngine {
         self.truncate();
     }
 
-    /// hoop: resets the log if every record in it is retired; else `PoolFull`, so the
-    /// commit lets its locks go and collects in `make_room`.
-    fn reset_retired_log(&self, slot: usize, pos: &mut LogPosition, needed: u64) -> Result<()> {
+    /// hoop: resets the log if every record in it is retired and returns `true`; else
+    /// `false`, so the commit lets its locks go and collects in `make_room`.
+    fn reset_retired_log(&self, slot: usize, pos: &mut LogPosition, needed: u64) -> Result<bool> {
         // Not waiting for the lock: a collection holds it while it waits for stripe
         // locks this transaction may hold.
         let retired = match self.retired.try_lock() {
             Ok(r) => *r,
             Err(std::sync::TryLockError::Poisoned(p)) => *p.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return Err(crate::Error::PoolFull),
+            Err(std::sync::TryLockError::WouldBlock) => return Ok(false),
         };
         if pos.newest > retired {
-            return Err(crate::Error::PoolFull);
+            return Ok(false);
         }
         pos.tail = 0;
         pos.newest = 0;
-        self.core.ensure_area(slot, pos, needed)
+        self.core.ensure_area(slot, pos, needed)?;
+        Ok(true)
     }
 
     /// The engine's figures.
@@ -465,7 +468,10 @@ impl Engine for RedoEngine {
         let needed = (b.len() as u64).next_multiple_of(RECORD_ALIGN);
         if pos.area == 0 || pos.tail + needed > pos.capacity {
             if self.hoop.is_some() {
-                self.reset_retired_log(lease.index, &mut pos, needed)?;
+                if !self.reset_retired_log(lease.index, &mut pos, needed)? {
+                    s.log_not_retired = true;
+                    return Err(crate::Error::PoolFull);
+                }
             } else {
                 self.make_space(lease.index, &mut pos, needed)?;
             }
@@ -531,13 +537,20 @@ impl Engine for RedoEngine {
     }
 
     /// Out of space: a truncation gives back freed huge blocks it was holding.
-    fn make_room(&self, _s: &mut RedoScratch, since: std::time::Instant) -> bool {
-        if self.hoop.is_some() {
-            // A log full of records not yet collected: collect (this thread holds no
-            // lock now), then the commit tries again. A log that a still-committing
-            // transaction of another thread keeps from retiring frees up soon.
-            self.truncate();
-            return since.elapsed() < std::time::Duration::from_secs(30);
+    fn make_room(&self, s: &mut RedoScratch, _since: std::time::Instant) -> bool {
+        if self.hoop.is_some() && std::mem::take(&mut s.log_not_retired) {
+            // The thread's log is full of records not yet collected: collect (no lock
+            // is held now) unless another collection retired them meanwhile, then the
+            // commit tries again. When an older transaction of another thread is still
+            // committing, R cannot pass it yet: let it finish.
+            let newest = s
+                .lease
+                .as_ref()
+                .map_or(0, |l| lock(&l.log().position).newest);
+            if newest > *lock(&self.retired) && self.truncate() < newest {
+                std::thread::yield_now();
+            }
+            return true;
         }
         let pending = lock(&self.deferred).len();
         pending > 0 && {
