@@ -26,6 +26,43 @@
 //!
 //! What the software versions keep and leave out is in `redo` and `undo`.
 
+/// The `Engine` methods every in-place engine has alike (its `core` is an [`InPlace`],
+/// its scratch has a `lease`): the thread-local spare state, the shared parts, no
+/// work at begin and end, the core's range check, and a log lease before each commit.
+macro_rules! in_place_engine_common {
+    ($scratch:ty, $spare:ident) => {
+        fn spare()
+        -> &'static std::thread::LocalKey<std::cell::Cell<Option<crate::stm::TxState<$scratch>>>> {
+            &$spare
+        }
+
+        fn shared(&self) -> &std::sync::Arc<crate::stm::Shared> {
+            &self.core.shared
+        }
+
+        fn media(&self) -> &std::sync::Arc<crate::media::Media> {
+            &self.core.media
+        }
+
+        fn heap(&self) -> &super::EngineHeap {
+            &self.core.heap
+        }
+
+        fn begin(&self, _s: &mut $scratch) {}
+
+        fn end(_s: &mut $scratch) {}
+
+        #[inline]
+        fn check_range(&self, home: u64, len: u64) -> crate::error::Result<()> {
+            self.core.check_range(home, len)
+        }
+
+        fn before_commit(&self, s: &mut $scratch) {
+            self.core.lease(&mut s.lease);
+        }
+    };
+}
+
 pub(crate) mod hoop;
 pub(crate) mod oop;
 pub(crate) mod record;

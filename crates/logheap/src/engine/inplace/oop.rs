@@ -49,8 +49,7 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
-use std::thread::LocalKey;
+use std::sync::{Mutex, RwLock};
 
 use rustc_hash::FxHashMap;
 
@@ -64,7 +63,7 @@ use crate::alloc::PAddr;
 use crate::engine::{CommitSet, Engine, Persisted};
 use crate::error::{Error, Result};
 use crate::media::{CACHE_LINE, Media};
-use crate::stm::{ResolveScratch, Shared, Span, TxState};
+use crate::stm::{ResolveScratch, Span, TxState};
 
 /// The update count at which a word's slot is dropped (003: 4). Even: the current copy
 /// is home then.
@@ -674,30 +673,7 @@ impl Engine for OopEngine {
     type Heap = EngineHeap;
     const FRESH_BLOCKS_READ_ZERO: bool = false;
 
-    fn spare() -> &'static LocalKey<Cell<Option<TxState<OopScratch>>>> {
-        &SPARE_STATE
-    }
-
-    fn shared(&self) -> &Arc<Shared> {
-        &self.core.shared
-    }
-
-    fn media(&self) -> &Arc<Media> {
-        &self.core.media
-    }
-
-    fn heap(&self) -> &EngineHeap {
-        &self.core.heap
-    }
-
-    fn begin(&self, _s: &mut OopScratch) {}
-
-    fn end(_s: &mut OopScratch) {}
-
-    #[inline]
-    fn check_range(&self, home: u64, len: u64) -> Result<()> {
-        self.core.check_range(home, len)
-    }
+    in_place_engine_common!(OopScratch, SPARE_STATE);
 
     #[inline]
     fn read_committed(&self, _s: &OopScratch, home: u64, buf: &mut [u8]) {
@@ -705,10 +681,6 @@ impl Engine for OopEngine {
         self.mapping.overlay(&self.core.media, home, buf, |m| {
             (m.count % 2 == 1).then_some(m.slot + SLOT_VALUE)
         });
-    }
-
-    fn before_commit(&self, s: &mut OopScratch) {
-        self.core.lease(&mut s.lease);
     }
 
     /// Copies out of place (fence), marks (fence, when the transaction allocates or

@@ -26,9 +26,8 @@
 //! transaction reused its space (see `alloc::persistent_heap::tx`).
 
 use std::cell::Cell;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::LocalKey;
 
 use super::hoop::Hoop;
 use super::oop::words_of;
@@ -41,7 +40,7 @@ use crate::engine::{CommitSet, Engine, Persisted};
 use crate::error::Result;
 use crate::media::CACHE_LINE;
 use crate::media::Media;
-use crate::stm::{ResolveScratch, Shared, Span, TxState};
+use crate::stm::{ResolveScratch, Span, TxState};
 
 /// Records are placed at cache-line boundaries, so no line is flushed for two records.
 const RECORD_ALIGN: u64 = 64;
@@ -384,30 +383,7 @@ impl Engine for RedoEngine {
     type Heap = EngineHeap;
     const FRESH_BLOCKS_READ_ZERO: bool = false;
 
-    fn spare() -> &'static LocalKey<Cell<Option<TxState<RedoScratch>>>> {
-        &SPARE_STATE
-    }
-
-    fn shared(&self) -> &Arc<Shared> {
-        &self.core.shared
-    }
-
-    fn media(&self) -> &Arc<Media> {
-        &self.core.media
-    }
-
-    fn heap(&self) -> &EngineHeap {
-        &self.core.heap
-    }
-
-    fn begin(&self, _s: &mut RedoScratch) {}
-
-    fn end(_s: &mut RedoScratch) {}
-
-    #[inline]
-    fn check_range(&self, home: u64, len: u64) -> Result<()> {
-        self.core.check_range(home, len)
-    }
+    in_place_engine_common!(RedoScratch, SPARE_STATE);
 
     #[inline]
     fn read_committed(&self, _s: &RedoScratch, home: u64, buf: &mut [u8]) {
@@ -415,10 +391,6 @@ impl Engine for RedoEngine {
             None => self.core.read(home, buf),
             Some(h) => h.read(&self.core.media, home, buf),
         }
-    }
-
-    fn before_commit(&self, s: &mut RedoScratch) {
-        self.core.lease(&mut s.lease);
     }
 
     /// Appends the redo record and fences: the commit point.

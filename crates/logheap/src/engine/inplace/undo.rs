@@ -29,8 +29,6 @@
 //! frees undone; then invalidates it.
 
 use std::cell::Cell;
-use std::sync::Arc;
-use std::thread::LocalKey;
 
 use super::record::{self, EntryKind, HEADER, MAGIC_WORD, RecordBuilder, UNDO_MAGIC};
 use super::redo::{InPlaceEngineStats, write_flushed};
@@ -40,7 +38,7 @@ use super::{
 use crate::engine::{CommitSet, Engine, Persisted};
 use crate::error::Result;
 use crate::media::Media;
-use crate::stm::{ResolveScratch, Shared, Span, TxState};
+use crate::stm::{ResolveScratch, Span, TxState};
 
 /// The widest gap between two written ranges that are logged as one entry: an entry
 /// costs a 16-byte header and up to 7 bytes of padding, so logging up to 32 unwritten
@@ -185,38 +183,11 @@ impl Engine for UndoEngine {
     type Heap = EngineHeap;
     const FRESH_BLOCKS_READ_ZERO: bool = false;
 
-    fn spare() -> &'static LocalKey<Cell<Option<TxState<UndoScratch>>>> {
-        &SPARE_STATE
-    }
-
-    fn shared(&self) -> &Arc<Shared> {
-        &self.core.shared
-    }
-
-    fn media(&self) -> &Arc<Media> {
-        &self.core.media
-    }
-
-    fn heap(&self) -> &EngineHeap {
-        &self.core.heap
-    }
-
-    fn begin(&self, _s: &mut UndoScratch) {}
-
-    fn end(_s: &mut UndoScratch) {}
-
-    #[inline]
-    fn check_range(&self, home: u64, len: u64) -> Result<()> {
-        self.core.check_range(home, len)
-    }
+    in_place_engine_common!(UndoScratch, SPARE_STATE);
 
     #[inline]
     fn read_committed(&self, _s: &UndoScratch, home: u64, buf: &mut [u8]) {
         self.core.read(home, buf);
-    }
-
-    fn before_commit(&self, s: &mut UndoScratch) {
-        self.core.lease(&mut s.lease);
     }
 
     /// Undo log (fence), in place (fence), invalidate (fence).
