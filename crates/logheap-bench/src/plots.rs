@@ -323,7 +323,7 @@ pub fn draw_all(
         )?);
     }
     // (e) Fig. 7 and 8: log against the redo and undo logging engines.
-    for c in [crate::versus::LOGGING, crate::versus::OUT_OF_PLACE] {
+    for c in crate::versus::ALL {
         files.extend(draw_versus(results, dir, &c)?);
     }
     // (f) Throughput relative to the PMDK peer engine.

@@ -22,8 +22,9 @@ pub fn markdown(results: &[RunResult]) -> String {
     } else {
         standard_tables(&standard)
     };
-    out.push_str(&versus_table(&standard, &crate::versus::LOGGING));
-    out.push_str(&versus_table(&standard, &crate::versus::OUT_OF_PLACE));
+    for c in &crate::versus::ALL {
+        out.push_str(&versus_table(&standard, c));
+    }
     out.push_str(&alloc_batch_table(&batches));
     out.push_str(&cleaning_tables(&special));
     out

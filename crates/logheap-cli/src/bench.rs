@@ -209,9 +209,19 @@ fn plan(args: &Args) -> Vec<Planned> {
             .iter()
             .map(|&(_, m)| engine_of(m))
             .collect();
-        // The paper's baselines (§5.3): redo (Mnemosyne) and undo (Mnemosyne-Undo); and
-        // 003's out-of-place update and its baseline HOOP.
-        engines.extend(["redo", "undo", "oop", "hoop"].map(String::from));
+        // The paper's baselines (§5.3): redo (Mnemosyne) and undo (Mnemosyne-Undo), and
+        // with 001's fast log; 003's out-of-place update and its baseline HOOP.
+        engines.extend(
+            [
+                "redo",
+                "undo",
+                "redo-fastlog",
+                "undo-fastlog",
+                "oop",
+                "hoop",
+            ]
+            .map(String::from),
+        );
         if pmdk_available() {
             engines.push(pmdk::ENGINE.to_string());
         }

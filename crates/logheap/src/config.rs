@@ -63,6 +63,13 @@ pub struct Config {
     /// [`inline_cleaning`](Self::inline_cleaning). Not stored in the pool: each open
     /// chooses.
     pub clean_every: u64,
+    /// `redo` and `undo`: write the log to the fast log buffer of 001 (on-chip
+    /// logging: a small non-volatile memory beside the cores; emulated, see
+    /// [`Media::write_fast_log`](crate::media::Media::write_fast_log)) instead of
+    /// ordinary persistent memory, so logging needs no flush and no fence. The pool's
+    /// format is the same; not stored in the pool: each open chooses. Engine names
+    /// `redo-fastlog`, `undo-fastlog`.
+    pub fast_log: bool,
 }
 
 impl Default for Config {
@@ -80,6 +87,7 @@ impl Default for Config {
             cleaner_threads: 0,
             inline_cleaning: true,
             clean_every: 0,
+            fast_log: false,
         }
     }
 }
@@ -179,10 +187,28 @@ impl Config {
         self
     }
 
+    /// Sets whether `redo` and `undo` log to the fast log buffer (see
+    /// [`fast_log`](Self::fast_log)).
+    pub fn fast_log(mut self, fast: bool) -> Self {
+        self.fast_log = fast;
+        self
+    }
+
     /// Sets engine and mapping from an engine name: `log` (all optimisations),
     /// `log-base`, `log-2l`, `log-2l-gu`, `log-2l-gu-c` (the paper's ablation), `redo`,
-    /// `undo`, `oop`.
+    /// `undo`, `redo-fastlog`, `undo-fastlog` (001's on-chip logging), `oop`, `hoop`.
     pub fn engine_name(mut self, name: &str) -> Result<Self, String> {
+        if let Some(base) = name.strip_suffix("-fastlog") {
+            self.engine = base.parse()?;
+            if !matches!(self.engine, EngineKind::Redo | EngineKind::Undo) {
+                return Err(format!(
+                    "{name}: only redo and undo have a fast log (redo-fastlog, undo-fastlog)"
+                ));
+            }
+            self.fast_log = true;
+            return Ok(self);
+        }
+        self.fast_log = false;
         if let Some(rest) = name.strip_prefix("log-")
             && let Some(m) = MappingConfig::named(rest).filter(|_| rest != "full")
         {
@@ -202,6 +228,9 @@ impl Config {
         match self.engine {
             EngineKind::Log if self.mapping == MappingConfig::FULL => "log".into(),
             EngineKind::Log => format!("log-{}", self.mapping.label()),
+            other @ (EngineKind::Redo | EngineKind::Undo) if self.fast_log => {
+                format!("{other}-fastlog")
+            }
             other => other.to_string(),
         }
     }

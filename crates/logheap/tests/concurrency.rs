@@ -15,6 +15,8 @@ fn configs() -> Vec<Config> {
     configs.push(Config::default().engine(EngineKind::Undo));
     configs.push(Config::default().engine(EngineKind::Oop));
     configs.push(Config::default().engine(EngineKind::Hoop));
+    configs.push(Config::default().engine(EngineKind::Redo).fast_log(true));
+    configs.push(Config::default().engine(EngineKind::Undo).fast_log(true));
     configs
 }
 
@@ -53,6 +55,18 @@ fn shared_counter_loses_no_increment() {
         assert_eq!(c.write_transactions, threads * per_thread);
         let txs = threads * per_thread;
         match config.engine {
+            // 001's fast log: redo commits with no fence (truncations fence, and each
+            // thread's first commit allocates its log area); undo with one.
+            EngineKind::Redo if config.fast_log => assert!(
+                c.fences < txs / 10,
+                "{} fences for {txs} transactions",
+                c.fences
+            ),
+            EngineKind::Undo if config.fast_log => assert!(
+                (txs..txs + 64).contains(&c.fences),
+                "{} fences for {txs} transactions",
+                c.fences
+            ),
             // One fence per committed write transaction (redo: plus two per
             // truncation, once per log-full of records).
             EngineKind::Log => assert_eq!(c.fences, txs, "one fence per transaction"),

@@ -143,22 +143,25 @@ struct Bank {
 /// a bank whose total is unchanged and whose only allocations are the receipts.
 #[test]
 fn concurrent_transfers_survive_every_crash_image() {
-    for engine in [
-        EngineKind::Log,
-        EngineKind::Redo,
-        EngineKind::Undo,
-        EngineKind::Oop,
-        EngineKind::Hoop,
+    for (engine, fast_log) in [
+        (EngineKind::Log, false),
+        (EngineKind::Redo, false),
+        (EngineKind::Undo, false),
+        (EngineKind::Oop, false),
+        (EngineKind::Hoop, false),
+        (EngineKind::Redo, true),
+        (EngineKind::Undo, true),
     ] {
-        concurrent_transfers_survive_every_crash_image_on(engine);
+        concurrent_transfers_survive_every_crash_image_on(engine, fast_log);
     }
 }
 
-fn concurrent_transfers_survive_every_crash_image_on(engine: EngineKind) {
+fn concurrent_transfers_survive_every_crash_image_on(engine: EngineKind, fast_log: bool) {
     let config = Config::default()
         .size(2 << 20)
         .chunk_size(4096)
-        .engine(engine);
+        .engine(engine)
+        .fast_log(fast_log);
     let sim_config = SimConfig {
         max_images_per_fence: 6,
         random_images: 2,

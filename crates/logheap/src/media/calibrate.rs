@@ -121,6 +121,7 @@ pub fn calibrate(options: &CalibrationOptions) -> Result<Calibration, MediaError
         &config.emulation(Emulation {
             write_latency_ns: options.latency_ns,
             bandwidth_bytes_per_s: options.bandwidth_bytes_per_s,
+            fast_log_line_ns: 0,
         }),
     )?;
     let m = (n / 5).max(1000);

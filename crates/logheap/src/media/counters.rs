@@ -28,6 +28,9 @@ pub struct MediaCounters {
     /// [`media_bytes`]: MediaCounters::media_bytes
     #[serde(default)]
     pub dirty_bytes: u64,
+    /// Bytes written to the fast log buffer (001's on-chip log; not in `media_bytes`).
+    #[serde(default)]
+    pub fast_log_bytes: u64,
     /// Bytes the application asked to make persistent (reported by the layers above).
     pub payload_bytes: u64,
     /// Nanoseconds spent in NVM emulation delays.
@@ -58,6 +61,7 @@ impl MediaCounters {
             lines_flushed: self.lines_flushed.saturating_sub(earlier.lines_flushed),
             nt_bytes: self.nt_bytes.saturating_sub(earlier.nt_bytes),
             dirty_bytes: self.dirty_bytes.saturating_sub(earlier.dirty_bytes),
+            fast_log_bytes: self.fast_log_bytes.saturating_sub(earlier.fast_log_bytes),
             payload_bytes: self.payload_bytes.saturating_sub(earlier.payload_bytes),
             emulated_delay_ns: self
                 .emulated_delay_ns
@@ -78,6 +82,7 @@ pub(crate) struct ThreadCounters {
     lines_flushed: AtomicU64,
     nt_bytes: AtomicU64,
     dirty_bytes: AtomicU64,
+    fast_log_bytes: AtomicU64,
     payload_bytes: AtomicU64,
     emulated_delay_ns: AtomicU64,
     transactions: AtomicU64,
@@ -109,6 +114,10 @@ impl ThreadCounters {
         bump(&self.dirty_bytes, n);
     }
     #[inline]
+    pub(crate) fn add_fast_log_bytes(&self, n: u64) {
+        bump(&self.fast_log_bytes, n);
+    }
+    #[inline]
     pub(crate) fn add_payload(&self, n: u64) {
         bump(&self.payload_bytes, n);
     }
@@ -133,6 +142,7 @@ impl ThreadCounters {
             lines_flushed: self.lines_flushed.load(Ordering::Relaxed),
             nt_bytes: self.nt_bytes.load(Ordering::Relaxed),
             dirty_bytes: self.dirty_bytes.load(Ordering::Relaxed),
+            fast_log_bytes: self.fast_log_bytes.load(Ordering::Relaxed),
             payload_bytes: self.payload_bytes.load(Ordering::Relaxed),
             emulated_delay_ns: self.emulated_delay_ns.load(Ordering::Relaxed),
             transactions: self.transactions.load(Ordering::Relaxed),
@@ -173,6 +183,7 @@ impl CounterRegistry {
                 lines_flushed: acc.lines_flushed + c.lines_flushed,
                 nt_bytes: acc.nt_bytes + c.nt_bytes,
                 dirty_bytes: acc.dirty_bytes + c.dirty_bytes,
+                fast_log_bytes: acc.fast_log_bytes + c.fast_log_bytes,
                 payload_bytes: acc.payload_bytes + c.payload_bytes,
                 emulated_delay_ns: acc.emulated_delay_ns + c.emulated_delay_ns,
                 transactions: acc.transactions + c.transactions,

@@ -10,6 +10,11 @@ use std::time::{Duration, Instant};
 
 use super::cpu::read_tsc;
 
+/// The fast log buffer's write time per line under [`Emulation::PAPER`]: an STT-RAM
+/// write, about 10 ns (001 §5.1: write-optimised STT-RAM beside the cores), twice for
+/// the line's two halves.
+pub const FAST_LOG_LINE_NS: u64 = 20;
+
 /// Extra cost charged at every fence to emulate NVM.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Emulation {
@@ -17,6 +22,11 @@ pub struct Emulation {
     pub write_latency_ns: u64,
     /// NVM write bandwidth in bytes per second; `0` means unlimited.
     pub bandwidth_bytes_per_s: u64,
+    /// Time a 64-byte line written to the fast log buffer takes (001's on-chip
+    /// non-volatile log memory; [`Media::write_fast_log`](super::Media::write_fast_log)),
+    /// in nanoseconds.
+    #[serde(default)]
+    pub fast_log_line_ns: u64,
 }
 
 impl Emulation {
@@ -24,6 +34,7 @@ impl Emulation {
     pub const PAPER: Emulation = Emulation {
         write_latency_ns: 500,
         bandwidth_bytes_per_s: 1_000_000_000,
+        fast_log_line_ns: FAST_LOG_LINE_NS,
     };
 
     /// How long a fence must take after `bytes` were written back since the last one.
@@ -96,6 +107,7 @@ mod tests {
         let unlimited = Emulation {
             write_latency_ns: 7,
             bandwidth_bytes_per_s: 0,
+            fast_log_line_ns: 0,
         };
         assert_eq!(unlimited.delay_ns(1 << 30), 7);
     }

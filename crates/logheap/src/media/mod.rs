@@ -645,6 +645,59 @@ impl Media {
         }
     }
 
+    /// Stores `bytes` at `offset` in the fast log buffer of 001 ("on-chip logging": a
+    /// small non-volatile memory beside the cores, in the same address space): the
+    /// bytes are persistent when the call returns, without a flush or a fence, and cost
+    /// the emulation's [`fast_log_line_ns`](Emulation::fast_log_line_ns) per line.
+    ///
+    /// This machine has no such memory: the crash simulator models it (the stores are
+    /// persistent at once, and a crash point is offered before them, as at a fence);
+    /// on a file the bytes are stored and written back but not fenced, so outside the
+    /// simulator a `*-fastlog` engine is an emulation for measurement, durable only at
+    /// the thread's next fence.
+    pub fn write_fast_log(&self, offset: usize, bytes: &[u8]) {
+        self.check(offset, bytes.len());
+        if bytes.is_empty() {
+            return;
+        }
+        // SAFETY: the range is inside the media (checked above); `bytes` is ordinary memory
+        // that cannot overlap the mapping through a shared reference we hold.
+        let store = || unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.base.as_ptr().add(offset),
+                bytes.len(),
+            )
+        };
+        match &self.backing {
+            Backing::Sim(s) => s.store_persistent(offset, bytes.len(), store),
+            Backing::File(_) => {
+                store();
+                if self.durability == Durability::Pmem {
+                    // SAFETY: the range is inside the mapping (checked above).
+                    unsafe {
+                        cpu::flush_range(self.flush, self.base.as_ptr().add(offset), bytes.len())
+                    }
+                }
+            }
+            Backing::ReadOnly(_) => read_only_store(),
+        }
+        let lines = ((offset + bytes.len() - 1) / CACHE_LINE - offset / CACHE_LINE + 1) as u64;
+        let delay = self.emulation.map(|e| e.fast_log_line_ns * lines);
+        if let Some(ns) = delay.filter(|&ns| ns > 0) {
+            let clock = TscClock::get();
+            let start = clock.now();
+            clock.spin_until(start, ns);
+        }
+        self.with_slot(|slot| {
+            slot.counters.add_fast_log_bytes(bytes.len() as u64);
+            slot.counters.add_dirty_bytes(bytes.len() as u64);
+            if let Some(ns) = delay {
+                slot.counters.add_emulated_delay(ns);
+            }
+        });
+    }
+
     /// Writes back the cache lines overlapping `[offset, offset + len)`.
     pub fn flush(&self, offset: usize, len: usize) {
         self.check(offset, len);

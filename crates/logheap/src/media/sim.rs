@@ -182,6 +182,41 @@ impl CrashSimulator {
         }
     }
 
+    /// A store to memory that is non-volatile where it sits (001's on-chip log buffer):
+    /// offers the crash point just before it to the hook (as a fence does), then runs
+    /// `store` and makes the lines it touched persistent at once, their earlier pending
+    /// stores first.
+    pub(crate) fn store_persistent(&self, offset: usize, len: usize, store: impl FnOnce()) {
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        if let Some(mut hook) = st.hook.take() {
+            let point = st.crash_point();
+            let offered = point.len() as u64;
+            hook(&point);
+            drop(point);
+            st.images_offered += offered;
+            st.hook = Some(hook);
+        }
+        store();
+        if len == 0 {
+            return;
+        }
+        let lines = offset / CACHE_LINE..=(offset + len - 1) / CACHE_LINE;
+        for line in lines.clone() {
+            if let Some(writes) = st.pending.remove(&line) {
+                for w in writes {
+                    let at = line * CACHE_LINE + w.word as usize * WORD;
+                    st.persisted[at..at + WORD].copy_from_slice(&w.value.to_le_bytes());
+                }
+            }
+        }
+        let (start, end) = (offset / WORD * WORD, (offset + len).next_multiple_of(WORD));
+        for at in (start..end).step_by(WORD) {
+            let value = self.memory[at / WORD].load(Ordering::Relaxed);
+            st.persisted[at..at + WORD].copy_from_slice(&value.to_le_bytes());
+        }
+    }
+
     /// Zeroes `[offset, offset + len)` (whole lines) in memory and in the persisted image,
     /// dropping the stores pending there: a punched hole, durable at once.
     pub(crate) fn discard(&self, offset: usize, len: usize) {

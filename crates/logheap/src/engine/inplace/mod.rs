@@ -292,6 +292,8 @@ pub(crate) struct InPlace {
     heap_root: Range<u64>,
     /// Capacity of a new log area.
     log_capacity: u64,
+    /// `redo-fastlog`, `undo-fastlog`: records go to the fast log buffer (001).
+    pub fast_log: bool,
 }
 
 /// What an engine's recovery found, handed back from inside the heap's open.
@@ -504,6 +506,7 @@ impl InPlace {
                 root,
                 heap_root,
                 log_capacity,
+                fast_log: config.fast_log && matches!(kind, EngineKind::Redo | EngineKind::Undo),
             },
             recovered,
         ))

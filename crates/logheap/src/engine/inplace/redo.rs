@@ -20,6 +20,11 @@
 //! Mnemosyne truncates in a background log manager; here the thread that needs room
 //! does it, which keeps the fence count and moves the cost onto one commit in many.
 //!
+//! **Fast log (001's on-chip logging, `redo-fastlog`).** The record is written to the
+//! fast log buffer, persistent as it is written: the commit needs no fence at all. The
+//! home stores of a thread's transactions stay flushed and unfenced (listed in its
+//! slot) until a truncation flushes them again and fences.
+//!
 //! Recovery replays, in version order over all threads' logs, every valid record of a
 //! version above R (a log's records since its last reset, which increase), then stores
 //! R. Replaying in version order makes an older record harmless even where a newer
@@ -138,6 +143,7 @@ impl RedoEngine {
             return *retired;
         }
         let media = &self.core.media;
+        let me = std::thread::current().id();
         // hoop: every mapped word's newest copy goes home first (no record at or below
         // the target may be needed once it is retired).
         let collection = self
@@ -146,12 +152,22 @@ impl RedoEngine {
             .map(|h| h.collect_begin(&self.core.shared, media));
         for log in self.core.logs().logs.iter() {
             let mut u = lock(&log.unfenced);
+            // This thread's own flushes need only its fence.
+            let own = u.thread == Some(me);
             if u.version != 0 && u.version <= target {
-                for &(offset, len) in &u.ranges {
-                    media.flush(offset as usize, len as usize);
+                if !own {
+                    for &(offset, len) in &u.ranges {
+                        media.flush(offset as usize, len as usize);
+                    }
                 }
                 u.version = 0;
                 u.ranges.clear();
+            } else if u.version != 0 && self.core.fast_log && !own {
+                // Fast log: the ranges of several transactions, some at or below the
+                // target: flushed (and fenced below), kept for the newer ones.
+                for &(offset, len) in &u.ranges {
+                    media.flush(offset as usize, len as usize);
+                }
             }
         }
         media.fence();
@@ -452,6 +468,15 @@ impl Engine for RedoEngine {
         s.record_at = at as u64;
         let rec = b.seal(set.version, REDO_MAGIC);
         let media = &self.core.media;
+        if self.core.fast_log {
+            // 001: the record is persistent as it is written: the commit point, with
+            // no fence. The home stores of this thread's transactions stay flushed and
+            // unfenced until a truncation fences them.
+            media.write_fast_log(at, rec);
+            pos.tail += needed;
+            pos.newest = set.version;
+            return Ok(Persisted::Durable { payload });
+        }
         media.write(at, rec);
         media.flush(at, rec.len());
         pos.tail += needed;
@@ -504,8 +529,20 @@ impl Engine for RedoEngine {
         let lease = s.lease.as_ref().expect("leased before the commit");
         let mut u = lock(&lease.log().unfenced);
         u.version = set.version;
-        u.thread = Some(std::thread::current().id());
-        std::mem::swap(&mut u.ranges, &mut s.flushed);
+        let previous = u.thread.replace(std::thread::current().id());
+        if self.core.fast_log {
+            // No commit fences: every transaction's stores wait for a truncation. They
+            // are all this thread's flushes (a previous lease holder's are flushed
+            // again here), so a truncation by this thread need not flush them again.
+            if previous != u.thread {
+                for &(offset, len) in &u.ranges {
+                    media.flush(offset as usize, len as usize);
+                }
+            }
+            u.ranges.append(&mut s.flushed);
+        } else {
+            std::mem::swap(&mut u.ranges, &mut s.flushed);
+        }
     }
 
     /// Out of space: a truncation gives back freed huge blocks it was holding.

@@ -25,6 +25,10 @@
 //! entry (the gap's bytes logged too), so an object the transaction mostly rewrites is
 //! logged whole, as one entry, and sparse word writes each get an entry of their own.
 //!
+//! **Fast log (001's on-chip logging, `undo-fastlog`).** The record is written to the
+//! fast log buffer, persistent as it is written, and invalidated there: one fence per
+//! transaction (the in-place stores' and marks').
+//!
 //! Recovery rolls back every valid record: old bytes back home, allocations freed,
 //! frees undone; then invalidates it.
 
@@ -217,9 +221,15 @@ impl Engine for UndoEngine {
         let at = pos.area + LOG_HEADER;
         drop(pos);
         let rec = b.seal(set.version, UNDO_MAGIC);
-        media.write(at as usize, rec);
-        media.flush(at as usize, rec.len());
-        media.fence();
+        let fast = self.core.fast_log;
+        if fast {
+            // 001: the record is persistent as it is written.
+            media.write_fast_log(at as usize, rec);
+        } else {
+            media.write(at as usize, rec);
+            media.flush(at as usize, rec.len());
+            media.fence();
+        }
         let bytes = set.writes.bytes();
         let mut payload = 0;
         for sp in &s.spans {
@@ -236,7 +246,11 @@ impl Engine for UndoEngine {
         }
         flush_lines_once(media, &mut s.marks);
         media.fence();
-        invalidate(media, at);
+        if fast {
+            media.write_fast_log(at as usize + MAGIC_WORD, &[0; 8]);
+        } else {
+            invalidate(media, at);
+        }
         Ok(Persisted::Durable { payload })
     }
 
