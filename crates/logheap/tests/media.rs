@@ -168,3 +168,36 @@ fn out_of_range_writes_are_refused() {
     let media = Media::sim(4096, &MediaConfig::default(), SimConfig::default()).unwrap();
     media.write(4090, &[0; 8]);
 }
+
+#[test]
+fn the_fast_log_buffer_is_persistent_at_once_and_offers_a_crash_point_before() {
+    let media = Media::sim(LEN, &MediaConfig::default(), SimConfig::default()).unwrap();
+    let sim = media.crash_simulator().unwrap();
+    let offered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = offered.clone();
+    sim.set_fence_hook(Box::new(move |point| {
+        // The crash just before the fast store: none of it is in any image.
+        assert!(point.images().all(|img| img[4096..4104] == [0; 8]));
+        seen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }));
+    media.write(64, &[9; 8]); // an ordinary store, pending
+    media.write_fast_log(4096, &[7; 100]);
+    assert_eq!(offered.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let image = sim.persisted_image();
+    assert_eq!(
+        &image[4096..4196],
+        &[7; 100][..],
+        "persistent with no fence"
+    );
+    assert_eq!(
+        image[64], 0,
+        "an ordinary store still needs its flush and fence"
+    );
+    let c = media.counters();
+    assert_eq!((c.fences, c.lines_flushed, c.fast_log_bytes), (0, 0, 100));
+    assert_eq!(
+        c.media_bytes(),
+        0,
+        "fast log bytes are not NVM write traffic"
+    );
+}
