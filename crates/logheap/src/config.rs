@@ -1,6 +1,6 @@
 //! Pool configuration.
 
-use crate::engine::MappingConfig;
+use crate::engine::{MappingConfig, PersistPolicy};
 use crate::media::{Durability, Emulation, FlushInstruction, MediaConfig};
 use crate::pool::EngineKind;
 
@@ -70,6 +70,11 @@ pub struct Config {
     /// format is the same; not stored in the pool: each open chooses. Engine names
     /// `redo-fastlog`, `undo-fastlog`.
     pub fast_log: bool,
+    /// `undo`: how the home stores are persisted, per page (001's caching modes:
+    /// write-back, non-temporal, uncached, or 001's adaptive choice; see
+    /// [`PersistPolicy`]). Not stored in the pool: each open chooses. Engine names
+    /// `undo-nt`, `undo-uc`, `undo-adaptive`.
+    pub persist_policy: PersistPolicy,
 }
 
 impl Default for Config {
@@ -88,6 +93,7 @@ impl Default for Config {
             inline_cleaning: true,
             clean_every: 0,
             fast_log: false,
+            persist_policy: PersistPolicy::WriteBack,
         }
     }
 }
@@ -187,6 +193,13 @@ impl Config {
         self
     }
 
+    /// Sets how `undo` persists its home stores (see
+    /// [`persist_policy`](Self::persist_policy)).
+    pub fn persist_policy(mut self, policy: PersistPolicy) -> Self {
+        self.persist_policy = policy;
+        self
+    }
+
     /// Sets whether `redo` and `undo` log to the fast log buffer (see
     /// [`fast_log`](Self::fast_log)).
     pub fn fast_log(mut self, fast: bool) -> Self {
@@ -198,6 +211,20 @@ impl Config {
     /// `log-base`, `log-2l`, `log-2l-gu`, `log-2l-gu-c` (the paper's ablation), `redo`,
     /// `undo`, `redo-fastlog`, `undo-fastlog` (001's on-chip logging), `oop`, `hoop`.
     pub fn engine_name(mut self, name: &str) -> Result<Self, String> {
+        self.persist_policy = PersistPolicy::WriteBack;
+        for policy in PersistPolicy::ALL.into_iter().skip(1) {
+            if let Some(base) = name.strip_suffix(policy.suffix()) {
+                if base != "undo" {
+                    return Err(format!(
+                        "{name}: only undo takes a persist policy (undo-nt, undo-uc, undo-adaptive)"
+                    ));
+                }
+                self.engine = EngineKind::Undo;
+                self.fast_log = false;
+                self.persist_policy = policy;
+                return Ok(self);
+            }
+        }
         if let Some(base) = name.strip_suffix("-fastlog") {
             self.engine = base.parse()?;
             if !matches!(self.engine, EngineKind::Redo | EngineKind::Undo) {
@@ -230,6 +257,9 @@ impl Config {
             EngineKind::Log => format!("log-{}", self.mapping.label()),
             other @ (EngineKind::Redo | EngineKind::Undo) if self.fast_log => {
                 format!("{other}-fastlog")
+            }
+            EngineKind::Undo if self.persist_policy != PersistPolicy::WriteBack => {
+                format!("undo{}", self.persist_policy.suffix())
             }
             other => other.to_string(),
         }

@@ -65,8 +65,8 @@ pub use bytemuck;
 pub use bytemuck::{Pod, Zeroable};
 pub use config::Config;
 pub use engine::{
-    Compaction, Damage, DroppedTransaction, MappingConfig, PartitionIndex, RecoveryReport,
-    SnapshotUse,
+    Compaction, Damage, DroppedTransaction, MappingConfig, PartitionIndex, PersistPolicy,
+    RecoveryReport, SnapshotUse,
 };
 pub use error::{Error, Result};
 pub use heap::{Pool, Stats};

@@ -17,6 +17,7 @@ fn configs() -> Vec<Config> {
     configs.push(Config::default().engine(EngineKind::Hoop));
     configs.push(Config::default().engine(EngineKind::Redo).fast_log(true));
     configs.push(Config::default().engine(EngineKind::Undo).fast_log(true));
+    configs.push(Config::default().engine_name("undo-nt").unwrap());
     configs
 }
 

@@ -195,10 +195,15 @@ proptest! {
     #[test]
     fn random_operations_with_crashes_agree_with_the_model_on_the_in_place_engines(
         ops in prop::collection::vec(op(), 1..60),
-        which in 0..6usize,
+        which in 0..9usize,
     ) {
-        // redo, undo, oop, hoop, and redo and undo with 001's fast log.
-        let engine = [EngineKind::Redo, EngineKind::Undo, EngineKind::Oop, EngineKind::Hoop][which % 4];
-        run(ops, Config::default().size(4 << 20).engine(engine).fast_log(which >= 4))?;
+        // redo, undo, oop, hoop, redo and undo with 001's fast log, and undo with
+        // 001's non-temporal, uncached and adaptive persist policies.
+        let names = [
+            "redo", "undo", "oop", "hoop", "redo-fastlog", "undo-fastlog", "undo-nt", "undo-uc",
+            "undo-adaptive",
+        ];
+        let config = Config::default().size(4 << 20).engine_name(names[which]).unwrap();
+        run(ops, config)?;
     }
 }

@@ -13,6 +13,7 @@ use std::cell::Cell;
 use std::sync::Arc;
 use std::thread::LocalKey;
 
+pub use inplace::persist_policy::PersistPolicy;
 pub use inplace::redo::InPlaceEngineStats;
 pub use log::{
     Compaction, Damage, DroppedTransaction, LogEngineStats, LogSummary, MappingConfig,

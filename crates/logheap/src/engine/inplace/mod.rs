@@ -65,6 +65,7 @@ macro_rules! in_place_engine_common {
 
 pub(crate) mod hoop;
 pub(crate) mod oop;
+pub(crate) mod persist_policy;
 pub(crate) mod record;
 pub(crate) mod redo;
 pub(crate) mod undo;
@@ -294,6 +295,8 @@ pub(crate) struct InPlace {
     log_capacity: u64,
     /// `redo-fastlog`, `undo-fastlog`: records go to the fast log buffer (001).
     pub fast_log: bool,
+    /// How `undo` persists its home stores (001's caching modes).
+    pub home_stores: persist_policy::HomeStores,
 }
 
 /// What an engine's recovery found, handed back from inside the heap's open.
@@ -507,6 +510,14 @@ impl InPlace {
                 heap_root,
                 log_capacity,
                 fast_log: config.fast_log && matches!(kind, EngineKind::Redo | EngineKind::Undo),
+                home_stores: persist_policy::HomeStores::new(
+                    if kind == EngineKind::Undo {
+                        config.persist_policy
+                    } else {
+                        persist_policy::PersistPolicy::WriteBack
+                    },
+                    size,
+                ),
             },
             recovered,
         ))

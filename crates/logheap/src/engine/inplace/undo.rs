@@ -232,12 +232,18 @@ impl Engine for UndoEngine {
         }
         let bytes = set.writes.bytes();
         let mut payload = 0;
+        let stores = &self.core.home_stores;
+        s.marks.clear();
         for sp in &s.spans {
-            write_flushed(media, sp.home, &bytes[sp.at..sp.at + sp.len as usize]);
+            stores.store(
+                media,
+                sp.home,
+                &bytes[sp.at..sp.at + sp.len as usize],
+                &mut s.marks,
+            );
             payload += sp.len;
         }
         let heap = &self.core.heap.heap;
-        s.marks.clear();
         for &(home, size) in &allocs.allocs {
             s.marks.extend(heap.tx_mark(home, size, true));
         }
@@ -251,6 +257,7 @@ impl Engine for UndoEngine {
         } else {
             invalidate(media, at);
         }
+        stores.transaction_done();
         Ok(Persisted::Durable { payload })
     }
 
