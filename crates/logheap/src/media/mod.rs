@@ -540,21 +540,28 @@ impl Media {
     #[inline]
     pub fn write(&self, offset: usize, bytes: &[u8]) {
         self.check(offset, bytes.len());
-        // SAFETY: the range is inside the media (checked above); `bytes` is ordinary memory
-        // that cannot overlap the mapping through a shared reference we hold.
-        let store = || unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                self.base.as_ptr().add(offset),
-                bytes.len(),
-            )
-        };
+        let store = || self.copy_in(offset, bytes);
         match &self.backing {
             Backing::Sim(s) => s.store(offset, bytes.len(), 0, store),
             Backing::File(_) => store(),
             Backing::ReadOnly(_) => read_only_store(),
         }
         self.count_stored(bytes.len());
+    }
+
+    /// Copies `bytes` into the mapping at `offset` (a plain store, nothing counted).
+    #[inline]
+    fn copy_in(&self, offset: usize, bytes: &[u8]) {
+        self.check(offset, bytes.len());
+        // SAFETY: the range is inside the media (checked above); `bytes` is ordinary memory
+        // that cannot overlap the mapping through a shared reference we hold.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.base.as_ptr().add(offset),
+                bytes.len(),
+            )
+        }
     }
 
     /// Counts `len` bytes stored by this thread (the dirty-bytes counter).
@@ -660,15 +667,7 @@ impl Media {
         if bytes.is_empty() {
             return;
         }
-        // SAFETY: the range is inside the media (checked above); `bytes` is ordinary memory
-        // that cannot overlap the mapping through a shared reference we hold.
-        let store = || unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                self.base.as_ptr().add(offset),
-                bytes.len(),
-            )
-        };
+        let store = || self.copy_in(offset, bytes);
         match &self.backing {
             Backing::Sim(s) => s.store_persistent(offset, bytes.len(), store),
             Backing::File(_) => {

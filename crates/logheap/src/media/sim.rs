@@ -189,14 +189,7 @@ impl CrashSimulator {
     pub(crate) fn store_persistent(&self, offset: usize, len: usize, store: impl FnOnce()) {
         let mut guard = self.lock();
         let st = &mut *guard;
-        if let Some(mut hook) = st.hook.take() {
-            let point = st.crash_point();
-            let offered = point.len() as u64;
-            hook(&point);
-            drop(point);
-            st.images_offered += offered;
-            st.hook = Some(hook);
-        }
+        st.offer_crash_point();
         store();
         if len == 0 {
             return;
@@ -263,14 +256,7 @@ impl CrashSimulator {
         let mut guard = self.lock();
         let st = &mut *guard;
         st.fences += 1;
-        if let Some(mut hook) = st.hook.take() {
-            let point = st.crash_point();
-            let offered = point.len() as u64;
-            hook(&point);
-            drop(point);
-            st.images_offered += offered;
-            st.hook = Some(hook);
-        }
+        st.offer_crash_point();
         let mut emptied = Vec::new();
         for (&line, writes) in st.pending.iter_mut() {
             if let Some(last) = writes.iter().rposition(|w| w.flushed_by == thread) {
@@ -355,6 +341,18 @@ impl CrashSimulator {
 }
 
 impl SimState {
+    /// Offers the crash point of now to the hook, if one is installed.
+    fn offer_crash_point(&mut self) {
+        if let Some(mut hook) = self.hook.take() {
+            let point = self.crash_point();
+            let offered = point.len() as u64;
+            hook(&point);
+            drop(point);
+            self.images_offered += offered;
+            self.hook = Some(hook);
+        }
+    }
+
     /// The crash point of now.
     fn crash_point(&mut self) -> CrashPoint<'_> {
         CrashPoint::new(
