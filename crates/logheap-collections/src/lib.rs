@@ -1,6 +1,6 @@
 //! Persistent data structures written only against logheap's public transaction API, so
-//! they run on every engine: a hash map, a red-black tree, a B+ tree, a large array, a
-//! queue and a vector. Keys are `u64`; values are byte strings of any length.
+//! they run on every engine: a hash map, a red-black tree, a B+ tree, a crit-bit tree, a
+//! large array, a queue and a vector. Keys are `u64`; values are byte strings of any length.
 //!
 //! Each structure is a small `Copy` handle around a persistent pointer to its header.
 //! Store the handle's [`pointer`](HashMap::pointer) in your root object and reopen it
@@ -27,6 +27,7 @@
 
 mod array;
 mod bp_tree;
+mod crit_bit;
 mod hash_map;
 mod queue;
 mod rb_tree;
@@ -36,6 +37,7 @@ mod vector;
 
 pub use array::Array;
 pub use bp_tree::BpTree;
+pub use crit_bit::CritBitTree;
 pub use hash_map::HashMap;
 pub use queue::Queue;
 pub use rb_tree::RbTree;

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap as StdMap, VecDeque};
 
 use logheap::media::SimConfig;
 use logheap::{Config, EngineKind, Error, Pool};
-use logheap_collections::{Array, BpTree, HashMap, Queue, RbTree, Vector};
+use logheap_collections::{Array, BpTree, CritBitTree, HashMap, Queue, RbTree, Vector};
 use proptest::prelude::*;
 
 /// Every engine the collections run on.
@@ -37,7 +37,9 @@ fn crash(pool: Pool) -> Pool {
 }
 
 fn value(key: u64, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (key as usize * 31 + i) as u8).collect()
+    (0..len)
+        .map(|i| (key as usize).wrapping_mul(31).wrapping_add(i) as u8)
+        .collect()
 }
 
 #[derive(Debug, Clone)]
@@ -53,6 +55,17 @@ fn map_op() -> impl Strategy<Value = MapOp> {
         5 => (0u64..64, 0usize..200).prop_map(|(k, l)| MapOp::Insert(k, l)),
         3 => (0u64..64).prop_map(MapOp::Remove),
         2 => (0u64..64).prop_map(MapOp::Get),
+        1 => Just(MapOp::Crash),
+    ]
+}
+
+/// Map operations on keys spread over all 64 bits (so a crit-bit tree tests high bits).
+fn wide_op() -> impl Strategy<Value = MapOp> {
+    let key = prop_oneof![0u64..64, any::<u64>(), (0u64..64).prop_map(|k| k << 58)];
+    prop_oneof![
+        5 => (key.clone(), 0usize..200).prop_map(|(k, l)| MapOp::Insert(k, l)),
+        3 => key.clone().prop_map(MapOp::Remove),
+        2 => key.prop_map(MapOp::Get),
         1 => Just(MapOp::Crash),
     ]
 }
@@ -98,6 +111,7 @@ macro_rules! ordered_map {
 }
 ordered_map!(RbTree);
 ordered_map!(BpTree);
+ordered_map!(CritBitTree);
 
 /// Runs `ops` on a fresh `M` and a `BTreeMap`, checking answers and the structure's
 /// invariants after every operation.
@@ -169,6 +183,11 @@ proptest! {
         for (k, v) in &model {
             prop_assert_eq!(pool.read(|tx| map.get(tx, *k)).unwrap(), Some(v.clone()));
         }
+    }
+
+    #[test]
+    fn crit_bit_tree_agrees_with_std_and_keeps_its_bits(ops in prop::collection::vec(wide_op(), 1..150), engine in 0..ENGINES.len()) {
+        ordered_map_agrees::<CritBitTree>(ops, engine)?;
     }
 
     #[test]
