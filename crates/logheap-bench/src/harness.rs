@@ -364,7 +364,7 @@ pub fn run_reporting(
         _ => {}
     }
     if spec.engine == crate::pmdk::ENGINE {
-        if spec.workload.is_out_of_place() {
+        if spec.workload.is_from_other_documents() {
             return Err(format!(
                 "pmdk does not run {} (the PMDK peer engine has the paper's workloads only)",
                 spec.workload

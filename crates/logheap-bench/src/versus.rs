@@ -218,7 +218,7 @@ pub fn rows(results: &[RunResult], c: &Comparison) -> Vec<Row> {
     shapes.dedup();
     let mut out = Vec::new();
     for &(size, t) in &shapes {
-        for w in Workload::ALL.into_iter().chain(Workload::OUT_OF_PLACE) {
+        for w in Workload::ALL.into_iter().chain(Workload::OTHER_DOCUMENTS) {
             let Some(subject) = find(c.subject, w, t, size) else {
                 continue;
             };

@@ -7,7 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use logheap::{Error, Pool, Tx};
-use logheap_collections::{Array, BpTree, HashMap, Queue, RbTree, Vector};
+use logheap_collections::{Array, BpTree, CritBitTree, HashMap, Queue, RbTree, Vector};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -57,6 +57,14 @@ pub enum Workload {
     /// STREAM's Add kernel over persistent arrays (003's real application): each
     /// transaction sets 8 consecutive elements `a[i] = b[i] + c[i]` from a random start.
     StreamAdd,
+    /// Crit-bit tree (001's CTree), inserts and updates mixed.
+    CtreeMix,
+    /// B+ tree (001's BTree), inserts and updates mixed.
+    BtreeMix,
+    /// Red-black tree (001's RBTree), inserts and updates mixed.
+    RbtreeMix,
+    /// Hash table (001's HashMap), inserts and updates mixed.
+    HashmapMix,
     /// Allocations and frees batched in transactions of 1, 8 or 64 (`--alloc-batch`)
     /// on the transactional engines, against the persistent heap's standalone calls
     /// ([`crate::alloc_batch`]; issue 11, 004's flush comparison).
@@ -82,9 +90,8 @@ impl Workload {
     pub const FRAGMENTATION: [Workload; 3] = [Self::FragW1, Self::FragW2, Self::FragW3];
 
     /// 003's micro-benchmarks that the paper's workloads do not cover (Queue and Vector,
-    /// insert and update, [`OPS_PER_TX`] operations per transaction); they run when
-    /// named, on logheap's engines (not on `pmdk`).
-    pub const OUT_OF_PLACE: [Workload; 5] = [
+    /// insert and update, [`OPS_PER_TX`] operations per transaction, and STREAM's Add).
+    pub const DOCUMENT_003: [Workload; 5] = [
         Self::QueueIns,
         Self::QueueUpd,
         Self::VectorIns,
@@ -92,9 +99,38 @@ impl Workload {
         Self::StreamAdd,
     ];
 
-    /// Whether this is one of [`OUT_OF_PLACE`](Self::OUT_OF_PLACE).
-    pub fn is_out_of_place(self) -> bool {
-        Self::OUT_OF_PLACE.contains(&self)
+    /// 001's benchmarks (PMDK's example maps): CTree, BTree, RBTree and HashMap under a
+    /// mix of inserts of new keys and updates of present ones (one per transaction).
+    pub const DOCUMENT_001: [Workload; 4] = [
+        Self::CtreeMix,
+        Self::BtreeMix,
+        Self::RbtreeMix,
+        Self::HashmapMix,
+    ];
+
+    /// The workloads of the other source documents ([`DOCUMENT_003`](Self::DOCUMENT_003)
+    /// and [`DOCUMENT_001`](Self::DOCUMENT_001)); they run when named, on logheap's
+    /// engines (not on `pmdk`).
+    pub const OTHER_DOCUMENTS: [Workload; 9] = [
+        Self::QueueIns,
+        Self::QueueUpd,
+        Self::VectorIns,
+        Self::VectorUpd,
+        Self::StreamAdd,
+        Self::CtreeMix,
+        Self::BtreeMix,
+        Self::RbtreeMix,
+        Self::HashmapMix,
+    ];
+
+    /// Whether this is one of [`OTHER_DOCUMENTS`](Self::OTHER_DOCUMENTS).
+    pub fn is_from_other_documents(self) -> bool {
+        Self::OTHER_DOCUMENTS.contains(&self)
+    }
+
+    /// Whether this is one of 001's mixed workloads.
+    pub fn is_mix(self) -> bool {
+        Self::DOCUMENT_001.contains(&self)
     }
 
     /// Workloads that run only when named (`alloc-random`, `alloc-batch`).
@@ -140,6 +176,10 @@ impl Workload {
             Self::VectorIns => "vector-ins",
             Self::VectorUpd => "vector-upd",
             Self::StreamAdd => "stream-add",
+            Self::CtreeMix => "ctree-mix",
+            Self::BtreeMix => "btree-mix",
+            Self::RbtreeMix => "rbtree-mix",
+            Self::HashmapMix => "hashmap-mix",
             Self::AllocRandom => "alloc-random",
             Self::AllocBatch => "alloc-batch",
         }
@@ -178,14 +218,14 @@ impl FromStr for Workload {
         Self::ALL
             .into_iter()
             .chain(Self::FRAGMENTATION)
-            .chain(Self::OUT_OF_PLACE)
+            .chain(Self::OTHER_DOCUMENTS)
             .chain(Self::ON_REQUEST)
             .find(|w| w.name() == s)
             .ok_or_else(|| {
                 let names: Vec<&str> = Self::ALL
                     .iter()
                     .chain(&Self::FRAGMENTATION)
-                    .chain(&Self::OUT_OF_PLACE)
+                    .chain(&Self::OTHER_DOCUMENTS)
                     .chain(&Self::ON_REQUEST)
                     .map(|w| w.name())
                     .collect();
@@ -200,12 +240,14 @@ enum Store {
     Rb(RbTree),
     Bp(BpTree),
     Hash(HashMap),
+    Ct(CritBitTree),
 }
 
 impl Store {
     fn insert(&self, tx: &mut Tx<'_>, key: u64, value: &[u8]) -> Result<bool, Error> {
         match self {
             Store::Rb(t) => t.insert(tx, key, value),
+            Store::Ct(t) => t.insert(tx, key, value),
             Store::Bp(t) => t.insert(tx, key, value),
             Store::Hash(m) => m.insert(tx, key, value),
         }
@@ -214,6 +256,7 @@ impl Store {
     fn remove(&self, tx: &mut Tx<'_>, key: u64) -> Result<bool, Error> {
         match self {
             Store::Rb(t) => t.remove(tx, key),
+            Store::Ct(t) => t.remove(tx, key),
             Store::Bp(t) => t.remove(tx, key),
             Store::Hash(m) => m.remove(tx, key),
         }
@@ -222,6 +265,7 @@ impl Store {
     fn contains(&self, tx: &mut Tx<'_>, key: u64) -> Result<bool, Error> {
         match self {
             Store::Rb(t) => t.contains(tx, key),
+            Store::Ct(t) => t.contains(tx, key),
             Store::Bp(t) => t.contains(tx, key),
             Store::Hash(m) => m.contains(tx, key),
         }
@@ -303,7 +347,7 @@ impl OpStream {
             shape,
             // Update workloads draw keys from 2n ranks (see `preload_op`); 003's Vector
             // updates draw their elements uniformly.
-            zipf: (workload.is_update() && !workload.is_out_of_place())
+            zipf: (workload.is_update() && !workload.is_from_other_documents())
                 .then(|| ZipfKeys::new(2 * n)),
         }
     }
@@ -336,7 +380,7 @@ impl OpStream {
         }
         // Update workloads draw keys from 2n ranks; exactly half of them are present at
         // the start: one of each pair of neighbouring ranks, chosen at random.
-        let key = if self.workload.is_update() {
+        let key = if self.workload.is_update() || self.workload.is_mix() {
             scramble(2 * i + rng.random_range(0..2u64))
         } else {
             rng.random()
@@ -353,6 +397,12 @@ impl OpStream {
                 len: 0,
                 fill: 0,
             };
+        }
+        if self.workload.is_mix() {
+            // A rank of 2n, half of them present at the start: an insert of a new key
+            // or an update of a present one, about evenly at first.
+            let key = scramble(rng.random_range(0..2 * self.elements()));
+            return self.with_value(key, rng);
         }
         if self.workload == Workload::Sps {
             let n = self.elements();
@@ -438,12 +488,13 @@ impl Prepared {
                 Workload::VectorIns | Workload::VectorUpd => {
                     Target::Vector(Vector::create(tx, shape.value_size.max(1) as u64)?)
                 }
-                Workload::RbtreeIns | Workload::RbtreeUpd => {
+                Workload::RbtreeIns | Workload::RbtreeUpd | Workload::RbtreeMix => {
                     Target::Store(Store::Rb(RbTree::create(tx)?))
                 }
-                Workload::BptreeIns | Workload::BptreeUpd => {
+                Workload::BptreeIns | Workload::BptreeUpd | Workload::BtreeMix => {
                     Target::Store(Store::Bp(BpTree::create(tx)?))
                 }
+                Workload::CtreeMix => Target::Store(Store::Ct(CritBitTree::create(tx)?)),
                 _ => Target::Store(Store::Hash(HashMap::create(tx, stream.buckets())?)),
             })
         })?;
@@ -527,7 +578,7 @@ impl Prepared {
             Target::Array(a) => pool.transaction(|tx| a.swap(tx, op.key, op.other)),
             Target::Store(s) => {
                 let value = op.value();
-                if self.stream.workload.is_update() {
+                if self.stream.workload.is_update() && !self.stream.workload.is_mix() {
                     pool.transaction(|tx| {
                         if s.contains(tx, op.key)? {
                             s.remove(tx, op.key).map(|_| ())
@@ -563,7 +614,7 @@ mod tests {
             value_size: 16,
         };
         for engine in ["oop", "undo"] {
-            for w in Workload::OUT_OF_PLACE {
+            for w in Workload::DOCUMENT_003 {
                 let pool = pool(engine);
                 let mut rng = preload_rng(1);
                 let prepared = Prepared::preload(&pool, w, shape, &mut rng).unwrap();
@@ -598,6 +649,33 @@ mod tests {
                 };
                 assert_eq!(len(&pool), want, "{engine} {w}");
             }
+        }
+    }
+
+    #[test]
+    fn the_mixed_workloads_insert_new_keys_and_update_present_ones() {
+        let shape = Shape {
+            elements: 40,
+            value_size: 16,
+        };
+        for w in Workload::DOCUMENT_001 {
+            let pool = pool("undo");
+            let mut rng = preload_rng(1);
+            let prepared = Prepared::preload(&pool, w, shape, &mut rng).unwrap();
+            let Target::Store(store) = prepared.target else {
+                panic!("{w}: a map");
+            };
+            let ops = prepared.stream().thread_ops(1, 30, 1, 0);
+            for op in &ops {
+                prepared.apply(&pool, op).unwrap();
+            }
+            pool.read(|tx| {
+                for op in &ops {
+                    assert!(store.contains(tx, op.key)?, "{w}: {:#x} missing", op.key);
+                }
+                Ok::<_, Error>(())
+            })
+            .unwrap();
         }
     }
 }

@@ -199,7 +199,21 @@ fn plan(args: &Args) -> Vec<Planned> {
                 .map(String::from)
                 .collect();
         }
-        if w.is_out_of_place() {
+        if w.is_mix() {
+            // 001's comparisons: the fast log, and the persist policies.
+            return [
+                "undo",
+                "undo-fastlog",
+                "undo-nt",
+                "undo-uc",
+                "undo-adaptive",
+                "redo",
+                "redo-fastlog",
+            ]
+            .map(String::from)
+            .to_vec();
+        }
+        if w.is_from_other_documents() {
             // 003's comparison: oop against undo, redo and hoop (and log for scale).
             return ["oop", "undo", "redo", "hoop", "log"]
                 .map(String::from)
@@ -361,7 +375,7 @@ fn check_plan(runs: &[Planned]) -> Result<(), String> {
             continue;
         }
         if engine == pmdk::ENGINE {
-            if r.workload.is_out_of_place() {
+            if r.workload.is_from_other_documents() {
                 return Err(format!(
                     "--engine pmdk does not run {} (the PMDK peer engine has the paper's workloads only)",
                     r.workload
