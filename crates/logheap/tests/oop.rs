@@ -166,6 +166,9 @@ fn hoop_collects_while_threads_commit_and_loses_nothing() {
     for t in 0..threads as usize {
         assert_eq!(a[1 + t], per_thread);
     }
+    // 1500 = 8 x 187 + 4: words 8-11 were toggled 188 times by each thread, 12-15 187.
+    assert_eq!(a[8..12], [0; 4]);
+    assert_eq!(a[12..16], [0b1111; 4]);
     pool.close().unwrap();
     let pool = Pool::open_with(&path, &config).unwrap();
     assert_eq!(pool.read(|tx| tx.read(root)).unwrap(), a);
