@@ -201,3 +201,11 @@ fn the_fast_log_buffer_is_persistent_at_once_and_offers_a_crash_point_before() {
         "fast log bytes are not NVM write traffic"
     );
 }
+
+#[test]
+fn fast_log_stores_to_a_volatile_media_wear_nothing() {
+    let (_dir, _file, volatile) = file_media(Durability::None);
+    volatile.write_fast_log(0, &[1; 8]);
+    let c = volatile.counters();
+    assert_eq!((c.fast_log_bytes, c.dirty_bytes), (8, 0));
+}

@@ -688,11 +688,18 @@ impl Media {
             let start = clock.now();
             clock.spin_until(start, ns);
         }
+        let durable = self.durability != Durability::None;
         self.with_slot(|slot| {
             slot.counters.add_fast_log_bytes(bytes.len() as u64);
-            slot.counters.add_dirty_bytes(bytes.len() as u64);
+            if durable {
+                slot.counters.add_dirty_bytes(bytes.len() as u64);
+            }
             if let Some(ns) = delay {
                 slot.counters.add_emulated_delay(ns);
+            }
+            if self.durability == Durability::Msync && matches!(self.backing, Backing::File(_)) {
+                // msync mode: the thread's next fence syncs it, as the docs say.
+                add_dirty(&mut slot.dirty, offset..offset + bytes.len());
             }
         });
     }

@@ -454,6 +454,16 @@ impl InPlace {
         }
         let mut hook = |replay: &mut Replay<'_>| -> Result<()> {
             let base = replay.root().start;
+            if replay.root().end.saturating_sub(base) < ENGINE_AREA {
+                return Err(Error::MetadataCorrupt {
+                    path: path_buf.clone(),
+                    offset: base,
+                    reason: format!(
+                        "the root area ({} bytes) has no room for the engine's {ENGINE_AREA}",
+                        replay.root().end.saturating_sub(base)
+                    ),
+                });
+            }
             let media = replay.media();
             if creating {
                 media.write_u64(base as usize, ENGINE_MAGIC);
