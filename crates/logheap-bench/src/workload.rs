@@ -578,7 +578,7 @@ impl Prepared {
             Target::Array(a) => pool.transaction(|tx| a.swap(tx, op.key, op.other)),
             Target::Store(s) => {
                 let value = op.value();
-                if self.stream.workload.is_update() && !self.stream.workload.is_mix() {
+                if self.stream.workload.is_update() {
                     pool.transaction(|tx| {
                         if s.contains(tx, op.key)? {
                             s.remove(tx, op.key).map(|_| ())

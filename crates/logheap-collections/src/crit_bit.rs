@@ -162,7 +162,9 @@ impl CritBitTree {
         let mut child = [link; 2];
         child[side(key, diff)] = leaf;
         let node = tx.alloc(Internal { bit: diff, child })?.offset();
-        tx.write(PPtr::<u64>::from_offset(link_at), &node)?;
+        if link_at != root_at {
+            tx.write(PPtr::<u64>::from_offset(link_at), &node)?;
+        }
         tx.write(
             self.header,
             &Header {
@@ -183,11 +185,12 @@ impl CritBitTree {
         // The link to the current node, and the parent with the link to it.
         let mut link_at = root_at;
         let mut link = h.root;
-        let mut parent: Option<(u64, u64, usize)> = None;
+        // The parent, the link to it, and the leaf's sibling under it.
+        let mut parent: Option<(u64, u64, u64)> = None;
         while !is_leaf(link) {
             let n = Self::internal(tx, link)?;
             let d = side(key, n.bit);
-            parent = Some((link, link_at, d));
+            parent = Some((link, link_at, n.child[1 - d]));
             link_at = child_at(link, d);
             link = n.child[d];
         }
@@ -198,8 +201,7 @@ impl CritBitTree {
         let mut root = h.root;
         match parent {
             None => root = 0,
-            Some((p, p_at, d)) => {
-                let sibling = Self::internal(tx, p)?.child[1 - d];
+            Some((p, p_at, sibling)) => {
                 if p_at == root_at {
                     root = sibling;
                 } else {

@@ -1550,6 +1550,9 @@ impl PersistentHeap {
         region: u32,
         keep_last: bool,
     ) {
+        if self.engine_owned && used & USE_VOLATILE == 0 {
+            return; // an engine's heap keeps its segments (see `tx`)
+        }
         let base = self.sb.region_offset(u64::from(region));
         let seg = self.sb.segment_size;
         let empty = match used & USE_KIND {
@@ -1565,7 +1568,7 @@ impl PersistentHeap {
                         .is_empty(region, first, (seg / GRANULE) as u32 - first)
             }
         };
-        if !empty || (self.engine_owned && used & USE_VOLATILE == 0) {
+        if !empty {
             return;
         }
         if used & USE_VOLATILE == 0 {
@@ -2145,7 +2148,7 @@ impl Reader<'_> {
 
     /// Redoes a pending record: its metadata step and its pointer store, durably.
     fn redo(&self, r: &MicroLogSlot, step: Step) {
-        let _ = apply_step(self.media, self.sb, step, r.op, r.size);
+        apply_step(self.media, self.sb, step, r.op, r.size);
         let dst = r.dst as usize;
         self.media.write_u64(dst, r.dst_value(self.sb));
         self.media.flush(dst, 8);
@@ -2476,10 +2479,9 @@ fn store_step(media: &Media, sb: &Superblock, step: Step, op: MicroOp) -> u64 {
 
 /// Applies the metadata step of `op` on the block at `step` of `size` requested bytes
 /// (flushed, not fenced). Idempotent, so recovery may redo it.
-fn apply_step(media: &Media, sb: &Superblock, step: Step, op: MicroOp, size: u64) -> u64 {
+fn apply_step(media: &Media, sb: &Superblock, step: Step, op: MicroOp, size: u64) {
     let (at, len) = store_step_unflushed(media, sb, step, op, size);
     media.flush(at as usize, len as usize);
-    at
 }
 
 /// Stores `op` of `step` (a block of `size` requested bytes), without flushing it;

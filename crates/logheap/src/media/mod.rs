@@ -549,12 +549,13 @@ impl Media {
         self.count_stored(bytes.len());
     }
 
-    /// Copies `bytes` into the mapping at `offset` (a plain store, nothing counted).
+    /// Copies `bytes` into the mapping at `offset` (a plain store, nothing counted). The
+    /// caller has checked the range with `check`.
     #[inline]
     fn copy_in(&self, offset: usize, bytes: &[u8]) {
-        self.check(offset, bytes.len());
-        // SAFETY: the range is inside the media (checked above); `bytes` is ordinary memory
-        // that cannot overlap the mapping through a shared reference we hold.
+        debug_assert!(offset <= self.len && bytes.len() <= self.len - offset);
+        // SAFETY: the range is inside the media (the caller checked it); `bytes` is ordinary
+        // memory that cannot overlap the mapping through a shared reference we hold.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 bytes.as_ptr(),

@@ -83,7 +83,7 @@ impl Replay<'_> {
         let record = MicroLogSlot::unsequenced(op, 0, offset, size);
         match self.reader.plan(&record, &self.entries) {
             Ok(step) => {
-                let _ = apply_step(self.reader.media, self.reader.sb, step, op, size);
+                apply_step(self.reader.media, self.reader.sb, step, op, size);
                 if let Step::Huge { region, .. } = step {
                     self.entries[region as usize] = self.reader.entry(region).ok().flatten();
                 }

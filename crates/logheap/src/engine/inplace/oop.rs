@@ -333,6 +333,10 @@ pub(crate) struct OopScratch {
     words: Vec<(u64, u64)>,
     /// New slots taken for this commit.
     new_slots: Vec<u64>,
+    /// Each word's map before this commit (in `words` order).
+    found: Vec<Option<WordMap>>,
+    /// Slots given back by this commit's publish.
+    dropped: Vec<u64>,
     /// Mapping changes to publish: (word, its new map).
     changes: Vec<(u64, WordMap)>,
     /// Blocks the transaction frees, sorted.
@@ -356,7 +360,6 @@ struct OopRecovered {
     free: Vec<u64>,
     mapped: Vec<(u64, u64)>,
     rolled_back: u64,
-    dropped: u64,
 }
 
 /// The oop engine (see the module docs).
@@ -368,8 +371,8 @@ pub(crate) struct OopEngine {
     /// Slots dropped by the collector.
     collected: AtomicU64,
     recovered: Recovered,
-    /// Slots recovery kept (the word's current copy was in it) and dropped.
-    recovered_slots: (u64, u64),
+    /// Slots recovery kept (the word's current copy was in it).
+    recovered_slots: u64,
 }
 
 impl OopEngine {
@@ -409,7 +412,7 @@ impl OopEngine {
                 chunks: Mutex::new((found.chunks, link)),
             },
             collected: AtomicU64::new(0),
-            recovered_slots: (found.mapped.len() as u64, found.dropped),
+            recovered_slots: found.mapped.len() as u64,
             recovered: Recovered {
                 records: found.rolled_back,
                 ..recovered
@@ -430,7 +433,7 @@ impl OopEngine {
             update_slots: self.mapping.words.load(Ordering::Relaxed),
             slot_bytes: chunks * self.slots.chunk_bytes,
             slots_collected: self.collected.load(Ordering::Relaxed),
-            slots_recovered: self.recovered_slots.0,
+            slots_recovered: self.recovered_slots,
             ..InPlaceEngineStats::default()
         }
     }
@@ -565,9 +568,7 @@ fn recover(
         }
         let media = area.media();
         media.fence();
-        let word = at as usize + record::MAGIC_WORD;
-        media.write_u64(word, 0);
-        media.persist(word, 8);
+        record::invalidate(media, at);
         found.rolled_back += 1;
     }
     // 2. The slot chunks: keep each word's newest committed copy.
@@ -629,7 +630,6 @@ fn recover(
                 media.write_u64((slot + SLOT_HOME) as usize, 0);
                 media.flush((slot + SLOT_HOME) as usize, 8);
                 found.free.push(slot);
-                found.dropped += 1;
             }
         }
         found.chunks.push(at);
@@ -720,12 +720,20 @@ impl Engine for OopEngine {
             self.mapping.mapped_in(home, size, &mut s.released);
         }
         // Everything that can fail comes before the first store.
+        // Each word's map, looked up once (the stripe locks held keep it).
+        s.found.clear();
+        s.found
+            .extend(s.words.iter().map(|&(w, _)| self.mapping.get(w)));
         let unmapped = s
             .words
             .iter()
-            .filter(|&&(w, _)| !in_blocks(&allocs.allocs, w) && self.mapping.get(w).is_none())
+            .zip(&s.found)
+            .filter(|&(&(w, _), m)| m.is_none() && !in_blocks(&allocs.allocs, w))
             .count();
-        self.slots.take(&self.core, unmapped, &mut s.new_slots)?;
+        s.new_slots.clear();
+        if unmapped > 0 {
+            self.slots.take(&self.core, unmapped, &mut s.new_slots)?;
+        }
         let logs_marks = !allocs.allocs.is_empty() || !allocs.frees.is_empty();
         let record_at = if logs_marks {
             let b = &mut s.record;
@@ -750,8 +758,8 @@ impl Engine for OopEngine {
         s.changes.clear();
         s.lines.clear();
         let mut new_slots = s.new_slots.iter();
-        for &(w, value) in &s.words {
-            match self.mapping.get(w) {
+        for (&(w, value), &found) in s.words.iter().zip(&s.found) {
+            match found {
                 None if in_blocks(&allocs.allocs, w) => {
                     media.write_u64(w as usize, value);
                     s.lines.push(w);
@@ -828,7 +836,8 @@ impl Engine for OopEngine {
     /// threshold (their current copy is home).
     fn publish(&self, _set: &CommitSet<'_>, s: &mut OopScratch) {
         let media = &self.core.media;
-        let mut dropped = Vec::new();
+        let dropped = &mut s.dropped;
+        dropped.clear();
         for &(w, m) in &s.released {
             self.mapping.set(w, None);
             media.write_u64((m.slot + SLOT_HOME) as usize, 0);
@@ -848,7 +857,7 @@ impl Engine for OopEngine {
         if !dropped.is_empty() {
             self.collected
                 .fetch_add(dropped.len() as u64, Ordering::Relaxed);
-            self.slots.give_back(&dropped);
+            self.slots.give_back(dropped);
         }
     }
 

@@ -27,6 +27,13 @@ pub(crate) const HEADER: usize = 32;
 /// Where the magic word is in the header (an undo record is invalidated by storing
 /// zero in the aligned word holding it).
 pub(crate) const MAGIC_WORD: usize = 16;
+/// Invalidates the record at `at` (zeroes its magic word), durably.
+pub(crate) fn invalidate(media: &crate::media::Media, at: u64) {
+    let word = at as usize + MAGIC_WORD;
+    media.write_u64(word, 0);
+    media.persist(word, 8);
+}
+
 /// Bytes of an entry header.
 pub(crate) const ENTRY_HEADER: usize = 16;
 const KIND_SHIFT: u32 = 56;

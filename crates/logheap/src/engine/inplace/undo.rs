@@ -41,7 +41,6 @@ use super::{
 };
 use crate::engine::{CommitSet, Engine, Persisted};
 use crate::error::Result;
-use crate::media::Media;
 use crate::stm::{ResolveScratch, Span, TxState};
 
 /// The widest gap between two written ranges that are logged as one entry: an entry
@@ -164,7 +163,7 @@ fn recover(area: &mut EngineArea<'_, '_>) -> Result<Recovered> {
         }
         let media = area.media();
         media.fence();
-        invalidate(media, at);
+        record::invalidate(media, at);
         records += 1;
     }
     Ok(Recovered {
@@ -173,13 +172,6 @@ fn recover(area: &mut EngineArea<'_, '_>) -> Result<Recovered> {
         records,
         superseded: area.replay.superseded,
     })
-}
-
-/// Invalidates the record at `at`, durably.
-fn invalidate(media: &Media, at: u64) {
-    let word = at as usize + MAGIC_WORD;
-    media.write_u64(word, 0);
-    media.persist(word, 8);
 }
 
 impl Engine for UndoEngine {
@@ -255,7 +247,7 @@ impl Engine for UndoEngine {
         if fast {
             media.write_fast_log(at as usize + MAGIC_WORD, &[0; 8]);
         } else {
-            invalidate(media, at);
+            record::invalidate(media, at);
         }
         stores.transaction_done();
         Ok(Persisted::Durable { payload })
