@@ -1,9 +1,10 @@
 //! The engines that keep data at its home, in the persistent heap: `redo`
 //! (Mnemosyne-style) and `undo` (Mnemosyne-Undo of "Log-structured Non-volatile Main
 //! Memory", §5.3, with 004's hybrid logging), which log beside it, and `oop` (003's
-//! EAOOP), which alternates each word between its home and an update slot. Both run under the same TL2 driver as the
-//! log engine, and allocate from the persistent heap (002) through its reserve / mark
-//! / publish path (`alloc::persistent_heap::tx`).
+//! EAOOP), which alternates each word between its home and an update slot; `hoop` is
+//! the redo engine with its home stores deferred to collections. All run under the same
+//! TL2 driver as the log engine, and allocate from the persistent heap (002) through its
+//! reserve / mark / publish path (`alloc::persistent_heap::tx`).
 //!
 //! A pool of these engines is a [`PersistentHeap`] pool whose header names the engine.
 //! Home offsets are offsets in the pool's mapping: reads copy from home, commits store
@@ -189,8 +190,9 @@ pub(crate) struct LogPosition {
     pub newest: u64,
 }
 
-/// What a redo log's last transaction stored in place and flushed, not yet fenced
-/// (its thread's next fence makes it durable; a truncation flushes it again).
+/// What a redo log's last transaction (with the fast log: its transactions since the
+/// last truncation) stored in place and flushed, not yet fenced (its thread's next
+/// fence makes it durable; a truncation flushes it again).
 #[derive(Debug, Default)]
 pub(crate) struct Unfenced {
     /// The transaction's version (0: nothing unfenced).
@@ -215,7 +217,8 @@ pub(crate) struct ThreadLog {
 pub(crate) struct LogTable {
     pub logs: Box<[ThreadLog]>,
     free: Mutex<Vec<usize>>,
-    /// Log areas in use: offset → bytes (for telling them from user allocations).
+    /// Engine blocks in use, log areas and oop's slot chunks: offset → bytes (for
+    /// telling them from user allocations).
     areas: Mutex<Vec<(u64, u64)>>,
 }
 
@@ -281,7 +284,7 @@ impl Drop for LogLease {
     }
 }
 
-/// What both in-place engines are made of.
+/// What every in-place engine is made of.
 #[derive(Debug)]
 pub(crate) struct InPlace {
     pub heap: EngineHeap,

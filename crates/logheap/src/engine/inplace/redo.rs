@@ -87,7 +87,9 @@ pub struct InPlaceEngineStats {
     pub records_recovered: u64,
     /// Allocator marks recovery skipped because later transactions reused their space.
     pub marks_superseded: u64,
-    /// oop: words whose current copy is in an update slot (0 on redo and undo).
+    /// oop: words that have an update slot (their current copy is in it or, after an
+    /// even number of updates, home); hoop: words whose newest copy is in a log. 0 on
+    /// redo and undo.
     pub update_slots: u64,
     /// oop: bytes of the slot chunks.
     pub slot_bytes: u64,
