@@ -392,24 +392,21 @@ fn check_plan(runs: &[Planned]) -> Result<(), String> {
             }
             continue;
         }
-        match logheap_bench::harness::config_for(engine) {
-            Err(e) => {
-                let known: Vec<String> = MappingConfig::NAMED
-                    .iter()
-                    .map(|&(_, m)| engine_of(m))
-                    .collect();
-                return Err(format!(
-                    "--engine {engine}: {e}; the engines built are {}, {LOG_CLEANING}, redo, undo, redo-fastlog, undo-fastlog, undo-nt, undo-uc, undo-adaptive, oop, hoop{}, and for the fragmentation workloads {GLIBC} and {JEMALLOC}",
-                    known.join(", "),
-                    if pmdk_available() {
-                        ", the peer engine pmdk"
-                    } else {
-                        ""
-                    }
-                ));
-            }
-            // `alloc` (the bare heap) was handled above with the persistent heap.
-            Ok(_) => {}
+        // `alloc` (the bare heap) was handled above with the persistent heap.
+        if let Err(e) = logheap_bench::harness::config_for(engine) {
+            let known: Vec<String> = MappingConfig::NAMED
+                .iter()
+                .map(|&(_, m)| engine_of(m))
+                .collect();
+            return Err(format!(
+                "--engine {engine}: {e}; the engines built are {}, {LOG_CLEANING}, redo, undo, redo-fastlog, undo-fastlog, undo-nt, undo-uc, undo-adaptive, oop, hoop{}, and for the fragmentation workloads {GLIBC} and {JEMALLOC}",
+                known.join(", "),
+                if pmdk_available() {
+                    ", the peer engine pmdk"
+                } else {
+                    ""
+                }
+            ));
         }
     }
     Ok(())
