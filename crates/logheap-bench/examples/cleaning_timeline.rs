@@ -50,7 +50,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             other => other?,
         }
         if (i + 1) % 10_000 == 0 {
-            let s = pool.stats().log.unwrap();
+            let s = pool.stats().log().cloned().unwrap();
             println!(
                 "{}\t{:.2}\t{:.0}\t{:.1}%\t{}\t{}\t{:.1}\t{refused}",
                 i + 1,

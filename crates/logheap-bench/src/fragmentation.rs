@@ -40,7 +40,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use logheap::alloc::{HeapOptions, PAddr, PersistentHeap};
-use logheap::{Config, Emulation, Error, MediaConfig, Pool};
+use logheap::{Emulation, Error, MediaConfig, Pool};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tikv_jemallocator::Jemalloc;
@@ -321,7 +321,7 @@ impl Heap for LogHeap<'_> {
 }
 
 fn run_log(spec: &FragSpec) -> Result<FragOutcome, Box<dyn std::error::Error>> {
-    let chunk = Config::default().chunk_size;
+    let chunk = logheap::LogOptions::default().chunk_size;
     smallest_fitting(spec, spec.live.max(16 * chunk), |size| {
         run_log_in(spec, size)
     })
@@ -363,13 +363,13 @@ fn run_log_in(
         seconds,
         live_bytes,
         held_bytes: after.pm_bytes_used,
-        allocator_bytes: after.log.as_ref().map_or(0, |l| l.live_log_bytes),
+        allocator_bytes: after.log().map_or(0, |l| l.live_log_bytes),
         resident_bytes: None,
         pool_bytes: Some(size),
         pools_too_small: Vec::new(),
         compacted_held_bytes: Some(compacted.chunks_after * chunk),
         media: Some(after.media.since(&before.media)),
-        log: after.log,
+        log: after.log().cloned(),
     };
     pool.close()?;
     Ok(Some(outcome))

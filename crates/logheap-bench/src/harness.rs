@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use logheap::{Config, Emulation, Pool};
+use logheap::{Config, Emulation, EngineConfig, LogOptions, MappingConfig, Pool};
 
 use crate::workload::{Op, Prepared, Shape, Workload, preload_rng};
 
@@ -93,11 +93,10 @@ pub const CLEAN_EVERY: u64 = 1000;
 pub fn config_for(engine: &str) -> Result<Config, String> {
     if engine == LOG_CLEANING {
         return Ok(Config::default()
-            .engine_name("log")?
             .clean_threshold(0.5)
             .clean_every(CLEAN_EVERY));
     }
-    Config::default().engine_name(engine)
+    Ok(Config::default().engine(engine.parse::<EngineConfig>()?))
 }
 
 /// The configuration of `engine` with `cleaner_threads` background cleaner threads
@@ -455,10 +454,7 @@ pub fn run_reporting(
     let per_tx = |x: u64| x as f64 / c.transactions.max(1) as f64;
     // The log engine's own figures (zeros for an engine without them).
     let none = logheap::engine::LogEngineStats::default();
-    let (b, a) = (
-        before.log.as_ref().unwrap_or(&none),
-        after.log.as_ref().unwrap_or(&none),
-    );
+    let (b, a) = (before.log().unwrap_or(&none), after.log().unwrap_or(&none));
     let hits = a.node_cache_hits - b.node_cache_hits;
     let misses = a.node_cache_misses - b.node_cache_misses;
     let chunk = pool.header().chunk_size;
@@ -484,7 +480,11 @@ pub fn run_reporting(
     };
     let result = RunResult {
         engine: spec.engine.clone(),
-        config: config.mapping.label(),
+        config: match config.engine {
+            EngineConfig::Log(o) => o.mapping,
+            _ => MappingConfig::FULL,
+        }
+        .label(),
         workload: spec.workload,
         threads,
         ops: c.transactions,
@@ -555,7 +555,7 @@ fn sized_for(
                 value_size: spec.value_size,
             };
             Prepared::preload(&pool, spec.workload, shape, &mut preload_rng(spec.seed))?;
-            let s = pool.stats().log.unwrap_or_default();
+            let s = pool.stats().log().cloned().unwrap_or_default();
             let c = (
                 s.live_log_bytes,
                 size - s.chunks_total * pool.header().chunk_size,
@@ -568,7 +568,10 @@ fn sized_for(
             c
         }
     };
-    let chunk = config_for(&spec.engine)?.chunk_size;
+    let chunk = match config_for(&spec.engine)?.engine {
+        EngineConfig::Log(o) => o.chunk_size,
+        _ => LogOptions::default().chunk_size,
+    };
     let chunks = (live as f64 / utilisation / chunk as f64).ceil() as u64;
     Ok(chunks.max(16) * chunk + overhead)
 }

@@ -602,8 +602,7 @@ mod tests {
     fn pool(engine: &str) -> Pool {
         let config = Config::default()
             .size(16 << 20)
-            .engine_name(engine)
-            .unwrap();
+            .engine(engine.parse::<logheap::EngineConfig>().unwrap());
         Pool::create_sim(&config, logheap::media::SimConfig::default()).unwrap()
     }
 

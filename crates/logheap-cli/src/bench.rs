@@ -161,7 +161,7 @@ fn write_plots(dir: &std::path::Path, results: &[logheap_bench::RunResult]) {
 
 /// The engine name of the log engine with `mapping` (`log`, `log-base`, ...).
 fn engine_of(mapping: MappingConfig) -> String {
-    logheap::Config::default().mapping(mapping).engine_label()
+    logheap::EngineConfig::Log(logheap::LogOptions::default().mapping(mapping)).to_string()
 }
 
 /// One run of the plan.

@@ -19,7 +19,12 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         }) => return defragment(args),
         opened => opened?,
     };
-    let live = pool.stats().log.unwrap_or_default().live_log_bytes;
+    let live = pool
+        .stats()
+        .log()
+        .cloned()
+        .unwrap_or_default()
+        .live_log_bytes;
     let c = pool.compact();
     pool.close()?;
     if args.json {

@@ -12,7 +12,7 @@
 use std::sync::{Arc, Mutex};
 
 use logheap::media::SimConfig;
-use logheap::{Config, Error, PPtr, Pool, PoolFile};
+use logheap::{Config, EngineConfig, Error, PPtr, Pool, PoolFile};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -64,6 +64,8 @@ const SLOTS: usize = 32;
 /// within a few hundred transactions the log fills with stale data and the cleaner
 /// runs (`chunks_cleaned` in the outcome).
 const POOL_SIZE: u64 = 256 << 10;
+/// The log engine's chunk size in the crash test's pools.
+const CHUNK_SIZE: u64 = 4096;
 /// The pool's size for the in-place engines (`redo`, `undo`, `oop`): their allocator takes
 /// 64 KiB segments, a few per arena, and each committing thread a log area.
 const IN_PLACE_POOL_SIZE: u64 = 1 << 20;
@@ -231,15 +233,17 @@ fn crashtest(args: &Args) -> Result<Outcome, Box<dyn std::error::Error>> {
         None | Some("skip-commit-fence") => {}
         Some(other) => return Err(format!("unknown fault {other:?}").into()),
     }
-    let config = Config::default()
-        .engine_name(&args.engine)?
-        .size(POOL_SIZE)
-        .chunk_size(4096)
-        .cleaner_threads(args.cleaner_threads);
-    let config = if config.engine == logheap::EngineKind::Log {
-        config
-    } else {
-        config.size(IN_PLACE_POOL_SIZE)
+    let engine: EngineConfig = args.engine.parse()?;
+    let config = match engine {
+        EngineConfig::Log(options) => Config::default().size(POOL_SIZE).engine(
+            options
+                .chunk_size(CHUNK_SIZE)
+                .cleaner_threads(args.cleaner_threads),
+        ),
+        _ => Config::default()
+            .size(IN_PLACE_POOL_SIZE)
+            .engine(engine)
+            .cleaner_threads(args.cleaner_threads),
     };
     let sim = SimConfig {
         max_images_per_fence: args.images_per_fence,
@@ -299,7 +303,7 @@ fn crashtest(args: &Args) -> Result<Outcome, Box<dyn std::error::Error>> {
     });
     let e = lock(&expected);
     Ok(Outcome {
-        engine: config.engine_label(),
+        engine: config.engine.to_string(),
         txs: args.txs,
         seed: args.seed,
         fences,
@@ -307,7 +311,13 @@ fn crashtest(args: &Args) -> Result<Outcome, Box<dyn std::error::Error>> {
         pool_full: run.pool_full,
         reopened: run.reopened,
         chunks_cleaned: run.chunks_cleaned
-            + run.pool.stats().log.unwrap_or_default().chunks_cleaned,
+            + run
+                .pool
+                .stats()
+                .log()
+                .cloned()
+                .unwrap_or_default()
+                .chunks_cleaned,
         images: e.images,
         violations: e.violations,
         first_violation: e.first_violation.clone(),
@@ -416,8 +426,8 @@ fn workload(
             };
         }
         // More than the log engine's whole log, or (in-place engines) the whole pool.
-        let log_bytes = match run.pool.stats().log {
-            Some(log) => log.chunks_total * config.chunk_size,
+        let log_bytes = match run.pool.stats().log().cloned() {
+            Some(log) => log.chunks_total * CHUNK_SIZE,
             None => config.size,
         };
         let result = run.pool.transaction(|tx| {
@@ -481,7 +491,13 @@ fn crash_mid_commit(
     run.model = state;
     run.ptrs = ptrs;
     install_hook(&pool, expected, config)?;
-    run.chunks_cleaned += run.pool.stats().log.unwrap_or_default().chunks_cleaned;
+    run.chunks_cleaned += run
+        .pool
+        .stats()
+        .log()
+        .cloned()
+        .unwrap_or_default()
+        .chunks_cleaned;
     run.pool = pool;
     run.reopened += 1;
     lock(expected).session = run.reopened;
@@ -703,10 +719,9 @@ fn recovered_matches(image: Vec<u8>, config: &Config, e: &mut Expected) -> Resul
     }
     let state = matches_model(&pool, before, after)?;
     let stats = pool.stats();
-    let repaired = match (&stats.log, &stats.in_place) {
-        (Some(log), _) => log.recovery.dropped_transactions + log.recovery.chunks_reclaimed > 0,
-        (None, Some(in_place)) => in_place.records_recovered > 0,
-        (None, None) => false,
+    let repaired = match stats.log() {
+        Some(log) => log.recovery.dropped_transactions + log.recovery.chunks_reclaimed > 0,
+        None => stats.engine_stats.records_recovered() > 0,
     };
     e.repairs += repaired as u64;
     if repaired

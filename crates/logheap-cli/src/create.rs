@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use logheap::{Config, Pool};
+use logheap::{Config, EngineConfig, LogOptions, Pool};
 
 use crate::size::parse_size;
 
@@ -14,11 +14,12 @@ pub struct Args {
     /// Pool size: bytes, or with a unit (64M, 1G).
     #[arg(long, value_parser = parse_size)]
     size: u64,
-    /// Engine: log (the default) or one of the mapping ablation's log-base, log-2l,
-    /// log-2l-gu, log-2l-gu-c (the mapping is chosen again at each open).
+    /// Engine: log (the default), one of the mapping ablation's log-base, log-2l,
+    /// log-2l-gu, log-2l-gu-c (the mapping is chosen again at each open), redo, undo,
+    /// oop or hoop (and the fast-log and persist-policy names of redo and undo).
     #[arg(long, default_value = "log")]
     engine: String,
-    /// Log chunk size (a power of two, 4K to 64M).
+    /// Log chunk size of the log engine (a power of two, 4K to 64M).
     #[arg(long, value_parser = parse_size, default_value = "32K")]
     chunk_size: u64,
     /// Make a sparse file instead of claiming the whole size from the file system now
@@ -30,13 +31,19 @@ pub struct Args {
 
 /// Creates the pool and closes it cleanly.
 pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
-    let config = Config::default()
-        .engine_name(&args.engine)?
+    let engine: EngineConfig = args.engine.parse()?;
+    let mut config = Config::default()
+        .engine(engine)
         .size(args.size)
-        .chunk_size(args.chunk_size)
         .reserve_space(!args.sparse);
+    // The chunk size is the log engine's; another engine refuses one given explicitly.
+    if engine.kind() == logheap::EngineKind::Log
+        || args.chunk_size != LogOptions::default().chunk_size
+    {
+        config = config.chunk_size(args.chunk_size);
+    }
     let pool = Pool::create(&args.path, &config)?;
-    let chunks = match pool.stats().log {
+    let chunks = match pool.stats().log().cloned() {
         Some(log) => format!(", {} chunks of {} bytes", log.chunks_total, args.chunk_size),
         None => String::new(),
     };

@@ -306,7 +306,7 @@ fn measure(
     let started = Instant::now();
     let pool = Pool::create(path, &config)?;
     let (homes, rounds) = fill(&pool, args, value_size as usize)?;
-    let written = pool.stats().log.unwrap_or_default();
+    let written = pool.stats().log().cloned().unwrap_or_default();
     eprintln!(
         "wrote {} objects of {value_size} B ({} overwritten) in {:.1} s: {} chunks of {} B in use",
         args.objects,
@@ -327,7 +327,7 @@ fn measure(
         for &t in threads {
             for r in 0..args.repeat.max(1) {
                 let (pool, seconds) = timed_open(path, t)?;
-                let stats = pool.stats().log.unwrap_or_default();
+                let stats = pool.stats().log().cloned().unwrap_or_default();
                 let report = &stats.recovery;
                 if r == 0 {
                     verify(&pool, &homes, &rounds, value_size as usize)?;

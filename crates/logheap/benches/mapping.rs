@@ -88,7 +88,7 @@ fn benches(c: &mut Criterion) {
             })
         });
         group.finish();
-        let s = f.pool.stats().log.unwrap();
+        let s = f.pool.stats().log().cloned().unwrap();
         eprintln!(
             "{name}: mapping nodes {}, node-cache hit ratio {:?}, mapping DRAM {} bytes",
             s.mapping_nodes, s.node_cache_hit_ratio, s.mapping_dram_bytes

@@ -98,7 +98,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         updates.fences as f64 / updates.write_transactions as f64,
         updates.write_amplification().unwrap_or(0.0)
     );
-    println!("recovery: {:?}", pool.stats().log.unwrap().recovery);
+    println!(
+        "recovery: {:?}",
+        pool.stats().log().cloned().unwrap().recovery
+    );
     pool.close()?;
     Ok(())
 }

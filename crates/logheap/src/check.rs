@@ -12,8 +12,7 @@
 use std::path::{Path, PathBuf};
 
 pub use crate::engine::LogSummary;
-use crate::engine::log::LogEngine;
-use crate::engine::{Damage, RecoveryReport};
+use crate::engine::{AnyEngine, Damage, RecoveryReport};
 use crate::error::{Error, Result};
 use crate::pool::EngineKind;
 use crate::pool::{Header, PoolFile, ReadOnlyPool};
@@ -106,10 +105,7 @@ fn examine(path: &Path, opened: Result<ReadOnlyPool>) -> Result<CheckReport> {
             expected: EngineKind::Log,
         });
     }
-    if pool.header.engine != EngineKind::Log {
-        return Err(Error::EngineUnavailable(pool.header.engine));
-    }
-    let found = LogEngine::examine(&pool.media, &pool.header, pool.state.clean);
+    let found = AnyEngine::examine(pool.header.engine, &pool)?;
     report.header = Some(pool.header.clone());
     report.clean = Some(pool.state.clean);
     report.recovery = Some(found.report);

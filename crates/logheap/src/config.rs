@@ -1,25 +1,25 @@
 //! Pool configuration.
 
-use crate::engine::{MappingConfig, PersistPolicy};
+use crate::engine::{EngineConfig, LogOptions, MappingConfig, PersistPolicy};
 use crate::media::{Durability, Emulation, FlushInstruction, MediaConfig};
 use crate::pool::EngineKind;
 
 /// How to create (or open) a pool. Built with chained setters from `Config::default()`.
+///
+/// The engine and its own options are an [`EngineConfig`]; the setters of the log
+/// engine's options (`chunk_size`, `mapping`, ...) and of the in-place engines'
+/// (`fast_log`, `persist_policy`) change the options of the engine chosen so far. One
+/// that does not apply to that engine is refused when the pool is created or opened
+/// ([`Error::InvalidConfig`](crate::Error::InvalidConfig), naming the option and the
+/// engine), never silently ignored.
 #[derive(Debug, Clone, Copy)]
 pub struct Config {
     /// Pool file size in bytes (default 64 MiB).
     pub size: u64,
-    /// The engine (default: the log-structured engine).
-    pub engine: EngineKind,
-    /// Log chunk size, a power of two from 4 KiB to 64 MiB (default 32 KiB).
-    pub chunk_size: u64,
     /// Size of the root object area (default 4 KiB).
     pub root_size: u64,
     /// How the media persists (default: `pmem`, best flush instruction, no emulation).
     pub media: MediaConfig,
-    /// The log engine's address-mapping optimisations (default: all on). Not stored in
-    /// the pool: each open chooses.
-    pub mapping: MappingConfig,
     /// Claim the pool file's whole size from the file system when creating it (default
     /// true): a pool that does not fit is refused with [`Error::NoSpace`](crate::Error)
     /// at creation instead of failing with `SIGBUS` when the file system fills up later.
@@ -27,73 +27,22 @@ pub struct Config {
     /// far beyond what they will hold, such as benchmark pools on tmpfs); a file system
     /// that fills up then ends the process with `SIGBUS`.
     pub reserve_space: bool,
-    /// Threads that recover the log when a pool is opened (default 0: one per core, as
-    /// [`std::thread::available_parallelism`] counts them, but no more than one per
-    /// 4 MiB of formatted log, so a small pool opens on one thread). 1 recovers on the opening
-    /// thread alone, sequentially. With more, that many threads (the opening thread and
-    /// `n - 1` others) read the chunks and replay the committed transactions by home
-    /// partition ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §4.5); the
-    /// opening thread leads them, judges the logs, and rebuilds the allocator while the
-    /// others replay the data. The recovered state is the same whatever the number (at
-    /// most 1024 are used). Not stored in the pool: each open chooses.
-    pub recovery_threads: usize,
-    /// The log engine's cleaner takes a chunk when its live (still mapped) bytes are
-    /// below this fraction of its payload (default 0.2, as in "Log-structured
-    /// Non-volatile Main Memory", USENIX ATC 2017, §3.4); committing threads clean when
-    /// free chunks run low, and take any chunk up to 90% live when none is left. Not
-    /// stored in the pool: each open chooses.
-    pub clean_threshold: f64,
-    /// Background threads of the log engine's cleaner (default 0). They clean when
-    /// committers find free chunks running low, each pass on chunks of its own, so that
-    /// cleaning leaves the committing threads alone when there are spare cores. Not
-    /// stored in the pool: each open chooses.
-    pub cleaner_threads: usize,
-    /// Whether committing threads run the cleaner themselves (default true): when free
-    /// chunks run low they clean a pass before committing, and when none is left they
-    /// clean (or wait for the background cleaners) before `PoolFull`. The choice for a
-    /// machine without a spare core. With this false and no
-    /// [`cleaner_threads`](Self::cleaner_threads), nothing is ever cleaned: the log
-    /// fills up as it would without a cleaner.
-    pub inline_cleaning: bool,
-    /// Commits between cleaning passes that run whatever the free chunks (0, the
-    /// default: none; the cleaner then runs only when free chunks run low). The
-    /// "LSNVMM-Cleaning" setting of "Log-structured Non-volatile Main Memory", USENIX
-    /// ATC 2017, §5.3, is about 1,000 commits with a `clean_threshold` of 0.5. The
-    /// passes run in the committing thread, so only with
-    /// [`inline_cleaning`](Self::inline_cleaning). Not stored in the pool: each open
-    /// chooses.
-    pub clean_every: u64,
-    /// `redo` and `undo`: write the log to the fast log buffer of 001 (on-chip
-    /// logging: a small non-volatile memory beside the cores; emulated, see
-    /// [`Media::write_fast_log`](crate::media::Media::write_fast_log)) instead of
-    /// ordinary persistent memory, so logging needs no flush and no fence. The pool's
-    /// format is the same; not stored in the pool: each open chooses. Engine names
-    /// `redo-fastlog`, `undo-fastlog`.
-    pub fast_log: bool,
-    /// `undo`: how the home stores are persisted, per page (001's caching modes:
-    /// write-back, non-temporal, uncached, or 001's adaptive choice; see
-    /// [`PersistPolicy`]). Not stored in the pool: each open chooses. Engine names
-    /// `undo-nt`, `undo-uc`, `undo-adaptive`.
-    pub persist_policy: PersistPolicy,
+    /// The engine and its options (default: the log-structured engine).
+    pub engine: EngineConfig,
+    /// An option set that does not apply to the engine chosen: `(option, engine)`,
+    /// refused at create and open.
+    misapplied: Option<(&'static str, EngineKind)>,
 }
 
 impl Default for Config {
     fn default() -> Self {
         Config {
             size: 64 << 20,
-            engine: EngineKind::Log,
-            chunk_size: 32 << 10,
             root_size: 4096,
             media: MediaConfig::default(),
-            mapping: MappingConfig::default(),
             reserve_space: true,
-            recovery_threads: 0,
-            clean_threshold: 0.2,
-            cleaner_threads: 0,
-            inline_cleaning: true,
-            clean_every: 0,
-            fast_log: false,
-            persist_policy: PersistPolicy::WriteBack,
+            engine: EngineConfig::default(),
+            misapplied: None,
         }
     }
 }
@@ -105,15 +54,20 @@ impl Config {
         self
     }
 
-    /// Sets the engine.
-    pub fn engine(mut self, engine: EngineKind) -> Self {
+    /// Sets the engine, with its default options when given an [`EngineKind`] (the
+    /// options set so far are kept when the engine stays the same; options set for
+    /// another engine are refused at create and open).
+    pub fn engine(mut self, engine: impl Into<EngineConfig>) -> Self {
+        let engine = engine.into();
+        if engine.kind() == self.engine.kind() && engine.first_changed().is_none() {
+            return self;
+        }
+        if engine.kind() != self.engine.kind()
+            && let Some(option) = self.engine.first_changed()
+        {
+            self.misapplied.get_or_insert((option, engine.kind()));
+        }
         self.engine = engine;
-        self
-    }
-
-    /// Sets the log chunk size.
-    pub fn chunk_size(mut self, bytes: u64) -> Self {
-        self.chunk_size = bytes;
         self
     }
 
@@ -148,129 +102,126 @@ impl Config {
         self
     }
 
-    /// Sets the number of threads that recover the log on open (0: one per core; see
-    /// [`recovery_threads`](Self::recovery_threads)).
-    pub fn recovery_threads(mut self, threads: usize) -> Self {
-        self.recovery_threads = threads;
-        self
+    /// Sets the log engine's chunk size (see [`LogOptions::chunk_size`]).
+    pub fn chunk_size(self, bytes: u64) -> Self {
+        self.log_option("chunk_size", |o| o.chunk_size = bytes)
     }
 
-    /// Sets the live fraction below which the cleaner takes a chunk (see
-    /// [`clean_threshold`](Self::clean_threshold)); clamped to `0.0..=1.0`.
-    pub fn clean_threshold(mut self, fraction: f64) -> Self {
-        self.clean_threshold = if fraction.is_nan() {
-            0.2
-        } else {
-            fraction.clamp(0.0, 1.0)
-        };
-        self
+    /// Sets the log engine's address-mapping configuration (see
+    /// [`LogOptions::mapping`]).
+    pub fn mapping(self, mapping: MappingConfig) -> Self {
+        self.log_option("mapping", |o| o.mapping = mapping)
+    }
+
+    /// Sets the number of threads that recover the log on open (0: one per core; see
+    /// [`LogOptions::recovery_threads`]).
+    pub fn recovery_threads(self, threads: usize) -> Self {
+        self.log_option("recovery_threads", |o| o.recovery_threads = threads)
+    }
+
+    /// Sets the live fraction below which the log cleaner takes a chunk (see
+    /// [`LogOptions::clean_threshold`]); clamped to `0.0..=1.0`.
+    pub fn clean_threshold(self, fraction: f64) -> Self {
+        self.log_option("clean_threshold", |o| *o = o.clean_threshold(fraction))
     }
 
     /// Sets the number of background cleaner threads (see
-    /// [`cleaner_threads`](Self::cleaner_threads)); at most 64 are started.
-    pub fn cleaner_threads(mut self, threads: usize) -> Self {
-        self.cleaner_threads = threads;
-        self
+    /// [`LogOptions::cleaner_threads`]).
+    pub fn cleaner_threads(self, threads: usize) -> Self {
+        self.log_option("cleaner_threads", |o| o.cleaner_threads = threads)
     }
 
     /// Sets whether committing threads clean inline (see
-    /// [`inline_cleaning`](Self::inline_cleaning)).
-    pub fn inline_cleaning(mut self, inline: bool) -> Self {
-        self.inline_cleaning = inline;
-        self
+    /// [`LogOptions::inline_cleaning`]).
+    pub fn inline_cleaning(self, inline: bool) -> Self {
+        self.log_option("inline_cleaning", |o| o.inline_cleaning = inline)
     }
 
-    /// Sets the commits between cleaning passes that run whatever the free chunks (0:
-    /// none; see [`clean_every`](Self::clean_every)).
-    pub fn clean_every(mut self, commits: u64) -> Self {
-        self.clean_every = commits;
-        self
-    }
-
-    /// Sets the address-mapping configuration.
-    pub fn mapping(mut self, mapping: MappingConfig) -> Self {
-        self.mapping = mapping;
-        self
+    /// Sets the commits between cleaning passes that run whatever the free chunks (see
+    /// [`LogOptions::clean_every`]).
+    pub fn clean_every(self, commits: u64) -> Self {
+        self.log_option("clean_every", |o| o.clean_every = commits)
     }
 
     /// Sets how `undo` persists its home stores (see
-    /// [`persist_policy`](Self::persist_policy)).
+    /// [`UndoOptions::persist_policy`]).
     pub fn persist_policy(mut self, policy: PersistPolicy) -> Self {
-        self.persist_policy = policy;
+        match &mut self.engine {
+            EngineConfig::Undo(o) => o.persist_policy = policy,
+            other if policy != PersistPolicy::WriteBack => {
+                self.misapplied = self.misapplied.or(Some(("persist_policy", other.kind())))
+            }
+            _ => {}
+        }
         self
     }
 
     /// Sets whether `redo` and `undo` log to the fast log buffer (see
-    /// [`fast_log`](Self::fast_log)).
+    /// [`RedoOptions::fast_log`]).
     pub fn fast_log(mut self, fast: bool) -> Self {
-        self.fast_log = fast;
+        match &mut self.engine {
+            EngineConfig::Redo(o) => o.fast_log = fast,
+            EngineConfig::Undo(o) => o.fast_log = fast,
+            other if fast => self.misapplied = self.misapplied.or(Some(("fast_log", other.kind()))),
+            _ => {}
+        }
         self
     }
 
-    /// Sets engine and mapping from an engine name: `log` (all optimisations),
-    /// `log-base`, `log-2l`, `log-2l-gu`, `log-2l-gu-c` (the paper's ablation), `redo`,
-    /// `undo`, `redo-fastlog`, `undo-fastlog` (001's on-chip logging), `oop`, `hoop`.
-    pub fn engine_name(mut self, name: &str) -> Result<Self, String> {
-        self.persist_policy = PersistPolicy::WriteBack;
-        for policy in PersistPolicy::ALL.into_iter().skip(1) {
-            if let Some(base) = name.strip_suffix(policy.suffix()) {
-                if base != "undo" {
-                    return Err(format!(
-                        "{name}: only undo takes a persist policy (undo-nt, undo-uc, undo-adaptive)"
-                    ));
+    /// Changes the log engine's options, or records that `option` was set for another
+    /// engine.
+    /// (Setting one to its default value on another engine changes nothing and is not
+    /// refused.)
+    fn log_option(mut self, option: &'static str, set: impl FnOnce(&mut LogOptions)) -> Self {
+        match &mut self.engine {
+            EngineConfig::Log(o) => set(o),
+            other => {
+                let mut o = LogOptions::default();
+                set(&mut o);
+                if o != LogOptions::default() {
+                    self.misapplied = self.misapplied.or(Some((option, other.kind())));
                 }
-                self.engine = EngineKind::Undo;
-                self.fast_log = false;
-                self.persist_policy = policy;
-                return Ok(self);
             }
         }
-        if let Some(base) = name.strip_suffix("-fastlog") {
-            self.engine = base.parse()?;
-            if !matches!(self.engine, EngineKind::Redo | EngineKind::Undo) {
-                return Err(format!(
-                    "{name}: only redo and undo have a fast log (redo-fastlog, undo-fastlog)"
-                ));
-            }
-            self.fast_log = true;
-            return Ok(self);
-        }
-        self.fast_log = false;
-        if let Some(rest) = name.strip_prefix("log-")
-            && let Some(m) = MappingConfig::named(rest).filter(|_| rest != "full")
-        {
-            self.engine = EngineKind::Log;
-            self.mapping = m;
-            return Ok(self);
-        }
-        self.engine = name.parse()?;
-        if self.engine == EngineKind::Log {
-            self.mapping = MappingConfig::FULL;
-        }
-        Ok(self)
+        self
     }
 
-    /// The engine name [`engine_name`](Self::engine_name) accepts for this configuration.
-    pub fn engine_label(&self) -> String {
-        match self.engine {
-            EngineKind::Log if self.mapping == MappingConfig::FULL => "log".into(),
-            EngineKind::Log => format!("log-{}", self.mapping.label()),
-            other @ (EngineKind::Redo | EngineKind::Undo) if self.fast_log => {
-                format!("{other}-fastlog")
-            }
-            EngineKind::Undo if self.persist_policy != PersistPolicy::WriteBack => {
-                format!("undo{}", self.persist_policy.suffix())
-            }
-            other => other.to_string(),
+    /// The engine options a pool of engine `kind` runs with under this configuration:
+    /// this configuration's when it names `kind`, else `kind`'s defaults (when this
+    /// one's options are all defaults). Refuses an option set for an engine it does not
+    /// apply to.
+    pub(crate) fn engine_for(&self, kind: EngineKind) -> crate::Result<EngineConfig> {
+        let refuse = |option: &str, engine: EngineKind| {
+            crate::Error::InvalidConfig(format!(
+                "option {option} does not apply to engine {engine}"
+            ))
+        };
+        if let Some((option, engine)) = self.misapplied {
+            return Err(refuse(option, engine));
         }
+        if self.engine.kind() == kind {
+            return Ok(self.engine);
+        }
+        if let Some(option) = self.engine.first_changed() {
+            return Err(refuse(option, kind));
+        }
+        EngineConfig::of_kind(kind).ok_or_else(|| {
+            crate::Error::InvalidConfig(
+                "engine alloc is a bare persistent heap: create it with alloc::PersistentHeap"
+                    .into(),
+            )
+        })
     }
 
     pub(crate) fn pool_options(&self) -> crate::pool::PoolOptions {
         crate::pool::PoolOptions {
             size: self.size,
-            engine: self.engine,
+            engine: self.engine.kind(),
             root_size: self.root_size,
-            chunk_size: self.chunk_size,
+            chunk_size: match self.engine {
+                EngineConfig::Log(o) => o.chunk_size,
+                _ => LogOptions::default().chunk_size,
+            },
             media: self.media,
             reserve_space: self.reserve_space,
             map_address: crate::pool::MapAddress::Anywhere,

@@ -130,7 +130,7 @@ pub enum Error {
     /// The pool has no room for the transaction; nothing of it was written and the pool
     /// stays usable. With the log engine this means live data truly does not fit: the
     /// cleaner could not free a chunk, or live data with the transaction's would fill
-    /// more than 90% of the log (`live_log_bytes` of `Pool::stats().log` says how much is
+    /// more than 90% of the log (`live_log_bytes` of `Pool::stats().log()` says how much is
     /// live; freeing objects makes room again).
     #[error(
         "the pool is full: live data leaves no room for the transaction's log blocks (see Pool::stats for the live bytes)"

@@ -5,19 +5,12 @@ use std::sync::Arc;
 
 use bytemuck::Pod;
 
-use crate::alloc::TxHeap;
 use crate::config::Config;
-use crate::engine::inplace::oop::OopEngine;
-use crate::engine::inplace::redo::RedoEngine;
-use crate::engine::inplace::undo::UndoEngine;
-use crate::engine::inplace::{InPlace, Start};
-use crate::engine::log::{CleanerSettings, CleanerThreads, LogEngine};
-use crate::engine::{Compaction, Engine, InPlaceEngineStats, LogEngineStats};
+use crate::engine::{AnyEngine, Background, Compaction, EngineStats, NewPool};
 use crate::error::{Error, Result};
 use crate::media::{Media, MediaCounters, SimConfig};
 use crate::pool::{EngineKind, Header, PoolFile};
 use crate::ptr::PPtr;
-use crate::stm::Stm;
 use crate::tx::Tx;
 
 /// An open pool: a memory-mapped file holding persistent objects changed by
@@ -38,25 +31,10 @@ use crate::tx::Tx;
 /// ```
 #[derive(Debug)]
 pub struct Pool {
-    /// Dropped first: stops the background cleaners before the engine goes.
-    cleaners: CleanerThreads,
-    engine: PoolEngine,
-    /// The pool file of a log-engine pool (an in-place engine's heap holds its own).
-    file: Option<PoolFile>,
-}
-
-/// The engine of an open pool, under its TL2 driver: one variant per engine, matched
-/// once per call (no dynamic dispatch on the transaction paths).
-#[derive(Debug)]
-pub(crate) enum PoolEngine {
-    /// The log-structured engine.
-    Log(Stm<LogEngine>),
-    /// The redo-logging engine (in place).
-    Redo(Stm<RedoEngine>),
-    /// The undo-logging engine (in place).
-    Undo(Stm<UndoEngine>),
-    /// The out-of-place update engine (EAOOP, 003).
-    Oop(Stm<OopEngine>),
+    /// Dropped first: stops the engine's background work (the log engine's cleaners)
+    /// before the engine goes.
+    background: Option<Background>,
+    engine: AnyEngine,
 }
 
 /// Counters and figures of a pool, from [`Pool::stats`].
@@ -81,27 +59,25 @@ pub struct Stats {
     /// holding its allocation checkpoint; the in-place engines: the allocator's
     /// segments in use).
     pub pm_bytes_used: u64,
+    /// The engine's own figures.
+    pub engine_stats: EngineStats,
+}
+
+impl Stats {
     /// The log engine's own figures (`None` for other engines).
-    pub log: Option<LogEngineStats>,
-    /// The in-place engines' (`redo`, `undo`, `oop`) own figures (`None` for the log engine).
-    pub in_place: Option<InPlaceEngineStats>,
+    pub fn log(&self) -> Option<&crate::engine::LogEngineStats> {
+        self.engine_stats.log()
+    }
 }
 
 impl Pool {
     /// Creates a pool file at `path` (which must not exist).
     pub fn create(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
-        check_engine(config.engine)?;
-        if config.engine != EngineKind::Log {
-            return Pool::start_in_place(config.engine, Start::Create(path.as_ref()), config);
-        }
-        let file = PoolFile::create_with(path, &config.pool_options(), |media, header| {
-            LogEngine::format(media, header)
-        })?;
-        Pool::start(file, config)
+        Pool::start(AnyEngine::create(NewPool::File(path.as_ref()), config)?)
     }
 
-    /// Opens the pool at `path` when it exists (with `config`'s media and mapping
-    /// settings, as [`open_with`](Pool::open_with)), else creates it with `config`.
+    /// Opens the pool at `path` when it exists (with `config`'s media and engine
+    /// options, as [`open_with`](Pool::open_with)), else creates it with `config`.
     pub fn open_or_create(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
         match Pool::open_with(path.as_ref(), config) {
             Err(Error::NotFound { .. }) => match Pool::create(path.as_ref(), config) {
@@ -119,28 +95,23 @@ impl Pool {
         Pool::open_with(path, &Config::default())
     }
 
-    /// Opens the pool at `path` with the media and mapping settings of `config` (its
-    /// size, engine and geometry are the pool's own and are ignored).
+    /// Opens the pool at `path` with the media settings of `config` and its options of
+    /// the pool's engine (its size, engine and geometry are the pool's own: a `config`
+    /// naming another engine with options set for it is refused).
     pub fn open_with(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
-        Pool::start(PoolFile::open(path, &config.media)?, config)
+        Pool::from_file(PoolFile::open(path, &config.media)?, config)
     }
 
     /// Creates a pool in memory on the crash-simulation media (see [`crate::media::sim`]).
     pub fn create_sim(config: &Config, sim: SimConfig) -> Result<Pool> {
-        check_engine(config.engine)?;
-        if config.engine != EngineKind::Log {
-            return Pool::start_in_place(config.engine, Start::CreateSim(sim), config);
-        }
-        let file = PoolFile::create_sim(&config.pool_options(), sim)?;
-        LogEngine::format(file.media(), file.header());
-        Pool::start(file, config)
+        Pool::start(AnyEngine::create(NewPool::Sim(sim), config)?)
     }
 
     /// Opens a pool image (for example a crash image) on fresh simulation media,
-    /// running recovery as [`open`](Pool::open) would, with `config`'s media and mapping
-    /// settings.
+    /// running recovery as [`open`](Pool::open) would, with `config`'s media and engine
+    /// options.
     pub fn open_image(image: Vec<u8>, config: &Config, sim: SimConfig) -> Result<Pool> {
-        Pool::start(PoolFile::open_image(image, &config.media, sim)?, config)
+        Pool::from_file(PoolFile::open_image(image, &config.media, sim)?, config)
     }
 
     /// Starts the pool's engine on a pool file opened with [`PoolFile::open`] or
@@ -148,88 +119,24 @@ impl Pool {
     /// crash simulator's fence hook installed on the file's media first, this crash-tests
     /// recovery itself.
     pub fn from_file(file: PoolFile, config: &Config) -> Result<Pool> {
-        Pool::start(file, config)
+        Pool::start(AnyEngine::open(file, config)?)
     }
 
-    fn start(file: PoolFile, config: &Config) -> Result<Pool> {
-        if file.header().engine == EngineKind::Alloc {
-            return Err(Error::WrongEngine {
-                path: file.path().into(),
-                found: EngineKind::Alloc,
-                expected: EngineKind::Log,
-            });
-        }
-        check_engine(file.header().engine)?;
-        let kind = file.header().engine;
-        if kind != EngineKind::Log {
-            return Pool::start_in_place(kind, Start::Open(file), config);
-        }
-        let engine = LogEngine::open(
-            &file,
-            config.mapping,
-            config.recovery_threads,
-            CleanerSettings {
-                threshold: config.clean_threshold,
-                threads: config.cleaner_threads,
-                inline: config.inline_cleaning,
-                every: config.clean_every,
-            },
-        )?;
-        let engine = Arc::new(engine);
-        let cleaners = CleanerThreads::start(&engine);
+    fn start(engine: AnyEngine) -> Result<Pool> {
         Ok(Pool {
-            cleaners,
-            engine: PoolEngine::Log(Stm::new(engine)),
-            file: Some(file),
-        })
-    }
-
-    /// Creates or opens a pool of an in-place engine (`redo`, `undo`, `oop`).
-    fn start_in_place(kind: EngineKind, how: Start<'_>, config: &Config) -> Result<Pool> {
-        let engine = match kind {
-            EngineKind::Redo | EngineKind::Hoop => {
-                PoolEngine::Redo(Stm::new(Arc::new(RedoEngine::start(kind, how, config)?)))
-            }
-            EngineKind::Undo => {
-                PoolEngine::Undo(Stm::new(Arc::new(UndoEngine::start(how, config)?)))
-            }
-            EngineKind::Oop => PoolEngine::Oop(Stm::new(Arc::new(OopEngine::start(how, config)?))),
-            other => return Err(Error::EngineUnavailable(other)),
-        };
-        Ok(Pool {
-            cleaners: CleanerThreads::none(),
+            background: engine.background(),
             engine,
-            file: None,
         })
-    }
-
-    /// The in-place engine's common part, if the pool has one.
-    fn in_place(&self) -> Option<&InPlace> {
-        match &self.engine {
-            PoolEngine::Log(_) => None,
-            PoolEngine::Redo(stm) => Some(&stm.engine().core),
-            PoolEngine::Undo(stm) => Some(&stm.engine().core),
-            PoolEngine::Oop(stm) => Some(&stm.engine().core),
-        }
     }
 
     /// The pool file.
     fn file(&self) -> &PoolFile {
-        match (&self.file, self.in_place()) {
-            (Some(file), _) => file,
-            (None, Some(core)) => core.heap.heap.pool_file(),
-            (None, None) => unreachable!("a log-engine pool keeps its file"),
-        }
+        self.engine.file()
     }
 
     /// The root object: a fixed `T` at a fixed place, all zeros until first written.
     pub fn root<T: Pod>(&self) -> Result<PPtr<T>> {
-        let root = match &self.engine {
-            PoolEngine::Log(stm) => stm.engine().root(),
-            PoolEngine::Redo(stm) => stm.engine().core.root.clone(),
-            PoolEngine::Undo(stm) => stm.engine().core.root.clone(),
-            PoolEngine::Oop(stm) => stm.engine().core.root.clone(),
-        };
+        let root = self.engine.root();
         let needed = std::mem::size_of::<T>() as u64;
         if needed > root.end - root.start {
             return Err(Error::RootTooLarge {
@@ -297,43 +204,17 @@ impl Pool {
             media.fences as f64 / media.write_transactions as f64
         };
         let write_amplification = media.write_amplification();
-        if let Some(core) = self.in_place() {
-            let heap = core.heap.heap.stats();
-            let (allocations, allocated_bytes) = core.heap.live();
-            let in_place = match &self.engine {
-                PoolEngine::Redo(stm) => stm.engine().stats(),
-                PoolEngine::Undo(stm) => stm.engine().stats(),
-                PoolEngine::Oop(stm) => stm.engine().stats(),
-                PoolEngine::Log(_) => unreachable!("an in-place engine"),
-            };
-            return Stats {
-                engine,
-                media,
-                fences_per_write_tx,
-                write_amplification,
-                allocations,
-                allocated_bytes,
-                dram_bytes: heap.dram_bytes,
-                pm_bytes_used: heap.pm_bytes_used,
-                log: None,
-                in_place: Some(in_place),
-            };
-        }
-        let log = match &self.engine {
-            PoolEngine::Log(stm) => stm.engine().stats(),
-            _ => unreachable!("the log engine"),
-        };
+        let figures = self.engine.figures();
         Stats {
             engine,
+            media,
             fences_per_write_tx,
             write_amplification,
-            media,
-            allocations: log.allocations,
-            allocated_bytes: log.allocated_bytes,
-            dram_bytes: log.mapping_dram_bytes,
-            pm_bytes_used: (log.chunks_total - log.chunks_free) * self.file().header().chunk_size,
-            log: Some(log),
-            in_place: None,
+            allocations: figures.allocations,
+            allocated_bytes: figures.allocated_bytes,
+            dram_bytes: figures.dram_bytes,
+            pm_bytes_used: figures.pm_bytes_used,
+            engine_stats: figures.engine,
         }
     }
 
@@ -353,10 +234,7 @@ impl Pool {
     /// The in-place engines keep no log of data to compact: for them this does nothing
     /// and returns an empty [`Compaction`].
     pub fn compact(&self) -> Compaction {
-        match &self.engine {
-            PoolEngine::Log(stm) => stm.engine().compact(),
-            PoolEngine::Redo(_) | PoolEngine::Undo(_) | PoolEngine::Oop(_) => Compaction::default(),
-        }
+        self.engine.compact()
     }
 
     /// Every live allocation `(home offset, size)`, sorted (for checking tools). The
@@ -364,17 +242,12 @@ impl Pool {
     /// whose allocator keeps size classes, report each block's usable size (at least
     /// the size allocated).
     pub fn allocations(&self) -> Vec<(u64, u64)> {
-        match &self.engine {
-            PoolEngine::Log(stm) => stm.engine().heap().allocations(),
-            PoolEngine::Redo(stm) => stm.engine().heap().allocations(),
-            PoolEngine::Undo(stm) => stm.engine().heap().allocations(),
-            PoolEngine::Oop(stm) => stm.engine().heap().allocations(),
-        }
+        self.engine.allocations()
     }
 
     /// The pool's media (for counters and the crash simulator).
     pub fn media(&self) -> &Arc<Media> {
-        self.file().media()
+        self.engine.media()
     }
 
     /// The pool header.
@@ -395,53 +268,9 @@ impl Pool {
     /// Closes the pool cleanly. (Dropping it without closing is like a crash: the next
     /// open runs recovery.)
     pub fn close(self) -> Result<()> {
-        let Pool {
-            cleaners,
-            engine,
-            file,
-        } = self;
-        drop(cleaners);
-        match engine {
-            PoolEngine::Log(stm) => {
-                stm.engine().close();
-                file.expect("a log-engine pool keeps its file").close()
-            }
-            PoolEngine::Redo(stm) => {
-                let engine = stm.into_engine();
-                engine.close();
-                Arc::into_inner(engine)
-                    .expect("no transaction outlives its pool")
-                    .core
-                    .heap
-                    .heap
-                    .close()
-            }
-            PoolEngine::Undo(stm) => Arc::into_inner(stm.into_engine())
-                .expect("no transaction outlives its pool")
-                .core
-                .heap
-                .heap
-                .close(),
-            PoolEngine::Oop(stm) => Arc::into_inner(stm.into_engine())
-                .expect("no transaction outlives its pool")
-                .core
-                .heap
-                .heap
-                .close(),
-        }
-    }
-}
-
-fn check_engine(kind: EngineKind) -> Result<()> {
-    match kind {
-        EngineKind::Log
-        | EngineKind::Redo
-        | EngineKind::Undo
-        | EngineKind::Oop
-        | EngineKind::Hoop => Ok(()),
-        EngineKind::Alloc => Err(Error::InvalidConfig(
-            "engine alloc is a bare persistent heap: create it with alloc::PersistentHeap".into(),
-        )),
+        let Pool { background, engine } = self;
+        drop(background);
+        engine.close()
     }
 }
 

@@ -65,8 +65,9 @@ pub use bytemuck;
 pub use bytemuck::{Pod, Zeroable};
 pub use config::Config;
 pub use engine::{
-    Compaction, Damage, DroppedTransaction, MappingConfig, PartitionIndex, PersistPolicy,
-    RecoveryReport, SnapshotUse,
+    Compaction, Damage, DroppedTransaction, EngineConfig, EngineStats, HoopStats, LogAreaStats,
+    LogEngineStats, LogOptions, MappingConfig, OopStats, PartitionIndex, PersistPolicy,
+    RecoveryReport, RedoOptions, RedoStats, SnapshotUse, UndoOptions, UndoStats,
 };
 pub use error::{Error, Result};
 pub use heap::{Pool, Stats};

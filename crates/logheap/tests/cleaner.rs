@@ -35,14 +35,14 @@ fn rewriting_one_object_runs_far_beyond_the_pool_size() {
     let pool = Pool::create(&path, &small(512)).unwrap();
     let obj: PPtr<[u8; 128]> = pool.transaction(|tx| tx.alloc([0u8; 128])).unwrap();
     rewrite(&pool, obj, 50_000);
-    let stats = pool.stats().log.unwrap();
+    let stats = pool.stats().log().cloned().unwrap();
     let cleaned = stats.chunks_cleaned;
     assert!(cleaned > 100, "the cleaner reclaimed only {cleaned} chunks");
     assert_eq!(value(&pool, obj), 49_999);
     pool.close().unwrap();
     // Clean reopen: the close record and the snapshot fingerprint must match.
     let pool = Pool::open(&path).unwrap();
-    let report = pool.stats().log.unwrap().recovery;
+    let report = pool.stats().log().cloned().unwrap().recovery;
     assert_eq!(report.snapshot, logheap::SnapshotUse::Loaded);
     assert_eq!(value(&pool, obj), 49_999);
     rewrite(&pool, obj, 20_000);
@@ -103,7 +103,7 @@ fn crash_images_while_cleaning(config: Config) {
     for _ in 0..4_000 {
         step(&pool, &mut model);
     }
-    let before = pool.stats().log.unwrap().chunks_cleaned;
+    let before = pool.stats().log().cloned().unwrap().chunks_cleaned;
     assert!(before > 0, "the warm-up did not make the cleaner run");
     seen.insert(model.clone());
     let images = Arc::new(Mutex::new(Vec::new()));
@@ -115,12 +115,12 @@ fn crash_images_while_cleaning(config: Config) {
     for n in 0..5_000 {
         step(&pool, &mut model);
         seen.insert(model.clone());
-        if n >= 250 && pool.stats().log.unwrap().chunks_cleaned > before {
+        if n >= 250 && pool.stats().log().cloned().unwrap().chunks_cleaned > before {
             break;
         }
     }
     sim.take_fence_hook();
-    let cleaned = pool.stats().log.unwrap().chunks_cleaned - before;
+    let cleaned = pool.stats().log().cloned().unwrap().chunks_cleaned - before;
     assert!(cleaned > 0, "nothing was cleaned while images were taken");
     let images = std::mem::take(&mut *images.lock().unwrap());
     assert!(images.len() > 250, "only {} images", images.len());
@@ -172,7 +172,7 @@ fn three_million_rewrites_in_a_64_mib_pool() {
     let obj: PPtr<[u8; 128]> = pool.transaction(|tx| tx.alloc([0u8; 128])).unwrap();
     let started = std::time::Instant::now();
     rewrite(&pool, obj, 3_000_000);
-    let stats = pool.stats().log.unwrap();
+    let stats = pool.stats().log().cloned().unwrap();
     eprintln!(
         "3M rewrites: {:?}; chunks cleaned {} (fast {}), bytes moved {}",
         started.elapsed(),
@@ -193,7 +193,7 @@ fn three_million_rewrites_in_a_64_mib_pool() {
     let pool = Pool::open(&path).unwrap();
     eprintln!("clean reopen: {:?}", started.elapsed());
     assert_eq!(
-        pool.stats().log.unwrap().recovery.snapshot,
+        pool.stats().log().cloned().unwrap().recovery.snapshot,
         logheap::SnapshotUse::Loaded
     );
     assert_eq!(value(&pool, obj), 2_999_999);
@@ -235,7 +235,7 @@ fn a_million_random_updates_of_100k_objects_in_twice_their_payload() {
         rewrite_one(&pool, objs[k], i);
         model[k] = i;
     }
-    let stats = pool.stats().log.unwrap();
+    let stats = pool.stats().log().cloned().unwrap();
     eprintln!(
         "1M random updates: {:?}; chunks cleaned {} (fast {}), bytes moved {}",
         started.elapsed(),
@@ -264,9 +264,9 @@ fn a_million_random_updates_of_100k_objects_in_twice_their_payload() {
     eprintln!(
         "clean reopen: {:?} (snapshot {:?})",
         started.elapsed(),
-        pool.stats().log.unwrap().recovery.snapshot
+        pool.stats().log().cloned().unwrap().recovery.snapshot
     );
-    assert!(pool.stats().log.unwrap().recovery.was_clean);
+    assert!(pool.stats().log().cloned().unwrap().recovery.was_clean);
     check(&pool);
 }
 
@@ -352,7 +352,7 @@ fn random_updates_allocations_and_frees_across_reopens_match_a_model() {
             }
         }
         if i % 4_000 == 3_999 {
-            cleaned += pool.stats().log.unwrap().chunks_cleaned;
+            cleaned += pool.stats().log().cloned().unwrap().chunks_cleaned;
             if (i / 4_000) % 2 == 0 {
                 drop(pool); // crash
             } else {
@@ -363,7 +363,7 @@ fn random_updates_allocations_and_frees_across_reopens_match_a_model() {
         }
     }
     check_model(&pool, &model);
-    cleaned += pool.stats().log.unwrap().chunks_cleaned;
+    cleaned += pool.stats().log().cloned().unwrap().chunks_cleaned;
     assert!(cleaned > 100, "the cleaner reclaimed only {cleaned} chunks");
     assert!(
         written > 10 * (256 << 10),
@@ -414,7 +414,7 @@ fn after_cleaning_and_a_crash_a_lost_chunk_header_in_a_log_is_refused() {
         rewrite_one(&pool, objs[(i * 7 % OBJECTS as u64) as usize], i);
     }
     let expected = state(&pool, &objs);
-    assert!(pool.stats().log.unwrap().chunks_cleaned > 20);
+    assert!(pool.stats().log().cloned().unwrap().chunks_cleaned > 20);
     drop(pool); // crash
     let image = std::fs::read(&path).unwrap();
     let (headers, start) = chunk_headers(&image);
@@ -471,7 +471,7 @@ fn background_cleaners_alone_keep_a_pool_running() {
             s.spawn(move || rewrite(pool, obj, 12_000));
         }
     });
-    let stats = pool.stats().log.unwrap();
+    let stats = pool.stats().log().cloned().unwrap();
     assert!(
         stats.chunks_cleaned > 50,
         "the background cleaners reclaimed only {} chunks",
@@ -507,7 +507,7 @@ fn without_any_cleaner_the_log_fills_up() {
     let (i, e) = failed.expect("a 256 KiB log took 50,000 rewrites without a cleaner");
     assert!(matches!(e, logheap::Error::PoolFull), "{e}");
     assert!(i > 500, "full after only {i} rewrites");
-    assert_eq!(pool.stats().log.unwrap().chunks_cleaned, 0);
+    assert_eq!(pool.stats().log().cloned().unwrap().chunks_cleaned, 0);
 }
 
 /// Allocations and frees without end in a small pool: their records leave the log
@@ -540,7 +540,7 @@ fn allocation_churn_runs_far_beyond_the_pool_size_across_reopens() {
             }
         }
         if i % 10_000 == 9_999 {
-            checkpoints += pool.stats().log.unwrap().allocation_checkpoints;
+            checkpoints += pool.stats().log().cloned().unwrap().allocation_checkpoints;
             if (i / 10_000) % 2 == 0 {
                 drop(pool); // crash
             } else {
@@ -590,7 +590,7 @@ fn a_large_checkpoint_gets_its_chunks_in_a_nearly_full_pool() {
             check_model(&pool, &model);
         }
     }
-    assert!(pool.stats().log.unwrap().allocation_checkpoints > 10);
+    assert!(pool.stats().log().cloned().unwrap().allocation_checkpoints > 10);
     check_model(&pool, &model);
     pool.close().unwrap();
     let report = logheap::check::check(&path).unwrap();
@@ -652,16 +652,16 @@ fn crash_images_while_checkpointing_hold_states_the_model_went_through() {
         .unwrap();
     };
     for _ in 0..100_000 {
-        if pool.stats().log.unwrap().allocation_checkpoints > 0 {
+        if pool.stats().log().cloned().unwrap().allocation_checkpoints > 0 {
             break;
         }
         step(&pool);
     }
     assert!(
-        pool.stats().log.unwrap().allocation_checkpoints > 0,
+        pool.stats().log().cloned().unwrap().allocation_checkpoints > 0,
         "no checkpoint at all"
     );
-    let before = pool.stats().log.unwrap().allocation_checkpoints;
+    let before = pool.stats().log().cloned().unwrap().allocation_checkpoints;
     let mut seen: HashSet<Vec<Option<Vec<u8>>>> = HashSet::new();
     seen.insert(state(&pool));
     let images = Arc::new(Mutex::new(Vec::new()));
@@ -671,13 +671,13 @@ fn crash_images_while_checkpointing_hold_states_the_model_went_through() {
     for n in 0..20_000 {
         step(&pool);
         seen.insert(state(&pool));
-        if n >= 300 && pool.stats().log.unwrap().allocation_checkpoints > before + 1 {
+        if n >= 300 && pool.stats().log().cloned().unwrap().allocation_checkpoints > before + 1 {
             break;
         }
     }
     sim.take_fence_hook();
     assert!(
-        pool.stats().log.unwrap().allocation_checkpoints > before + 1,
+        pool.stats().log().cloned().unwrap().allocation_checkpoints > before + 1,
         "fewer than two checkpoints while images were taken"
     );
     let images = std::mem::take(&mut *images.lock().unwrap());
@@ -750,7 +750,7 @@ fn skewed_updates_across_crashes_never_bring_back_an_older_value() {
             model[k] = Some((home, v));
         }
         if i % 3_000 == 2_999 {
-            cleaned += pool.stats().log.unwrap().chunks_cleaned;
+            cleaned += pool.stats().log().cloned().unwrap().chunks_cleaned;
             drop(pool); // crash
             pool = Pool::open(&path).unwrap();
             check_model(&pool, &model);

@@ -3,7 +3,10 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use logheap::{Config, EngineKind, Error, MappingConfig, PPtr, Pool, pfield};
+use logheap::{
+    Config, EngineConfig, EngineKind, Error, MappingConfig, PPtr, Pool, RedoOptions, UndoOptions,
+    pfield,
+};
 
 /// Every engine, and the log engine with each mapping configuration.
 fn configs() -> Vec<Config> {
@@ -17,7 +20,7 @@ fn configs() -> Vec<Config> {
     configs.push(Config::default().engine(EngineKind::Hoop));
     configs.push(Config::default().engine(EngineKind::Redo).fast_log(true));
     configs.push(Config::default().engine(EngineKind::Undo).fast_log(true));
-    configs.push(Config::default().engine_name("undo-nt").unwrap());
+    configs.push(Config::default().engine("undo-nt".parse::<EngineConfig>().unwrap()));
     configs
 }
 
@@ -55,15 +58,20 @@ fn shared_counter_loses_no_increment() {
         let c = pool.media().counters().since(&before);
         assert_eq!(c.write_transactions, threads * per_thread);
         let txs = threads * per_thread;
-        match config.engine {
+        let fast_log = matches!(
+            config.engine,
+            EngineConfig::Redo(RedoOptions { fast_log: true })
+                | EngineConfig::Undo(UndoOptions { fast_log: true, .. })
+        );
+        match config.engine.kind() {
             // 001's fast log: redo commits with no fence (truncations fence, and each
             // thread's first commit allocates its log area); undo with one.
-            EngineKind::Redo if config.fast_log => assert!(
+            EngineKind::Redo if fast_log => assert!(
                 c.fences < txs / 10,
                 "{} fences for {txs} transactions",
                 c.fences
             ),
-            EngineKind::Undo if config.fast_log => assert!(
+            EngineKind::Undo if fast_log => assert!(
                 (txs..txs + 64).contains(&c.fences),
                 "{} fences for {txs} transactions",
                 c.fences
@@ -95,7 +103,7 @@ fn shared_counter_loses_no_increment() {
         pool.close().unwrap();
         let pool = Pool::open_with(dir.path().join("c.pool"), &config).unwrap();
         assert!(pool.was_clean());
-        if let Some(log) = pool.stats().log {
+        if let Some(log) = pool.stats().log().cloned() {
             assert_eq!(log.recovery.transactions, threads * per_thread);
         }
         assert_eq!(

@@ -120,7 +120,7 @@ fn open(image: Vec<u8>) -> Result<Outcome, String> {
         if pool.allocations() != referenced {
             return Err("the allocations are not the referenced objects".to_string());
         }
-        let recovery = pool.stats().log.unwrap().recovery;
+        let recovery = pool.stats().log().cloned().unwrap().recovery;
         Ok(Outcome::Opened {
             state,
             dropped: recovery.dropped_transactions,

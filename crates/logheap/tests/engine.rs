@@ -84,7 +84,7 @@ fn data_survives_clean_close_and_crash() {
         assert_eq!((r.obj, r.counter), (obj, 5));
         assert_eq!(pool.read(|tx| tx.read(obj)).unwrap().a, 9);
         assert_eq!(pool.allocations(), vec![(obj.offset(), 128)]);
-        assert!(pool.stats().log.unwrap().recovery.transactions >= 2);
+        assert!(pool.stats().log().cloned().unwrap().recovery.transactions >= 2);
     });
 }
 
@@ -333,7 +333,7 @@ fn alloc_and_free_in_one_transaction_leave_nothing() {
         })
         .unwrap();
         assert!(pool.allocations().is_empty());
-        assert_eq!(pool.stats().log.unwrap().live_log_bytes, 0);
+        assert_eq!(pool.stats().log().cloned().unwrap().live_log_bytes, 0);
         assert_eq!(
             pool.media().counters().since(&before).fences,
             0,
@@ -347,16 +347,16 @@ fn frees_unmap_and_live_bytes_are_tracked() {
     each_mapping(|config| {
         let pool = Pool::create_sim(&config, Default::default()).unwrap();
         let p = pool.transaction(|tx| tx.alloc([1u8; 1000])).unwrap();
-        assert_eq!(pool.stats().log.unwrap().live_log_bytes, 1000);
+        assert_eq!(pool.stats().log().cloned().unwrap().live_log_bytes, 1000);
         pool.transaction(|tx| tx.write_bytes(p.offset(), &[2u8; 100]))
             .unwrap();
         assert_eq!(
-            pool.stats().log.unwrap().live_log_bytes,
+            pool.stats().log().cloned().unwrap().live_log_bytes,
             1000,
             "overwritten bytes are no longer live"
         );
         pool.transaction(|tx| tx.free(p)).unwrap();
-        assert_eq!(pool.stats().log.unwrap().live_log_bytes, 0);
+        assert_eq!(pool.stats().log().cloned().unwrap().live_log_bytes, 0);
         let mut buf = [9u8; 8];
         pool.read(|tx| tx.read_bytes(p.offset(), &mut buf)).unwrap();
         assert_eq!(buf, [0; 8], "freed memory reads as zero");
@@ -386,11 +386,21 @@ fn stale_bytes_in_free_chunks_do_not_break_recovery() {
             .map(|i| pool.transaction(|tx| tx.alloc([i as u8; 500])).unwrap())
             .collect();
         assert!(
-            pool.stats().log.unwrap().chunks_total - pool.stats().log.unwrap().chunks_free > 64
+            pool.stats().log().cloned().unwrap().chunks_total
+                - pool.stats().log().cloned().unwrap().chunks_free
+                > 64
         );
         drop(pool); // a crash, after the logs went through many chunks
         let pool = Pool::open_with(&path, &config).unwrap();
-        assert_eq!(pool.stats().log.unwrap().recovery.dropped_transactions, 0);
+        assert_eq!(
+            pool.stats()
+                .log()
+                .cloned()
+                .unwrap()
+                .recovery
+                .dropped_transactions,
+            0
+        );
         for (i, o) in objs.iter().enumerate() {
             assert_eq!(pool.read(|tx| tx.read(*o)).unwrap(), [i as u8; 500]);
         }
@@ -434,7 +444,7 @@ fn reopening_resumes_the_logs_instead_of_abandoning_chunks() {
     each_mapping(|config| {
         let (_dir, path, pool) = file_pool(config.size(1 << 20));
         let counter: PPtr<u64> = pool.root().unwrap();
-        let free_at_start = pool.stats().log.unwrap().chunks_free;
+        let free_at_start = pool.stats().log().cloned().unwrap().chunks_free;
         pool.close().unwrap();
         // One small transaction per open, alternating clean closes and crashes.
         for i in 0..100u64 {
@@ -446,7 +456,7 @@ fn reopening_resumes_the_logs_instead_of_abandoning_chunks() {
         }
         let pool = Pool::open_with(&path, &config).unwrap();
         assert_eq!(pool.read(|tx| tx.read(counter)).unwrap(), 100);
-        let used = free_at_start - pool.stats().log.unwrap().chunks_free;
+        let used = free_at_start - pool.stats().log().cloned().unwrap().chunks_free;
         assert!(
             used <= 3,
             "{used} chunks used by 100 tiny transactions across 100 opens"
@@ -497,7 +507,15 @@ fn a_dropped_transaction_is_erased_not_met_again() {
     let mut tried = 0;
     for image in images {
         let first = Pool::open_image(image, &config, Default::default()).unwrap();
-        if first.stats().log.unwrap().recovery.dropped_transactions == 0 {
+        if first
+            .stats()
+            .log()
+            .cloned()
+            .unwrap()
+            .recovery
+            .dropped_transactions
+            == 0
+        {
             continue;
         }
         tried += 1;
@@ -509,7 +527,13 @@ fn a_dropped_transaction_is_erased_not_met_again() {
         drop(first);
         let second = Pool::open_image(persisted, &config, Default::default()).unwrap();
         assert_eq!(
-            second.stats().log.unwrap().recovery.dropped_transactions,
+            second
+                .stats()
+                .log()
+                .cloned()
+                .unwrap()
+                .recovery
+                .dropped_transactions,
             0,
             "the torn commit was met again"
         );
@@ -608,7 +632,9 @@ fn the_largest_transactions_fill_blocks_to_their_limits() {
 fn a_zeroed_allocation_reads_zero_on_every_engine_even_where_a_freed_block_was() {
     for engine in ["log", "redo", "undo", "oop", "hoop"] {
         let dir = tempfile::tempdir().unwrap();
-        let config = Config::default().size(8 << 20).engine_name(engine).unwrap();
+        let config = Config::default()
+            .size(8 << 20)
+            .engine(engine.parse::<logheap::EngineConfig>().unwrap());
         let pool = Pool::create(dir.path().join("p"), &config).unwrap();
         for round in 0..50u64 {
             let home = pool

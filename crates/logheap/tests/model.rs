@@ -203,7 +203,9 @@ proptest! {
             "redo", "undo", "oop", "hoop", "redo-fastlog", "undo-fastlog", "undo-nt", "undo-uc",
             "undo-adaptive",
         ];
-        let config = Config::default().size(4 << 20).engine_name(names[which]).unwrap();
+        let config = Config::default()
+            .size(4 << 20)
+            .engine(names[which].parse::<logheap::EngineConfig>().unwrap());
         run(ops, config)?;
     }
 }

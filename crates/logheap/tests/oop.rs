@@ -3,7 +3,7 @@
 //! reopen, freed words give their slots up, and a damaged slot-chunk list is refused.
 //! `hoop`: collections run while threads commit, and lose nothing.
 
-use logheap::engine::InPlaceEngineStats;
+use logheap::EngineStats;
 use logheap::media::SimConfig;
 use logheap::{Config, EngineKind, Error, PPtr, Pool};
 
@@ -11,8 +11,18 @@ fn config() -> Config {
     Config::default().size(4 << 20).engine(EngineKind::Oop)
 }
 
-fn stats(pool: &Pool) -> InPlaceEngineStats {
-    pool.stats().in_place.expect("an in-place engine")
+fn hoop_stats(pool: &Pool) -> logheap::HoopStats {
+    match pool.stats().engine_stats {
+        EngineStats::Hoop(s) => s,
+        other => panic!("not a hoop pool: {other:?}"),
+    }
+}
+
+fn stats(pool: &Pool) -> logheap::OopStats {
+    match pool.stats().engine_stats {
+        EngineStats::Oop(s) => s,
+        other => panic!("not an oop pool: {other:?}"),
+    }
 }
 
 #[test]
@@ -159,7 +169,7 @@ fn hoop_collects_while_threads_commit_and_loses_nothing() {
             });
         }
     });
-    let s = stats(&pool);
+    let s = hoop_stats(&pool);
     assert!(s.collections > 0, "{s:?}");
     let a = pool.read(|tx| tx.read(root)).unwrap();
     assert_eq!(a[0], threads * per_thread);
@@ -173,7 +183,7 @@ fn hoop_collects_while_threads_commit_and_loses_nothing() {
     let pool = Pool::open_with(&path, &config).unwrap();
     assert_eq!(pool.read(|tx| tx.read(root)).unwrap(), a);
     assert_eq!(
-        stats(&pool).update_slots,
+        hoop_stats(&pool).update_slots,
         0,
         "after an open every word is home"
     );

@@ -90,7 +90,7 @@ fn state(pool: &Pool) -> Model {
 /// What the engine rebuilt at open, beyond the data: allocations, live log bytes,
 /// mapped ranges.
 fn rebuilt(pool: &Pool) -> (Vec<(u64, u64)>, u64, u64, u64) {
-    let s = pool.stats().log.unwrap();
+    let s = pool.stats().log().cloned().unwrap();
     (
         pool.allocations(),
         s.live_log_bytes,
@@ -156,10 +156,10 @@ fn a_clean_open_loads_the_snapshot_and_rebuilds_what_a_replay_would() {
             assert_eq!(checked.recovery.unwrap().snapshot, SnapshotUse::Loaded);
             let loaded = open(image.clone(), &config);
             let replayed = open(without_snapshot(image), &config);
-            let report = loaded.stats().log.unwrap().recovery;
+            let report = loaded.stats().log().cloned().unwrap().recovery;
             assert_eq!(report.snapshot, SnapshotUse::Loaded, "{name}/{threads}");
             assert_eq!(
-                replayed.stats().log.unwrap().recovery.snapshot,
+                replayed.stats().log().cloned().unwrap().recovery.snapshot,
                 SnapshotUse::None
             );
             assert!(report.was_clean);
@@ -173,7 +173,7 @@ fn a_clean_open_loads_the_snapshot_and_rebuilds_what_a_replay_would() {
             // And the snapshot of the snapshot-loaded pool is sound too.
             let again = open(closed_image(loaded), &config);
             assert_eq!(
-                again.stats().log.unwrap().recovery.snapshot,
+                again.stats().log().cloned().unwrap().recovery.snapshot,
                 SnapshotUse::Loaded
             );
             assert!(state(&again) == after);
@@ -203,7 +203,7 @@ fn a_damaged_snapshot_is_rejected_and_the_log_replayed() {
         .collect();
     for at in offsets {
         let pool = open(image_with_flip(&image, at), &config);
-        let report = pool.stats().log.unwrap().recovery;
+        let report = pool.stats().log().cloned().unwrap().recovery;
         assert!(
             matches!(report.snapshot, SnapshotUse::Rejected(_)),
             "a flip at {at} was not noticed: {:?}",
@@ -230,7 +230,7 @@ fn a_snapshot_is_used_by_one_open_only() {
     let image = closed_image(pool);
     let reopened = open(image.clone(), &config);
     assert_eq!(
-        reopened.stats().log.unwrap().recovery.snapshot,
+        reopened.stats().log().cloned().unwrap().recovery.snapshot,
         SnapshotUse::Loaded
     );
     // Opening erased the locator before anything else was written.
@@ -243,7 +243,7 @@ fn a_snapshot_is_used_by_one_open_only() {
     drop(reopened);
     let recovered = open(crashed, &config);
     assert_eq!(
-        recovered.stats().log.unwrap().recovery.snapshot,
+        recovered.stats().log().cloned().unwrap().recovery.snapshot,
         SnapshotUse::None
     );
     assert!(state(&recovered) == expected);
@@ -256,7 +256,7 @@ fn a_snapshot_is_used_by_one_open_only() {
     if stale != later {
         let pool = open(stale, &config);
         assert!(matches!(
-            pool.stats().log.unwrap().recovery.snapshot,
+            pool.stats().log().cloned().unwrap().recovery.snapshot,
             SnapshotUse::Rejected(_)
         ));
         assert!(state(&pool) == expected);
@@ -303,11 +303,12 @@ fn a_crash_at_any_fence_around_a_snapshot_loses_nothing() {
             "image {i}: a state never committed"
         );
         // Loaded: before the open marked the pool open, or after the close.
-        loaded += (pool.stats().log.unwrap().recovery.snapshot == SnapshotUse::Loaded) as usize;
+        loaded += (pool.stats().log().cloned().unwrap().recovery.snapshot == SnapshotUse::Loaded)
+            as usize;
     }
     let pool = open(sim.persisted_image(), &config);
     assert_eq!(
-        pool.stats().log.unwrap().recovery.snapshot,
+        pool.stats().log().cloned().unwrap().recovery.snapshot,
         SnapshotUse::Loaded
     );
     assert!(state(&pool) == *states.last().unwrap());

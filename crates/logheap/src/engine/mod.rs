@@ -4,92 +4,22 @@
 //! An engine is what the TL2 driver (`stm`) cannot know: where committed bytes are
 //! read from, how a commit set is made durable and then visible, and how the pool is
 //! recovered. The driver owns snapshots, read validation, locking and versions, and
-//! hands the engine one [`CommitSet`] per commit, under the commit's locks.
+//! hands the engine one `CommitSet` per commit, under the commit's locks.
 
+mod any;
+mod config;
 pub(crate) mod inplace;
 pub(crate) mod log;
 
-use std::cell::Cell;
-use std::sync::Arc;
-use std::thread::LocalKey;
-
+pub use any::EngineStats;
+pub(crate) use any::{
+    AnyEngine, AnyTx, Background, EngineFigures, EngineLifecycle, NewPool, on_tx,
+};
+pub use config::EngineConfig;
+pub use inplace::options::{RedoOptions, UndoOptions};
 pub use inplace::persist_policy::PersistPolicy;
-pub use inplace::redo::InPlaceEngineStats;
+pub use inplace::stats::{HoopStats, LogAreaStats, OopStats, RedoStats, UndoStats};
 pub use log::{
-    Compaction, Damage, DroppedTransaction, LogEngineStats, LogSummary, MappingConfig,
+    Compaction, Damage, DroppedTransaction, LogEngineStats, LogOptions, LogSummary, MappingConfig,
     PartitionIndex, RecoveryReport, SnapshotUse,
 };
-
-use crate::alloc::{TxAllocs, TxHeap};
-use crate::error::Result;
-use crate::media::Media;
-use crate::stm::{Shared, TxState, WriteSet};
-
-/// What a committing transaction hands its engine, under its locks.
-#[derive(Debug)]
-pub(crate) struct CommitSet<'a> {
-    /// The commit version (unique, above every version committed before).
-    pub version: u64,
-    /// The buffered writes.
-    pub writes: &'a WriteSet,
-    /// Allocations (sorted), frees and allocations freed again.
-    pub allocs: &'a TxAllocs,
-}
-
-/// What [`Engine::persist`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Persisted {
-    /// Nothing needed persisting (everything written was freed again by the
-    /// transaction): the commit ends at once.
-    Nothing,
-    /// The commit set is durable; `payload` bytes of user data were written.
-    Durable {
-        /// Bytes of user data the commit wrote (for write amplification).
-        payload: u64,
-    },
-}
-
-/// One transaction engine (see the module docs). Calls on the hot paths are static
-/// (the pool dispatches once per transaction through an enum).
-pub(crate) trait Engine: Send + Sync + Sized + 'static {
-    /// The engine's per-transaction state, reused across a thread's transactions.
-    type Scratch: Default + 'static;
-    /// The allocator transactions reserve from.
-    type Heap: TxHeap;
-    /// Whether a block just reserved reads as zeros without being written (the log
-    /// engine's fresh log blocks). Otherwise a zero-filled allocation is written with
-    /// zeros in its transaction (a reserved block of the persistent heap holds whatever
-    /// its last owner left).
-    const FRESH_BLOCKS_READ_ZERO: bool;
-
-    /// The thread-local slot keeping a finished transaction's state for the thread's
-    /// next one (one per engine type: a `thread_local!` in generic code would be shared
-    /// by every engine).
-    fn spare() -> &'static LocalKey<Cell<Option<TxState<Self::Scratch>>>>;
-    /// The concurrency-control state (created by the engine when it opens, its clock
-    /// above every version it recovered).
-    fn shared(&self) -> &Arc<Shared>;
-    /// The media of the pool.
-    fn media(&self) -> &Arc<Media>;
-    /// The allocator.
-    fn heap(&self) -> &Self::Heap;
-    /// A transaction begins (on this thread).
-    fn begin(&self, scratch: &mut Self::Scratch);
-    /// A transaction ends.
-    fn end(scratch: &mut Self::Scratch);
-    /// Whether `[home, home + len)` may be read and written by transactions.
-    fn check_range(&self, home: u64, len: u64) -> Result<()>;
-    /// Copies the committed bytes of `[home, home + buf.len())` (not empty); bytes never
-    /// written are zero. The driver validates around it.
-    fn read_committed(&self, scratch: &Self::Scratch, home: u64, buf: &mut [u8]);
-    /// A transaction that wrote is about to commit (no locks held).
-    fn before_commit(&self, scratch: &mut Self::Scratch);
-    /// Makes the commit set durable (under the commit's locks, after validation). On
-    /// error nothing of it may be visible, now or after a crash.
-    fn persist(&self, set: &CommitSet<'_>, scratch: &mut Self::Scratch) -> Result<Persisted>;
-    /// Makes a durable commit set visible to reads (under the commit's locks).
-    fn publish(&self, set: &CommitSet<'_>, scratch: &mut Self::Scratch);
-    /// After [`persist`](Self::persist) failed with `PoolFull` (no locks held): makes
-    /// room, and returns whether the commit, started at `since`, should be tried again.
-    fn make_room(&self, scratch: &mut Self::Scratch, since: std::time::Instant) -> bool;
-}

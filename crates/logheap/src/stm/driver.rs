@@ -11,9 +11,9 @@
 
 use std::sync::Arc;
 
+use super::{CommitSet, Engine, Persisted};
 use super::{Shared, StripeLocks, WriteSet, is_locked, stripes, version_of};
 use crate::alloc::{TxAllocs, TxHeap};
-use crate::engine::{CommitSet, Engine, Persisted};
 use crate::error::{Error, Result};
 
 /// The state of one transaction attempt. Its buffers are reused from one transaction of

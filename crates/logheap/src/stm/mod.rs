@@ -8,12 +8,14 @@
 
 mod clock;
 mod driver;
+mod engine;
 mod locks;
 mod shared;
 mod write_set;
 
 pub(crate) use clock::VersionClock;
 pub(crate) use driver::{Stm, TxState};
+pub(crate) use engine::{CommitSet, Engine, Persisted};
 pub(crate) use locks::{LockTable, StripeLocks, is_locked, version_of};
 pub(crate) use shared::Shared;
 pub(crate) use write_set::{ResolveScratch, Span, WriteSet};

@@ -17,13 +17,106 @@
 //! is the redo engine's: every record above the collected version is replayed home in
 //! version order, so after an open every word is home and the table is empty.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::LocalKey;
 
+use super::Start;
 use super::flush_lines_once;
-use super::oop::{Mapping, WORD, WordMap};
 use super::record::{ENTRY_HEADER, RecordBuilder};
+use super::redo::{HomePath, RedoLogging, RedoScratch};
+use super::stats::HoopStats;
+use super::words::{Mapping, WORD, WordMap, words_of};
+use crate::engine::{EngineConfig, EngineFigures, EngineLifecycle, EngineStats, NewPool};
+use crate::error::Result;
 use crate::media::Media;
-use crate::stm::{Shared, StripeLocks, stripes};
+use crate::pool::{EngineKind, PoolFile};
+use crate::stm::{Shared, StripeLocks, TxState, stripes};
+
+/// The `hoop` engine: the redo engine's logs and recovery, with [`Hoop`] as its home
+/// path.
+pub(crate) type HoopEngine = RedoLogging<Hoop>;
+
+thread_local! {
+    static SPARE_STATE: Cell<Option<TxState<RedoScratch>>> = const { Cell::new(None) };
+}
+
+impl HomePath for Hoop {
+    const KIND: EngineKind = EngineKind::Hoop;
+    const DEFERS_HOME: bool = true;
+
+    fn spare() -> &'static LocalKey<Cell<Option<TxState<RedoScratch>>>> {
+        &SPARE_STATE
+    }
+
+    #[inline]
+    fn read(&self, media: &Media, home: u64, buf: &mut [u8]) {
+        Hoop::read(self, media, home, buf);
+    }
+
+    fn record(&self, media: &Media, bytes: &[u8], s: &mut RedoScratch) -> u64 {
+        // Whole words, so the table can point at each one's newest copy.
+        words_of(&s.spans, bytes, &mut s.words, |w| {
+            self.current_word(media, w)
+        });
+        Hoop::record_words(&mut s.record, &s.words, &mut s.locs, &mut s.run);
+        s.spans.iter().map(|sp| sp.len).sum()
+    }
+
+    fn publish(&self, _media: &Media, _bytes: &[u8], frees: &[(u64, u64)], s: &mut RedoScratch) {
+        Hoop::publish(self, s.record_at, &s.locs, frees, &mut s.mapped);
+    }
+
+    fn collect_begin(&self, shared: &Shared, media: &Media) -> Option<Collection> {
+        Some(Hoop::collect_begin(self, shared, media))
+    }
+
+    fn collect_end(&self, shared: &Shared, collection: Option<Collection>) {
+        if let Some(c) = collection {
+            Hoop::collect_end(self, shared, c);
+        }
+    }
+}
+
+impl EngineLifecycle for HoopEngine {
+    const KIND: EngineKind = EngineKind::Hoop;
+    type Options = ();
+
+    fn options(config: &EngineConfig) -> Option<()> {
+        matches!(config, EngineConfig::Hoop).then_some(())
+    }
+
+    fn create(at: NewPool<'_>, config: &crate::Config, _options: ()) -> Result<Self> {
+        Self::start_with(Start::Create(at), config, false, Hoop::new())
+    }
+
+    fn open(file: PoolFile, config: &crate::Config, _options: ()) -> Result<Self> {
+        Self::start_with(Start::Open(file), config, false, Hoop::new())
+    }
+
+    fn file(&self) -> &PoolFile {
+        self.core.file()
+    }
+
+    fn root(&self) -> std::ops::Range<u64> {
+        self.core.root.clone()
+    }
+
+    fn figures(&self) -> EngineFigures {
+        let redo = self.redo_stats();
+        self.core.figures(EngineStats::Hoop(HoopStats {
+            logs: redo.logs,
+            truncations: redo.truncations,
+            update_slots: self.path.mapping.len(),
+            collections: self.path.collections.load(Ordering::Relaxed),
+            words_collected: self.path.migrated.load(Ordering::Relaxed),
+        }))
+    }
+
+    fn close(self) -> Result<()> {
+        self.close_retired()
+    }
+}
 
 /// The out-of-place state of a `hoop` pool (see the module docs).
 #[derive(Debug)]

@@ -37,6 +37,9 @@ macro_rules! in_place_engine_common {
             &$spare
         }
 
+        in_place_engine_common!($scratch);
+    };
+    ($scratch:ty) => {
         fn shared(&self) -> &std::sync::Arc<crate::stm::Shared> {
             &self.core.shared
         }
@@ -64,12 +67,51 @@ macro_rules! in_place_engine_common {
     };
 }
 
+/// The [`EngineLifecycle`](crate::engine::EngineLifecycle) methods every in-place
+/// engine has alike (its `core` is an [`InPlace`], it has a
+/// `start(Start, &Config, Self::Options)`): create and open through `start`, the pool
+/// file, the root, and a clean close of the heap.
+macro_rules! in_place_lifecycle_common {
+    () => {
+        fn create(
+            at: crate::engine::NewPool<'_>,
+            config: &crate::Config,
+            options: Self::Options,
+        ) -> crate::error::Result<Self> {
+            Self::start(super::Start::Create(at), config, options)
+        }
+
+        fn open(
+            file: crate::pool::PoolFile,
+            config: &crate::Config,
+            options: Self::Options,
+        ) -> crate::error::Result<Self> {
+            Self::start(super::Start::Open(file), config, options)
+        }
+
+        fn file(&self) -> &crate::pool::PoolFile {
+            self.core.file()
+        }
+
+        fn root(&self) -> std::ops::Range<u64> {
+            self.core.root.clone()
+        }
+
+        fn close(self) -> crate::error::Result<()> {
+            self.core.close()
+        }
+    };
+}
+
 pub(crate) mod hoop;
 pub(crate) mod oop;
+pub(crate) mod options;
 pub(crate) mod persist_policy;
 pub(crate) mod record;
 pub(crate) mod redo;
+pub(crate) mod stats;
 pub(crate) mod undo;
+pub(crate) mod words;
 
 use std::ops::Range;
 use std::path::Path;
@@ -77,21 +119,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::alloc::{HeapOptions, MetadataPolicy, PAddr, PersistentHeap, Replay, TxHeap};
 use crate::config::Config;
+use crate::engine::{EngineFigures, EngineStats, NewPool};
 use crate::error::{Error, Result};
-use crate::media::{CACHE_LINE, Media, SimConfig};
+#[cfg(test)]
+use crate::media::SimConfig;
+use crate::media::{CACHE_LINE, Media};
 use crate::pool::{EngineKind, MapAddress, PoolFile};
-use crate::stm::Shared;
+use crate::stm::{Shared, Span};
+use stats::LogAreaStats;
 
 /// Bytes of the engine's part of the heap's root area.
 pub(crate) const ENGINE_AREA: u64 = 4096;
-/// oop: the link to the first slot chunk (`oop`).
-pub(crate) const CHAIN_AT: u64 = 16;
-/// oop: slots per slot chunk, fixed when the pool is created.
-pub(crate) const CHUNK_SLOTS_AT: u64 = 24;
-/// oop: a slot chunk allocated but not yet linked (see `oop::Slots::grow`).
-pub(crate) const STAGED_CHUNK_AT: u64 = 32;
-/// oop: each log slot's commit word (the newest version it committed).
-pub(crate) const COMMITS_AT: u64 = 2048;
 /// Per-thread logs a pool can hold. A thread keeps its lease from its first commit on
 /// the pool until it ends: while this many threads that committed are alive, another
 /// thread's first commit waits for one of them to end.
@@ -102,6 +140,46 @@ const LOGS_AT: u64 = 64;
 /// Bytes at the start of a log area before its records: its capacity, twice (the
 /// second inverted), so a torn or foreign header is known.
 pub(crate) const LOG_HEADER: u64 = 64;
+
+/// The pieces of `sp` outside every block of `blocks` `(home, size)`.
+pub(crate) fn outside(sp: Span, blocks: &[(u64, u64)]) -> Vec<Span> {
+    let mut pieces = vec![sp];
+    for &(h, size) in blocks {
+        pieces = pieces
+            .into_iter()
+            .flat_map(|p| {
+                let (start, end) = (p.home, p.home + p.len);
+                let (cut_start, cut_end) = (h.max(start), (h + size).min(end));
+                if cut_start >= cut_end {
+                    return vec![p];
+                }
+                let mut kept = Vec::new();
+                if start < cut_start {
+                    kept.push(Span {
+                        home: start,
+                        len: cut_start - start,
+                        at: p.at,
+                    });
+                }
+                if cut_end < end {
+                    kept.push(Span {
+                        home: cut_end,
+                        len: end - cut_end,
+                        at: p.at + (cut_end - start) as usize,
+                    });
+                }
+                kept
+            })
+            .collect();
+    }
+    pieces
+}
+
+/// Stores `data` at `home` and flushes it.
+pub(crate) fn write_flushed(media: &Media, home: u64, data: &[u8]) {
+    media.write(home as usize, data);
+    media.flush(home as usize, data.len());
+}
 
 /// Flushes the cache line of each offset in `marks` once, however many of them share
 /// it (a transaction's allocator marks often fall in one chunk's bitmap words), and
@@ -293,13 +371,9 @@ pub(crate) struct InPlace {
     /// The user's root object.
     pub root: Range<u64>,
     /// The heap's whole root area (the engine's part first).
-    heap_root: Range<u64>,
+    pub heap_root: Range<u64>,
     /// Capacity of a new log area.
     log_capacity: u64,
-    /// `redo-fastlog`, `undo-fastlog`: records go to the fast log buffer (001).
-    pub fast_log: bool,
-    /// How `undo` persists its home stores (001's caching modes).
-    pub home_stores: persist_policy::HomeStores,
 }
 
 /// What an engine's recovery found, handed back from inside the heap's open.
@@ -410,10 +484,8 @@ fn store_retired(media: &Media, base: u64, version: u64) {
 
 /// How an in-place engine's pool is created or opened.
 pub(crate) enum Start<'a> {
-    /// A new pool file.
-    Create(&'a Path),
-    /// A new pool on the crash-simulation media.
-    CreateSim(SimConfig),
+    /// A new pool.
+    Create(NewPool<'a>),
     /// An opened pool file.
     Open(PoolFile),
 }
@@ -489,10 +561,10 @@ impl InPlace {
             Ok(())
         };
         let heap = match how {
-            Start::Create(path) => {
+            Start::Create(NewPool::File(path)) => {
                 PersistentHeap::create_for_engine(path, &options, kind, &mut hook)?
             }
-            Start::CreateSim(sim) => {
+            Start::Create(NewPool::Sim(sim)) => {
                 PersistentHeap::create_sim_for_engine(&options, kind, sim, &mut hook)?
             }
             Start::Open(file) => PersistentHeap::open_for_engine(file, &mut hook)?,
@@ -522,18 +594,48 @@ impl InPlace {
                 root,
                 heap_root,
                 log_capacity,
-                fast_log: config.fast_log && matches!(kind, EngineKind::Redo | EngineKind::Undo),
-                home_stores: persist_policy::HomeStores::new(
-                    if kind == EngineKind::Undo {
-                        config.persist_policy
-                    } else {
-                        persist_policy::PersistPolicy::WriteBack
-                    },
-                    size,
-                ),
             },
             recovered,
         ))
+    }
+
+    /// The pool's size in bytes.
+    pub(crate) fn pool_size(&self) -> u64 {
+        self.file().header().pool_size
+    }
+
+    /// The pool file.
+    pub(crate) fn file(&self) -> &PoolFile {
+        self.heap.heap.pool_file()
+    }
+
+    /// The figures every in-place engine reports alike, with its own `engine` figures.
+    pub(crate) fn figures(&self, engine: EngineStats) -> EngineFigures {
+        let heap = self.heap.heap.stats();
+        let (allocations, allocated_bytes) = self.heap.live();
+        EngineFigures {
+            allocations,
+            allocated_bytes,
+            dram_bytes: heap.dram_bytes,
+            pm_bytes_used: heap.pm_bytes_used,
+            engine,
+        }
+    }
+
+    /// Its log areas and what recovery did with them.
+    pub(crate) fn log_area_stats(&self, recovered: &Recovered) -> LogAreaStats {
+        let (logs, log_bytes) = self.logs().areas();
+        LogAreaStats {
+            logs,
+            log_bytes,
+            records_recovered: recovered.records,
+            marks_superseded: recovered.superseded,
+        }
+    }
+
+    /// Closes the pool (its heap) cleanly.
+    pub(crate) fn close(self) -> Result<()> {
+        self.heap.heap.close()
     }
 
     /// The log table.

@@ -48,23 +48,33 @@
 //! slot dropped by the collector has its home word zeroed before it can be taken again.
 
 use std::cell::Cell;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, RwLock};
-
-use rustc_hash::FxHashMap;
 
 use super::record::{self, EntryKind, HEADER, RecordBuilder};
-use super::redo::InPlaceEngineStats;
+use super::stats::{LogAreaStats, OopStats};
+use super::words::{Mapping, WORD, WordMap, words_of};
 use super::{
-    CHAIN_AT, CHUNK_SLOTS_AT, COMMITS_AT, EngineArea, EngineHeap, InPlace, LOG_HEADER, LogLease,
-    MAX_LOGS, Recovered, STAGED_CHUNK_AT, flush_lines_once, lock,
+    EngineArea, EngineHeap, InPlace, LOG_HEADER, LogLease, MAX_LOGS, Recovered, flush_lines_once,
+    lock,
 };
 use crate::alloc::PAddr;
-use crate::engine::{CommitSet, Engine, Persisted};
+use crate::engine::{EngineConfig, EngineFigures, EngineLifecycle, EngineStats};
 use crate::error::{Error, Result};
 use crate::media::{CACHE_LINE, Media};
+use crate::pool::EngineKind;
+use crate::stm::{CommitSet, Engine, Persisted};
 use crate::stm::{ResolveScratch, Span, TxState};
 
+/// The engine area's oop fields (see the layout in `inplace`): the link to the first
+/// slot chunk.
+const CHAIN_AT: u64 = 16;
+/// Slots per slot chunk, fixed when the pool is created.
+const CHUNK_SLOTS_AT: u64 = 24;
+/// A slot chunk allocated but not yet linked (see `Slots::grow`).
+const STAGED_CHUNK_AT: u64 = 32;
+/// Each log slot's commit word (the newest version it committed).
+const COMMITS_AT: u64 = 2048;
 /// The update count at which a word's slot is dropped (003: 4). Even: the current copy
 /// is home then.
 pub(crate) const GC_THRESHOLD: u32 = 4;
@@ -81,152 +91,11 @@ const CHUNK_HEADER: u64 = 64;
 const CHUNK_MAGIC: u64 = u64::from_le_bytes(*b"OOPSLOT1");
 const CHUNK_LINK: u64 = 8;
 const THREAD_BITS: u32 = 8;
-const SHARDS: usize = 64;
-pub(crate) const WORD: u64 = 8;
 const LINE: u64 = CACHE_LINE as u64;
 
 /// A transaction id: its commit version and its thread's slot.
 fn txid(version: u64, slot: usize) -> u64 {
     version << THREAD_BITS | slot as u64
-}
-
-/// Where a mapped word's copies are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct WordMap {
-    /// oop: offset of the word's slot; hoop: offset of its newest value in a log.
-    pub slot: u64,
-    /// oop: updates since the word got its slot (odd: the slot holds the current copy).
-    pub count: u32,
-}
-
-/// One shard of the mapping: home line → its 8 words.
-type Shard = FxHashMap<u64, [Option<WordMap>; 8]>;
-
-/// The DRAM mapping table of the out-of-place engines, by home line (one lookup per
-/// line read).
-#[derive(Debug)]
-pub(crate) struct Mapping {
-    shards: Box<[RwLock<Shard>]>,
-    /// Words mapped (reads skip the table while it is 0).
-    words: AtomicU64,
-}
-
-impl Mapping {
-    pub(crate) fn new() -> Mapping {
-        Mapping {
-            shards: (0..SHARDS).map(|_| RwLock::default()).collect(),
-            words: AtomicU64::new(0),
-        }
-    }
-
-    fn shard(&self, line: u64) -> &RwLock<Shard> {
-        &self.shards[(line / LINE) as usize % SHARDS]
-    }
-
-    pub(crate) fn get(&self, word: u64) -> Option<WordMap> {
-        if self.words.load(Ordering::Acquire) == 0 {
-            return None;
-        }
-        let line = word & !(LINE - 1);
-        let shard = self.shard(line).read().unwrap_or_else(|p| p.into_inner());
-        shard
-            .get(&line)
-            .and_then(|w| w[((word - line) / WORD) as usize])
-    }
-
-    pub(crate) fn set(&self, word: u64, map: Option<WordMap>) {
-        let line = word & !(LINE - 1);
-        let i = ((word - line) / WORD) as usize;
-        let mut shard = self.shard(line).write().unwrap_or_else(|p| p.into_inner());
-        let words = shard.entry(line).or_default();
-        match (words[i].is_some(), map.is_some()) {
-            (false, true) => {
-                self.words.fetch_add(1, Ordering::AcqRel);
-            }
-            (true, false) => {
-                self.words.fetch_sub(1, Ordering::AcqRel);
-            }
-            _ => {}
-        }
-        words[i] = map;
-        if words.iter().all(Option::is_none) {
-            shard.remove(&line);
-        }
-    }
-
-    /// Appends the mapped words of `[home, home + len)` to `out`.
-    pub(crate) fn mapped_in(&self, home: u64, len: u64, out: &mut Vec<(u64, WordMap)>) {
-        if self.words.load(Ordering::Acquire) == 0 {
-            return;
-        }
-        let end = home + len;
-        let mut line = home & !(LINE - 1);
-        while line < end {
-            let shard = self.shard(line).read().unwrap_or_else(|p| p.into_inner());
-            if let Some(words) = shard.get(&line) {
-                for (i, m) in words.iter().enumerate() {
-                    let w = line + i as u64 * WORD;
-                    if let Some(m) = m.filter(|_| w >= home && w + WORD <= end) {
-                        out.push((w, m));
-                    }
-                }
-            }
-            line += LINE;
-        }
-    }
-
-    /// Words mapped now.
-    pub(crate) fn len(&self) -> u64 {
-        self.words.load(Ordering::Relaxed)
-    }
-
-    /// Every mapped word (for a collection that moves them all).
-    pub(crate) fn all(&self, out: &mut Vec<(u64, WordMap)>) {
-        for shard in self.shards.iter() {
-            let shard = shard.read().unwrap_or_else(|p| p.into_inner());
-            for (&line, words) in shard.iter() {
-                for (i, m) in words.iter().enumerate() {
-                    if let Some(m) = m {
-                        out.push((line + i as u64 * WORD, *m));
-                    }
-                }
-            }
-        }
-    }
-
-    /// Overlays on `buf` (the home bytes at `home`) each mapped word whose current
-    /// copy is elsewhere: at `value_at(map)`, when it says so.
-    pub(crate) fn overlay(
-        &self,
-        media: &Media,
-        home: u64,
-        buf: &mut [u8],
-        value_at: impl Fn(WordMap) -> Option<u64>,
-    ) {
-        if self.words.load(Ordering::Acquire) == 0 {
-            return;
-        }
-        let end = home + buf.len() as u64;
-        let mut line = home & !(LINE - 1);
-        while line < end {
-            let shard = self.shard(line).read().unwrap_or_else(|p| p.into_inner());
-            if let Some(words) = shard.get(&line) {
-                for (i, m) in words.iter().enumerate() {
-                    let Some(at) = m.and_then(&value_at) else {
-                        continue;
-                    };
-                    let w = line + i as u64 * WORD;
-                    let (lo, hi) = (w.max(home), (w + WORD).min(end));
-                    if lo < hi {
-                        let value = media.read_u64(at as usize).to_le_bytes();
-                        buf[(lo - home) as usize..(hi - home) as usize]
-                            .copy_from_slice(&value[(lo - w) as usize..(hi - w) as usize]);
-                    }
-                }
-            }
-            line += LINE;
-        }
-    }
 }
 
 /// The update slots: their chunks and the free ones.
@@ -377,7 +246,7 @@ pub(crate) struct OopEngine {
 
 impl OopEngine {
     /// Creates or opens an oop pool.
-    pub(crate) fn start(how: super::Start<'_>, config: &crate::Config) -> Result<OopEngine> {
+    fn start(how: super::Start<'_>, config: &crate::Config, _options: ()) -> Result<OopEngine> {
         let mut found = OopRecovered::default();
         // Chunks of about 1/256 of the pool, fixed when the pool is created.
         let new_pool_chunk = (config.size / 256)
@@ -385,7 +254,7 @@ impl OopEngine {
             .unwrap_or(1 << 20)
             .clamp(8 << 10, 1 << 20);
         let (core, recovered) = InPlace::start(
-            crate::EngineKind::Oop,
+            EngineKind::Oop,
             how,
             config,
             &mut |area| recover(area, new_pool_chunk, &mut found),
@@ -420,24 +289,6 @@ impl OopEngine {
         })
     }
 
-    /// The engine's figures.
-    pub(crate) fn stats(&self) -> InPlaceEngineStats {
-        let (logs, log_bytes) = self.core.logs().areas();
-        let chunks = lock(&self.slots.chunks).0.len() as u64;
-        InPlaceEngineStats {
-            logs: logs.saturating_sub(chunks),
-            log_bytes: log_bytes.saturating_sub(chunks * self.slots.chunk_bytes),
-            truncations: 0,
-            records_recovered: self.recovered.records,
-            marks_superseded: self.recovered.superseded,
-            update_slots: self.mapping.words.load(Ordering::Relaxed),
-            slot_bytes: chunks * self.slots.chunk_bytes,
-            slots_collected: self.collected.load(Ordering::Relaxed),
-            slots_recovered: self.recovered_slots,
-            ..InPlaceEngineStats::default()
-        }
-    }
-
     /// The committed value of the word at `word` (its current copy).
     fn current_word(&self, word: u64) -> u64 {
         match self.mapping.get(word) {
@@ -452,46 +303,41 @@ impl OopEngine {
     }
 }
 
+impl EngineLifecycle for OopEngine {
+    const KIND: EngineKind = EngineKind::Oop;
+    type Options = ();
+
+    fn options(config: &EngineConfig) -> Option<()> {
+        matches!(config, EngineConfig::Oop).then_some(())
+    }
+
+    in_place_lifecycle_common!();
+
+    fn figures(&self) -> EngineFigures {
+        let chunks = lock(&self.slots.chunks).0.len() as u64;
+        let areas = self.core.log_area_stats(&self.recovered);
+        self.core.figures(EngineStats::Oop(OopStats {
+            logs: LogAreaStats {
+                logs: areas.logs.saturating_sub(chunks),
+                log_bytes: areas
+                    .log_bytes
+                    .saturating_sub(chunks * self.slots.chunk_bytes),
+                ..areas
+            },
+            update_slots: self.mapping.len(),
+            slot_bytes: chunks * self.slots.chunk_bytes,
+            slots_collected: self.collected.load(Ordering::Relaxed),
+            slots_recovered: self.recovered_slots,
+        }))
+    }
+}
+
 /// Whether `[home, home + 8)` lies in one of `fresh` (sorted blocks).
 pub(crate) fn in_blocks(blocks: &[(u64, u64)], home: u64) -> bool {
     let k = blocks.partition_point(|&(h, _)| h <= home);
     k > 0 && {
         let (h, size) = blocks[k - 1];
         home + WORD <= h + size
-    }
-}
-
-/// Turns resolved byte spans into whole words `(word, value)`, in order; a word's
-/// bytes the spans leave out come from `current`.
-pub(crate) fn words_of(
-    spans: &[Span],
-    bytes: &[u8],
-    out: &mut Vec<(u64, u64)>,
-    current: impl Fn(u64) -> u64,
-) {
-    out.clear();
-    for sp in spans {
-        let data = &bytes[sp.at..sp.at + sp.len as usize];
-        let mut at = sp.home;
-        let end = sp.home + sp.len;
-        while at < end {
-            let word = at & !(WORD - 1);
-            let lo = (at - word) as usize;
-            let n = ((word + WORD).min(end) - at) as usize;
-            let mut value = match out.last() {
-                Some(&(w, v)) if w == word => {
-                    out.pop();
-                    v
-                }
-                _ if lo == 0 && n == WORD as usize => 0,
-                _ => current(word),
-            }
-            .to_le_bytes();
-            let from = (at - sp.home) as usize;
-            value[lo..lo + n].copy_from_slice(&data[from..from + n]);
-            out.push((word, u64::from_le_bytes(value)));
-            at += n as u64;
-        }
     }
 }
 
@@ -693,7 +539,7 @@ impl Engine for OopEngine {
             s.spans = s
                 .spans
                 .iter()
-                .flat_map(|&sp| super::redo::outside(sp, freed_again))
+                .flat_map(|&sp| super::outside(sp, freed_again))
                 .collect();
         }
         if s.spans.is_empty() && allocs.allocs.is_empty() && allocs.frees.is_empty() {

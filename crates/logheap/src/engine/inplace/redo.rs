@@ -31,81 +31,125 @@
 //! transaction reused its space (see `alloc::persistent_heap::tx`).
 
 use std::cell::Cell;
+use std::fmt::Debug;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::LocalKey;
 
-use super::hoop::Hoop;
-use super::oop::words_of;
+use super::options::RedoOptions;
 use super::record::{self, EntryKind, HEADER, REDO_MAGIC, RecordBuilder};
+use super::stats::RedoStats;
+use super::words::WordMap;
 use super::{
-    EngineArea, EngineHeap, InPlace, LOG_HEADER, LogLease, LogPosition, Recovered,
-    flush_lines_once, lock,
+    EngineArea, EngineHeap, InPlace, LOG_HEADER, LogLease, LogPosition, Recovered, Start,
+    flush_lines_once, lock, outside, write_flushed,
 };
-use crate::engine::{CommitSet, Engine, Persisted};
+use crate::engine::{EngineConfig, EngineFigures, EngineLifecycle, EngineStats};
 use crate::error::Result;
 use crate::media::CACHE_LINE;
 use crate::media::Media;
+use crate::pool::EngineKind;
+use crate::stm::{CommitSet, Engine, Persisted, Shared};
 use crate::stm::{ResolveScratch, Span, TxState};
 
 /// Records are placed at cache-line boundaries, so no line is flushed for two records.
 const RECORD_ALIGN: u64 = 64;
 
-/// The redo engine's part of a transaction's state.
+/// The redo family's part of a transaction's state.
 #[derive(Debug, Default)]
 pub(crate) struct RedoScratch {
     lease: Option<LogLease>,
-    record: RecordBuilder,
-    spans: Vec<Span>,
+    pub(super) record: RecordBuilder,
+    pub(super) spans: Vec<Span>,
     resolve: ResolveScratch,
-    flushed: Vec<(u64, u64)>,
+    pub(super) flushed: Vec<(u64, u64)>,
     /// The metadata lines of the transaction's allocator marks.
     marks: Vec<u64>,
     /// hoop: the transaction's words, their offsets in the record, where the record is.
-    words: Vec<(u64, u64)>,
-    locs: Vec<(u64, u64)>,
-    run: Vec<u8>,
-    record_at: u64,
-    mapped: Vec<(u64, super::oop::WordMap)>,
+    pub(super) words: Vec<(u64, u64)>,
+    pub(super) locs: Vec<(u64, u64)>,
+    pub(super) run: Vec<u8>,
+    pub(super) record_at: u64,
+    pub(super) mapped: Vec<(u64, WordMap)>,
     /// hoop: the last commit stopped because its log held records not yet collected.
     log_not_retired: bool,
 }
+
+/// How a redo-logged commit reaches home: the one thing `redo` and `hoop` do
+/// differently (PMDK's one mechanism, parameterised). `redo` ([`StoreHome`]) stores the
+/// bytes home at publish; `hoop` (`hoop::Hoop`) leaves them in the log, sends reads to
+/// them through a DRAM table, and writes them home in collections.
+pub(crate) trait HomePath: Debug + Send + Sync + Sized + 'static {
+    /// The engine kind of the pools it runs.
+    const KIND: EngineKind;
+    /// Whether home stores wait for collections (so a full log is collected, not
+    /// waited for).
+    const DEFERS_HOME: bool;
+    /// The thread-local slot keeping a finished transaction's state (one per engine).
+    fn spare() -> &'static LocalKey<Cell<Option<TxState<RedoScratch>>>>;
+    /// Copies the committed bytes of `[home, home + buf.len())`.
+    fn read(&self, media: &Media, home: u64, buf: &mut [u8]);
+    /// Adds the transaction's resolved writes (`s.spans` over `bytes`) to its record
+    /// (`s.record`) and returns the payload bytes.
+    fn record(&self, media: &Media, bytes: &[u8], s: &mut RedoScratch) -> u64;
+    /// Makes a durable commit's writes visible: its stores, flushed ranges pushed to
+    /// `s.flushed`; `frees` are the blocks it freed.
+    fn publish(&self, media: &Media, bytes: &[u8], frees: &[(u64, u64)], s: &mut RedoScratch);
+    /// Before a truncation retires the logs (no stripe lock held): whatever of them is
+    /// not home yet goes home, flushed; the truncation fences.
+    fn collect_begin(&self, shared: &Shared, media: &Media) -> Option<super::hoop::Collection>;
+    /// After the truncation stored the retired version.
+    fn collect_end(&self, shared: &Shared, collection: Option<super::hoop::Collection>);
+}
+
+/// `redo`'s home path: the bytes are stored home at publish.
+#[derive(Debug, Default)]
+pub(crate) struct StoreHome;
 
 thread_local! {
     static SPARE_STATE: Cell<Option<TxState<RedoScratch>>> = const { Cell::new(None) };
 }
 
-/// Figures of an in-place engine for [`Stats`](crate::Stats).
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
-pub struct InPlaceEngineStats {
-    /// Log areas (one per thread that committed, at most).
-    pub logs: u64,
-    /// Bytes of the log areas.
-    pub log_bytes: u64,
-    /// Redo: truncations (each advances the retired version, two fences).
-    pub truncations: u64,
-    /// Records recovery redid (redo) or undid (undo) when the pool was opened.
-    pub records_recovered: u64,
-    /// Allocator marks recovery skipped because later transactions reused their space.
-    pub marks_superseded: u64,
-    /// oop: words that have an update slot (their current copy is in it or, after an
-    /// even number of updates, home); hoop: words whose newest copy is in a log. 0 on
-    /// redo and undo.
-    pub update_slots: u64,
-    /// oop: bytes of the slot chunks.
-    pub slot_bytes: u64,
-    /// oop: slots the lightweight collector dropped since the pool was opened.
-    pub slots_collected: u64,
-    /// oop: slots recovery kept (their word's current copy) when the pool was opened.
-    pub slots_recovered: u64,
-    /// hoop: collections run (each writes every mapped word home and retires the logs).
-    pub collections: u64,
-    /// hoop: words the collections wrote home.
-    pub words_collected: u64,
+impl HomePath for StoreHome {
+    const KIND: EngineKind = EngineKind::Redo;
+    const DEFERS_HOME: bool = false;
+
+    fn spare() -> &'static LocalKey<Cell<Option<TxState<RedoScratch>>>> {
+        &SPARE_STATE
+    }
+
+    #[inline]
+    fn read(&self, media: &Media, home: u64, buf: &mut [u8]) {
+        media.read(home as usize, buf);
+    }
+
+    fn record(&self, _media: &Media, bytes: &[u8], s: &mut RedoScratch) -> u64 {
+        let mut payload = 0;
+        for sp in &s.spans {
+            s.record
+                .data(sp.home, &bytes[sp.at..sp.at + sp.len as usize]);
+            payload += sp.len;
+        }
+        payload
+    }
+
+    fn publish(&self, media: &Media, bytes: &[u8], _frees: &[(u64, u64)], s: &mut RedoScratch) {
+        for sp in &s.spans {
+            write_flushed(media, sp.home, &bytes[sp.at..sp.at + sp.len as usize]);
+            s.flushed.push((sp.home, sp.len));
+        }
+    }
+
+    fn collect_begin(&self, _: &Shared, _: &Media) -> Option<super::hoop::Collection> {
+        None
+    }
+
+    fn collect_end(&self, _: &Shared, _: Option<super::hoop::Collection>) {}
 }
 
-/// The redo engine (see the module docs).
+/// A redo-logging engine (see the module docs) with home path `P`.
 #[derive(Debug)]
-pub(crate) struct RedoEngine {
+pub(crate) struct RedoLogging<P> {
     pub core: InPlace,
     /// The retired version R, as stored; held while truncating.
     retired: Mutex<u64>,
@@ -113,27 +157,33 @@ pub(crate) struct RedoEngine {
     deferred: Mutex<Vec<(u64, u64)>>,
     truncations: AtomicU64,
     recovered: Recovered,
-    /// `hoop`: the words whose newest copy is in a log (see `hoop`); `None` for `redo`.
-    pub hoop: Option<Hoop>,
+    /// `redo-fastlog`: records go to the fast log buffer (001).
+    fast_log: bool,
+    /// How commits reach home.
+    pub(super) path: P,
 }
 
-impl RedoEngine {
-    /// Creates or opens a pool of `kind`: `Redo`, or `Hoop` (the same logs and
-    /// recovery, home stores deferred to collections).
-    pub(crate) fn start(
-        kind: crate::EngineKind,
-        how: super::Start<'_>,
+/// The `redo` engine.
+pub(crate) type RedoEngine = RedoLogging<StoreHome>;
+
+impl<P: HomePath> RedoLogging<P> {
+    /// Creates or opens a pool of `P`'s kind.
+    pub(super) fn start_with(
+        how: Start<'_>,
         config: &crate::Config,
-    ) -> Result<RedoEngine> {
-        let (core, recovered) = InPlace::start(kind, how, config, &mut recover, true)?;
+        fast_log: bool,
+        path: P,
+    ) -> Result<Self> {
+        let (core, recovered) = InPlace::start(P::KIND, how, config, &mut recover, true)?;
         let retired = core.shared.clock.now();
-        Ok(RedoEngine {
+        Ok(RedoLogging {
             core,
             retired: Mutex::new(retired),
             deferred: Mutex::default(),
             truncations: AtomicU64::new(0),
             recovered,
-            hoop: (kind == crate::EngineKind::Hoop).then(Hoop::new),
+            fast_log,
+            path,
         })
     }
 
@@ -148,10 +198,7 @@ impl RedoEngine {
         let me = std::thread::current().id();
         // hoop: every mapped word's newest copy goes home first (no record at or below
         // the target may be needed once it is retired).
-        let collection = self
-            .hoop
-            .as_ref()
-            .map(|h| h.collect_begin(&self.core.shared, media));
+        let collection = self.path.collect_begin(&self.core.shared, media);
         for log in self.core.logs().logs.iter() {
             let mut u = lock(&log.unfenced);
             // This thread's own flushes need only its fence.
@@ -164,7 +211,7 @@ impl RedoEngine {
                 }
                 u.version = 0;
                 u.ranges.clear();
-            } else if u.version != 0 && self.core.fast_log && !own {
+            } else if u.version != 0 && self.fast_log && !own {
                 // Fast log: the ranges of several transactions, some at or below the
                 // target: flushed (and fenced below), kept for the newer ones.
                 for &(offset, len) in &u.ranges {
@@ -174,9 +221,7 @@ impl RedoEngine {
         }
         media.fence();
         self.core.store_retired(target);
-        if let (Some(h), Some(c)) = (&self.hoop, collection) {
-            h.collect_end(&self.core.shared, c);
-        }
+        self.path.collect_end(&self.core.shared, collection);
         *retired = target;
         drop(retired);
         self.truncations.fetch_add(1, Ordering::Relaxed);
@@ -204,11 +249,6 @@ impl RedoEngine {
         self.core.ensure_area(slot, pos, needed)
     }
 
-    /// Retires everything (for a clean close).
-    pub(crate) fn close(&self) {
-        self.truncate();
-    }
-
     /// hoop: resets the log if every record in it is retired and returns `true`; else
     /// `false`, so the commit lets its locks go and collects in `make_room`.
     fn reset_retired_log(&self, slot: usize, pos: &mut LogPosition, needed: u64) -> Result<bool> {
@@ -228,26 +268,68 @@ impl RedoEngine {
         Ok(true)
     }
 
-    /// The engine's figures.
-    pub(crate) fn stats(&self) -> InPlaceEngineStats {
-        let (logs, log_bytes) = self.core.logs().areas();
-        InPlaceEngineStats {
-            logs,
-            log_bytes,
+    /// Retires everything and closes the pool cleanly.
+    pub(super) fn close_retired(self) -> Result<()> {
+        self.truncate();
+        self.core.close()
+    }
+
+    /// The figures of its logs and truncations.
+    pub(super) fn redo_stats(&self) -> RedoStats {
+        RedoStats {
+            logs: self.core.log_area_stats(&self.recovered),
             truncations: self.truncations.load(Ordering::Relaxed),
-            records_recovered: self.recovered.records,
-            marks_superseded: self.recovered.superseded,
-            update_slots: self.hoop.as_ref().map_or(0, |h| h.mapping.len()),
-            collections: self
-                .hoop
-                .as_ref()
-                .map_or(0, |h| h.collections.load(Ordering::Relaxed)),
-            words_collected: self
-                .hoop
-                .as_ref()
-                .map_or(0, |h| h.migrated.load(Ordering::Relaxed)),
-            ..InPlaceEngineStats::default()
         }
+    }
+}
+
+impl RedoEngine {
+    fn start(how: Start<'_>, config: &crate::Config, options: RedoOptions) -> Result<Self> {
+        Self::start_with(how, config, options.fast_log, StoreHome)
+    }
+}
+
+impl EngineLifecycle for RedoEngine {
+    const KIND: EngineKind = EngineKind::Redo;
+    type Options = RedoOptions;
+
+    fn options(config: &EngineConfig) -> Option<RedoOptions> {
+        match config {
+            EngineConfig::Redo(options) => Some(*options),
+            _ => None,
+        }
+    }
+
+    fn create(
+        at: crate::engine::NewPool<'_>,
+        config: &crate::Config,
+        options: RedoOptions,
+    ) -> Result<Self> {
+        Self::start(Start::Create(at), config, options)
+    }
+
+    fn open(
+        file: crate::pool::PoolFile,
+        config: &crate::Config,
+        options: RedoOptions,
+    ) -> Result<Self> {
+        Self::start(Start::Open(file), config, options)
+    }
+
+    fn file(&self) -> &crate::pool::PoolFile {
+        self.core.file()
+    }
+
+    fn root(&self) -> std::ops::Range<u64> {
+        self.core.root.clone()
+    }
+
+    fn figures(&self) -> EngineFigures {
+        self.core.figures(EngineStats::Redo(self.redo_stats()))
+    }
+
+    fn close(self) -> Result<()> {
+        self.close_retired()
     }
 }
 
@@ -338,40 +420,6 @@ fn recover(area: &mut EngineArea<'_, '_>) -> Result<Recovered> {
     })
 }
 
-/// The pieces of `sp` outside every block of `blocks` `(home, size)`.
-pub(crate) fn outside(sp: Span, blocks: &[(u64, u64)]) -> Vec<Span> {
-    let mut pieces = vec![sp];
-    for &(h, size) in blocks {
-        pieces = pieces
-            .into_iter()
-            .flat_map(|p| {
-                let (start, end) = (p.home, p.home + p.len);
-                let (cut_start, cut_end) = (h.max(start), (h + size).min(end));
-                if cut_start >= cut_end {
-                    return vec![p];
-                }
-                let mut kept = Vec::new();
-                if start < cut_start {
-                    kept.push(Span {
-                        home: start,
-                        len: cut_start - start,
-                        at: p.at,
-                    });
-                }
-                if cut_end < end {
-                    kept.push(Span {
-                        home: cut_end,
-                        len: end - cut_end,
-                        at: p.at + (cut_end - start) as usize,
-                    });
-                }
-                kept
-            })
-            .collect();
-    }
-    pieces
-}
-
 /// Stores the bytes of `data` (for `home`) that lie in none of `areas`, flushed.
 fn write_outside_areas(media: &Media, home: u64, data: &[u8], areas: &[(u64, u64)]) {
     let mut cuts: Vec<(u64, u64)> = areas
@@ -390,25 +438,20 @@ fn write_outside_areas(media: &Media, home: u64, data: &[u8], areas: &[(u64, u64
     }
 }
 
-/// Stores `data` at `home` and flushes it.
-pub(crate) fn write_flushed(media: &Media, home: u64, data: &[u8]) {
-    media.write(home as usize, data);
-    media.flush(home as usize, data.len());
-}
-
-impl Engine for RedoEngine {
+impl<P: HomePath> Engine for RedoLogging<P> {
     type Scratch = RedoScratch;
     type Heap = EngineHeap;
     const FRESH_BLOCKS_READ_ZERO: bool = false;
 
-    in_place_engine_common!(RedoScratch, SPARE_STATE);
+    in_place_engine_common!(RedoScratch);
+
+    fn spare() -> &'static LocalKey<Cell<Option<TxState<RedoScratch>>>> {
+        P::spare()
+    }
 
     #[inline]
     fn read_committed(&self, _s: &RedoScratch, home: u64, buf: &mut [u8]) {
-        match &self.hoop {
-            None => self.core.read(home, buf),
-            Some(h) => h.read(&self.core.media, home, buf),
-        }
+        self.path.read(&self.core.media, home, buf);
     }
 
     /// Appends the redo record and fences: the commit point.
@@ -425,24 +468,9 @@ impl Engine for RedoEngine {
                 .collect();
         }
         let bytes = set.writes.bytes();
+        s.record.start();
+        let payload = self.path.record(&self.core.media, bytes, s);
         let b = &mut s.record;
-        b.start();
-        let mut payload = 0;
-        match &self.hoop {
-            None => {
-                for sp in &s.spans {
-                    b.data(sp.home, &bytes[sp.at..sp.at + sp.len as usize]);
-                    payload += sp.len;
-                }
-            }
-            Some(h) => {
-                // Whole words, so the table can point at each one's newest copy.
-                let media = &self.core.media;
-                words_of(&s.spans, bytes, &mut s.words, |w| h.current_word(media, w));
-                Hoop::record_words(b, &s.words, &mut s.locs, &mut s.run);
-                payload = s.spans.iter().map(|sp| sp.len).sum();
-            }
-        }
         for &(home, size) in &set.allocs.allocs {
             b.block(EntryKind::Alloc, home, size);
         }
@@ -457,7 +485,7 @@ impl Engine for RedoEngine {
         let mut pos = lock(&log.position);
         let needed = (b.len() as u64).next_multiple_of(RECORD_ALIGN);
         if pos.area == 0 || pos.tail + needed > pos.capacity {
-            if self.hoop.is_some() {
+            if P::DEFERS_HOME {
                 if !self.reset_retired_log(lease.index, &mut pos, needed)? {
                     s.log_not_retired = true;
                     return Err(crate::Error::PoolFull);
@@ -470,7 +498,7 @@ impl Engine for RedoEngine {
         s.record_at = at as u64;
         let rec = b.seal(set.version, REDO_MAGIC);
         let media = &self.core.media;
-        if self.core.fast_log {
+        if self.fast_log {
             // 001: the record is persistent as it is written: the commit point, with
             // no fence. The home stores of this thread's transactions stay flushed and
             // unfenced until a truncation fences them.
@@ -506,15 +534,7 @@ impl Engine for RedoEngine {
         let heap = &self.core.heap.heap;
         let bytes = set.writes.bytes();
         s.flushed.clear();
-        match &self.hoop {
-            None => {
-                for sp in &s.spans {
-                    write_flushed(media, sp.home, &bytes[sp.at..sp.at + sp.len as usize]);
-                    s.flushed.push((sp.home, sp.len));
-                }
-            }
-            Some(h) => h.publish(s.record_at, &s.locs, &set.allocs.frees, &mut s.mapped),
-        }
+        self.path.publish(media, bytes, &set.allocs.frees, s);
         s.marks.clear();
         for &(home, size) in &set.allocs.allocs {
             s.marks.extend(heap.tx_mark(home, size, true));
@@ -532,7 +552,7 @@ impl Engine for RedoEngine {
         let mut u = lock(&lease.log().unfenced);
         u.version = set.version;
         let previous = u.thread.replace(std::thread::current().id());
-        if self.core.fast_log {
+        if self.fast_log {
             // No commit fences: every transaction's stores wait for a truncation. They
             // are all this thread's flushes (a previous lease holder's are flushed
             // again here), so a truncation by this thread need not flush them again.
@@ -549,7 +569,7 @@ impl Engine for RedoEngine {
 
     /// Out of space: a truncation gives back freed huge blocks it was holding.
     fn make_room(&self, s: &mut RedoScratch, _since: std::time::Instant) -> bool {
-        if self.hoop.is_some() && std::mem::take(&mut s.log_not_retired) {
+        if P::DEFERS_HOME && std::mem::take(&mut s.log_not_retired) {
             // The thread's log is full of records not yet collected: collect (no lock
             // is held now) unless another collection retired them meanwhile, then the
             // commit tries again. When an older transaction of another thread is still
@@ -573,6 +593,7 @@ impl Engine for RedoEngine {
 
 #[cfg(test)]
 mod tests {
+    use super::super::outside;
     use super::*;
 
     #[test]

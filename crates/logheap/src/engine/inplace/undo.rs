@@ -34,13 +34,18 @@
 
 use std::cell::Cell;
 
+use super::options::UndoOptions;
+use super::persist_policy::HomeStores;
 use super::record::{self, EntryKind, HEADER, MAGIC_WORD, RecordBuilder, UNDO_MAGIC};
-use super::redo::{InPlaceEngineStats, write_flushed};
+use super::stats::UndoStats;
 use super::{
-    EngineArea, EngineHeap, InPlace, LOG_HEADER, LogLease, Recovered, flush_lines_once, lock,
+    EngineArea, EngineHeap, InPlace, LOG_HEADER, LogLease, Recovered, Start, flush_lines_once,
+    lock, write_flushed,
 };
-use crate::engine::{CommitSet, Engine, Persisted};
+use crate::engine::{EngineConfig, EngineFigures, EngineLifecycle, EngineStats};
 use crate::error::Result;
+use crate::pool::EngineKind;
+use crate::stm::{CommitSet, Engine, Persisted};
 use crate::stm::{ResolveScratch, Span, TxState};
 
 /// The widest gap between two written ranges that are logged as one entry: an entry
@@ -74,27 +79,43 @@ thread_local! {
 pub(crate) struct UndoEngine {
     pub core: InPlace,
     recovered: Recovered,
+    /// `undo-fastlog`: records go to the fast log buffer (001).
+    fast_log: bool,
+    /// How the home stores are persisted (001's caching modes).
+    home_stores: HomeStores,
 }
 
 impl UndoEngine {
     /// Creates or opens an undo pool.
-    pub(crate) fn start(how: super::Start<'_>, config: &crate::Config) -> Result<UndoEngine> {
-        let (core, recovered) =
-            InPlace::start(crate::EngineKind::Undo, how, config, &mut recover, false)?;
-        Ok(UndoEngine { core, recovered })
+    fn start(how: Start<'_>, config: &crate::Config, options: UndoOptions) -> Result<UndoEngine> {
+        let (core, recovered) = InPlace::start(EngineKind::Undo, how, config, &mut recover, false)?;
+        let home_stores = HomeStores::new(options.persist_policy, core.pool_size());
+        Ok(UndoEngine {
+            core,
+            recovered,
+            fast_log: options.fast_log,
+            home_stores,
+        })
+    }
+}
+
+impl EngineLifecycle for UndoEngine {
+    const KIND: EngineKind = EngineKind::Undo;
+    type Options = UndoOptions;
+
+    fn options(config: &EngineConfig) -> Option<UndoOptions> {
+        match config {
+            EngineConfig::Undo(options) => Some(*options),
+            _ => None,
+        }
     }
 
-    /// The engine's figures.
-    pub(crate) fn stats(&self) -> InPlaceEngineStats {
-        let (logs, log_bytes) = self.core.logs().areas();
-        InPlaceEngineStats {
-            logs,
-            log_bytes,
-            truncations: 0,
-            records_recovered: self.recovered.records,
-            marks_superseded: self.recovered.superseded,
-            ..InPlaceEngineStats::default()
-        }
+    in_place_lifecycle_common!();
+
+    fn figures(&self) -> EngineFigures {
+        self.core.figures(EngineStats::Undo(UndoStats {
+            logs: self.core.log_area_stats(&self.recovered),
+        }))
     }
 }
 
@@ -213,7 +234,7 @@ impl Engine for UndoEngine {
         let at = pos.area + LOG_HEADER;
         drop(pos);
         let rec = b.seal(set.version, UNDO_MAGIC);
-        let fast = self.core.fast_log;
+        let fast = self.fast_log;
         if fast {
             // 001: the record is persistent as it is written.
             media.write_fast_log(at as usize, rec);
@@ -224,7 +245,7 @@ impl Engine for UndoEngine {
         }
         let bytes = set.writes.bytes();
         let mut payload = 0;
-        let stores = &self.core.home_stores;
+        let stores = &self.home_stores;
         s.marks.clear();
         for sp in &s.spans {
             stores.store(

@@ -203,14 +203,6 @@ pub(crate) struct CleanerThreads {
 }
 
 impl CleanerThreads {
-    /// No cleaner threads (a pool whose engine has no log to clean).
-    pub(crate) fn none() -> CleanerThreads {
-        CleanerThreads {
-            wakeup: Arc::default(),
-            handles: Vec::new(),
-        }
-    }
-
     /// Starts `engine`'s background cleaners (as many as its settings say). Each holds
     /// the engine only while it cleans.
     pub(crate) fn start(engine: &Arc<LogEngine>) -> CleanerThreads {

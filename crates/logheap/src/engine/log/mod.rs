@@ -18,8 +18,10 @@ mod cleaner;
 mod commit_data;
 mod epoch;
 mod layout;
+mod lifecycle;
 mod log_writer;
 mod mapping;
+mod options;
 mod recovery;
 mod snapshot;
 mod superblock;
@@ -33,6 +35,7 @@ use std::thread::LocalKey;
 pub use cleaner::Compaction;
 pub(crate) use cleaner::{CleanerSettings, CleanerThreads};
 pub use mapping::{MappingConfig, PartitionIndex};
+pub use options::LogOptions;
 pub(crate) use recovery::Examination;
 pub use recovery::{Damage, DroppedTransaction, LogSummary, RecoveryReport, SnapshotUse};
 
@@ -44,12 +47,12 @@ use self::log_writer::LogWriter;
 use self::mapping::{AddressMap, Mapping};
 use self::snapshot::Snapshot;
 use self::superblock::{CloseRecord, Superblock};
-use super::{CommitSet, Engine, Persisted};
 use crate::alloc::TxHeap;
 use crate::alloc::home::{HEAP_START, HomeHeap};
 use crate::error::{Error, Result};
 use crate::media::Media;
 use crate::pool::{Header, PoolFile, PoolLayout};
+use crate::stm::{CommitSet, Engine, Persisted};
 use crate::stm::{Shared, TxState};
 
 /// Home offset of the root object.
@@ -159,6 +162,8 @@ pub(crate) struct LogEngine {
     /// reclaimed chunks wait for its grace periods. Its deferred functions own what
     /// they touch, so the order in which the fields drop does not matter to them.
     epoch: PoolEpoch,
+    /// The pool file (its media is `media`).
+    file: PoolFile,
 }
 
 fn superblock_of(layout: &PoolLayout) -> Superblock {
@@ -217,7 +222,7 @@ impl LogEngine {
     /// `recovery_threads` recover the log (0: one per core, see
     /// [`Config::recovery_threads`](crate::Config::recovery_threads)).
     pub(crate) fn open(
-        file: &PoolFile,
+        file: PoolFile,
         mapping: MappingConfig,
         recovery_threads: usize,
         cleaning: CleanerSettings,
@@ -339,6 +344,7 @@ impl LogEngine {
             report: recovered.report,
             media,
             epoch,
+            file,
         })
     }
 
@@ -403,7 +409,7 @@ impl LogEngine {
     /// the free chunks can hold it) and records what the log holds, durably, so the next
     /// open can check it finds exactly that and load the snapshot instead of replaying
     /// the log. The caller then marks the pool closed.
-    pub(crate) fn close(&self) {
+    pub(crate) fn prepare_close(&self) {
         // No commit or cleaning is in progress (closing takes the pool): the chunk books
         // hold every committed block in the log. Transactions (distinct versions: the
         // cleaner's copies share their source's version) are counted from the log.

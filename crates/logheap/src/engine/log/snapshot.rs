@@ -693,7 +693,7 @@ mod tests {
 
         let pool = Pool::open_image(image, &config, SimConfig::default()).unwrap();
         assert_eq!(
-            pool.stats().log.unwrap().recovery.snapshot,
+            pool.stats().log().cloned().unwrap().recovery.snapshot,
             SnapshotUse::Rejected("the snapshot was written at another close".into())
         );
         assert_eq!(pool.read(|tx| tx.read(root)).unwrap(), 41);
@@ -744,7 +744,7 @@ mod tests {
         assert!(changed, "the root's update block was found");
         let pool = Pool::open_image(image, &config, SimConfig::default()).unwrap();
         assert!(matches!(
-            pool.stats().log.unwrap().recovery.snapshot,
+            pool.stats().log().cloned().unwrap().recovery.snapshot,
             SnapshotUse::Rejected(ref why) if why.contains("not the one")
         ));
         assert_eq!(pool.read(|tx| tx.read(root)).unwrap(), 40);

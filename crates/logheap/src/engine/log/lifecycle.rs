@@ -1,0 +1,97 @@
+//! The log engine's life outside the transaction path ([`EngineLifecycle`]): a new
+//! pool file formatted with its superblock, open with recovery, figures, compaction,
+//! the background cleaners, the check of a pool file, and a clean close that writes
+//! the snapshot.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use super::{CleanerSettings, CleanerThreads, Compaction, Examination, LogEngine, LogOptions};
+use crate::config::Config;
+use crate::engine::{
+    Background, EngineConfig, EngineFigures, EngineLifecycle, EngineStats, NewPool,
+};
+use crate::error::Result;
+use crate::pool::{EngineKind, PoolFile, ReadOnlyPool};
+
+impl EngineLifecycle for LogEngine {
+    const KIND: EngineKind = EngineKind::Log;
+    type Options = LogOptions;
+
+    fn options(config: &EngineConfig) -> Option<LogOptions> {
+        match config {
+            EngineConfig::Log(options) => Some(*options),
+            _ => None,
+        }
+    }
+
+    fn create(at: NewPool<'_>, config: &Config, options: LogOptions) -> Result<LogEngine> {
+        let file = match at {
+            NewPool::File(path) => {
+                PoolFile::create_with(path, &config.pool_options(), |media, header| {
+                    LogEngine::format(media, header)
+                })?
+            }
+            NewPool::Sim(sim) => {
+                let file = PoolFile::create_sim(&config.pool_options(), sim)?;
+                LogEngine::format(file.media(), file.header());
+                file
+            }
+        };
+        <LogEngine as EngineLifecycle>::open(file, config, options)
+    }
+
+    fn open(file: PoolFile, _config: &Config, options: LogOptions) -> Result<LogEngine> {
+        LogEngine::open(
+            file,
+            options.mapping,
+            options.recovery_threads,
+            CleanerSettings {
+                threshold: options.clean_threshold,
+                threads: options.cleaner_threads,
+                inline: options.inline_cleaning,
+                every: options.clean_every,
+            },
+        )
+    }
+
+    fn file(&self) -> &PoolFile {
+        &self.file
+    }
+
+    fn root(&self) -> Range<u64> {
+        self.root.clone()
+    }
+
+    fn figures(&self) -> EngineFigures {
+        let log = self.stats();
+        EngineFigures {
+            allocations: log.allocations,
+            allocated_bytes: log.allocated_bytes,
+            dram_bytes: log.mapping_dram_bytes,
+            pm_bytes_used: (log.chunks_total - log.chunks_free) * self.geometry.size,
+            engine: EngineStats::Log(log),
+        }
+    }
+
+    fn compact(&self) -> Compaction {
+        LogEngine::compact(self)
+    }
+
+    fn background(engine: &Arc<LogEngine>) -> Option<Background> {
+        Some(Box::new(CleanerThreads::start(engine)))
+    }
+
+    fn examine(pool: &ReadOnlyPool) -> Result<Examination> {
+        Ok(LogEngine::examine(
+            &pool.media,
+            &pool.header,
+            pool.state.clean,
+        ))
+    }
+
+    fn close(self) -> Result<()> {
+        self.prepare_close();
+        self.file.close()
+    }
+}
