@@ -25,9 +25,11 @@
 use std::collections::BTreeMap;
 
 use super::chunks::{ChunkGeometry, payload_start};
+use super::damage::Damage;
 use super::layout::{BlockScan, ChunkHeader, DecodedEntry, LogKind, decode_block_into, u64_at};
 use super::snapshot::Snapshot;
 use super::superblock::{CheckpointSlot, CloseRecord};
+use super::sync::lock;
 use crate::media::Media;
 
 /// The live allocations (home, size; sorted by home, disjoint) as of `version`.
@@ -35,6 +37,14 @@ use crate::media::Media;
 pub(crate) struct Checkpoint {
     pub version: u64,
     pub allocations: Vec<(u64, u64)>,
+}
+
+/// The allocation checkpoint a pool has, as recovery takes it: replay starts from its
+/// allocations, and its chunks are in no log but not free.
+#[derive(Debug, Clone)]
+pub(crate) struct Seed {
+    pub checkpoint: std::sync::Arc<Checkpoint>,
+    pub chunks: Vec<u32>,
 }
 
 /// What an allocation or free record does.
@@ -180,15 +190,15 @@ pub(crate) fn read_current(
     media: &Media,
     geometry: &ChunkGeometry,
     superblock: &super::superblock::Superblock,
-) -> Result<Option<(CheckpointSlot, super::recovery::Seed)>, super::recovery::Damage> {
+) -> Result<Option<(CheckpointSlot, Seed)>, Damage> {
     let Some(slot) = superblock.read_checkpoint(media)? else {
         return Ok(None);
     };
     let (checkpoint, chunks) = Checkpoint::read(media, geometry, &slot)
-        .map_err(|why| super::recovery::Damage::at(superblock.at as u64, why))?;
+        .map_err(|why| Damage::at(superblock.at as u64, why))?;
     Ok(Some((
         slot,
-        super::recovery::Seed {
+        Seed {
             checkpoint: std::sync::Arc::new(checkpoint),
             chunks,
         },
@@ -225,7 +235,7 @@ impl super::LogEngine {
 
     fn write_checkpoint(&self, forced: bool) -> usize {
         let mut current = if forced {
-            super::lock(&self.checkpoint)
+            lock(&self.checkpoint)
         } else {
             let Ok(current) = self.checkpoint.try_lock() else {
                 return 0;

@@ -1,14 +1,15 @@
 //! Chunks: the pool's data area cut into fixed-size pieces (32 KiB by default), a global
 //! pool of free chunks that formats more as the logs grow, per-chunk live-byte counts (for
-//! the cleaner), and the log tails of each log set ("Log-structured Non-volatile Main
-//! Memory", USENIX ATC 2017, §3.3).
+//! the cleaner), and the chunk each log appends to ("Log-structured Non-volatile Main
+//! Memory", USENIX ATC 2017, §3.3). The log sets (each a committer's three logs) are in
+//! [`super::log_writer`].
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::layout::{CHUNK_HEADER, ChunkHeader, LogKind, header_erase_order};
-use super::log_writer::Plan;
 use super::superblock::Superblock;
+use super::sync::lock;
 use crate::media::Media;
 
 /// Where chunks are.
@@ -156,10 +157,6 @@ pub(crate) struct TakenChunk {
 
 /// Most chunks kept for the cleaner ([`ChunkPool::reserve`]).
 const CLEANER_RESERVE: u64 = 4;
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// Chunks formatted at a time: a quarter of those formatted so far, within these bounds.
 /// A new pool starts with the first `FORMAT_STEP_MIN` formatted.
@@ -527,14 +524,6 @@ impl ChunkPool {
     }
 }
 
-/// The append position of one log.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct LogTail {
-    /// Current chunk, its generation and sequence number in the log, and the offset of
-    /// the next block within it.
-    pub current: Option<TailChunk>,
-}
-
 /// The chunk a log appends to.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TailChunk {
@@ -545,46 +534,6 @@ pub(crate) struct TailChunk {
     /// Everything from `offset` to the end of the chunk is zero, so a commit needs no
     /// end mark after its blocks.
     pub zero_rest: bool,
-}
-
-/// One committer's three logs (update, allocation, deallocation). A committing
-/// transaction checks a log set out, so concurrent commits append to different logs.
-#[derive(Debug)]
-pub(crate) struct LogSet {
-    pub id: u32,
-    pub tails: [LogTail; 3],
-    /// Where blocks are encoded before they are written (reused by every commit).
-    pub scratch: Vec<u8>,
-    /// Where commits are planned (reused by every commit).
-    pub plan: Plan,
-}
-
-impl LogSet {
-    pub(crate) fn new(id: u32) -> LogSet {
-        LogSet {
-            id,
-            tails: [LogTail::default(); 3],
-            scratch: Vec::new(),
-            plan: Plan::default(),
-        }
-    }
-
-    /// The header of chunk `taken` when it follows `tail` in log `kind`.
-    pub(crate) fn next_header(
-        &self,
-        kind: LogKind,
-        tail: Option<TailChunk>,
-        taken: &TakenChunk,
-    ) -> ChunkHeader {
-        ChunkHeader {
-            kind,
-            zeroed: taken.zero_payload,
-            owner: self.id,
-            generation: taken.generation,
-            prev: tail.map(|t| t.chunk),
-            seq: tail.map_or(0, |t| t.seq + 1),
-        }
-    }
 }
 
 /// Bytes of a chunk available to blocks.

@@ -37,13 +37,15 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
 use super::LogEngine;
-use super::chunks::{LogSet, TailChunk, payload_start};
+use super::chunks::{TailChunk, payload_start};
 use super::layout::{
     BLOCK_ALIGN, BlockScan, CHUNK_HEADER, ChunkHeader, DecodedEntry, END_MARK, ENTRY_HEADER,
     EntryRef, LogKind, PREAMBLE, block_digest, block_size, decode_block_into, encode_block,
     stored_crc,
 };
+use super::log_writer::LogSet;
 use super::mapping::AddressMap;
+use super::sync::lock;
 use crate::stm::{StripeLocks, stripes};
 
 /// Data bytes below which the cleaner does not split a moved piece to fill the end of
@@ -164,14 +166,14 @@ impl Wakeup {
     /// Asks the background cleaners to look for work (cheap when already asked).
     pub(crate) fn notify(&self) {
         if !self.pending.swap(true, Ordering::AcqRel) {
-            let _held = super::lock(&self.lock);
+            let _held = lock(&self.lock);
             self.cond.notify_one();
         }
     }
 
     /// Waits until asked, or for `timeout`; `false` once the pool is closing.
     fn wait(&self, timeout: Duration) -> bool {
-        let held = super::lock(&self.lock);
+        let held = lock(&self.lock);
         if !self.pending.load(Ordering::Acquire) && !self.stopped() {
             let _woken = self
                 .cond
@@ -189,7 +191,7 @@ impl Wakeup {
 
     fn stop(&self) {
         self.stop.store(true, Ordering::Release);
-        let _held = super::lock(&self.lock);
+        let _held = lock(&self.lock);
         self.cond.notify_all();
     }
 }
@@ -319,7 +321,7 @@ impl LogEngine {
     /// its own `w`: the durable mark only grows.
     pub(super) fn raise_cleaned_through(&self, needed: u64, w: u64) {
         if needed > self.cleaner.cleaned_through.load(Ordering::Acquire) {
-            let _mark = super::lock(&self.cleaner.mark);
+            let _mark = lock(&self.cleaner.mark);
             let durable = self.cleaner.cleaned_through.load(Ordering::Acquire);
             if needed > durable {
                 let to = w.max(durable);
@@ -437,7 +439,7 @@ impl LogEngine {
         targets.sort_unstable();
         let mut skipped = 0;
         // The last pass slot: background threads take the first ones.
-        let mut work = super::lock(&self.cleaner.works[self.cleaner.works.len() - 1]);
+        let mut work = lock(&self.cleaner.works[self.cleaner.works.len() - 1]);
         self.cleaner.compacting.store(true, Ordering::Release);
         for (_, victim) in targets {
             let cleaned = self.claimed(victim, || {

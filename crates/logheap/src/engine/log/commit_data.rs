@@ -14,8 +14,7 @@
 //! Entries refer to their bytes by offset into one staging buffer, so the buffers carry
 //! no borrow from one transaction to the next.
 
-use super::layout::{EntryRef, MAX_ENTRY_DATA};
-use super::log_writer::Placed;
+use super::layout::{EntryRef, LogKind, MAX_ENTRY_DATA};
 use crate::stm::{ResolveScratch, Span, WriteSet};
 
 /// A staged log entry: `len` bytes at `at` in the staging buffer, for `home`.
@@ -36,6 +35,15 @@ impl Staged {
             data: &staging[self.at..self.at + self.len],
         }
     }
+}
+
+/// A data entry's final place: `len` bytes for `home` at pool offset `log`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Placed {
+    pub kind: LogKind,
+    pub home: u64,
+    pub len: u64,
+    pub log: u64,
 }
 
 /// A range that cuts write spans: an object the transaction allocates (its image starts
@@ -177,7 +185,7 @@ impl CommitBuffers {
 
     /// The staged entries of `kind`'s log.
     #[cfg(test)]
-    fn log(&self, kind: super::layout::LogKind) -> &[Staged] {
+    fn log(&self, kind: LogKind) -> &[Staged] {
         &self.logs[kind.index()]
     }
 }
@@ -215,7 +223,6 @@ fn stage_update(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::log::layout::LogKind;
 
     fn staged(b: &CommitBuffers, kind: LogKind) -> Vec<(u64, bool, Vec<u8>)> {
         b.log(kind)

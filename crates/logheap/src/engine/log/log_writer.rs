@@ -1,12 +1,13 @@
-//! Appending a transaction to its log set ("Log-structured Non-volatile Main Memory",
-//! USENIX ATC 2017, §4.2): the entries of each log are packed into transaction blocks,
-//! splitting an entry where a chunk ends and continuing in a new chunk; all blocks of the
-//! transaction, in all three logs, are linked into one cycle by their peer pointers.
-//! Blocks, the end mark after the last block in each chunk, and new chunk headers are
-//! written with non-temporal stores and made durable by a single fence.
+//! Log sets ([`LogSet`]: one committer's three logs), and appending a transaction to
+//! its log set ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §4.2): the
+//! entries of each log are packed into transaction blocks, splitting an entry where a
+//! chunk ends and continuing in a new chunk; all blocks of the transaction, in all three
+//! logs, are linked into one cycle by their peer pointers. Blocks, the end mark after
+//! the last block in each chunk, and new chunk headers are written with non-temporal
+//! stores and made durable by a single fence.
 
-use super::chunks::{ChunkGeometry, ChunkPool, LogSet, TailChunk, TakenChunk, payload_start};
-use super::commit_data::Staged;
+use super::chunks::{ChunkGeometry, ChunkPool, TailChunk, TakenChunk, payload_start};
+use super::commit_data::{Placed, Staged};
 use super::layout::{
     ChunkHeader, END_MARK, ENTRY_HEADER, LogKind, MAX_BLOCK_ENTRIES, PREAMBLE, block_digest,
     block_size, encode_block, stored_crc,
@@ -15,15 +16,6 @@ use crate::media::Media;
 
 /// Entries shorter than this are moved whole to the next chunk rather than split.
 const MIN_SPLIT: usize = 64;
-
-/// A data entry's final place: `len` bytes for `home` at pool offset `log`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Placed {
-    pub kind: LogKind,
-    pub home: u64,
-    pub len: u64,
-    pub log: u64,
-}
 
 /// The pool has no free chunk for the transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +52,55 @@ pub(crate) struct Plan {
     taken: Vec<TakenChunk>,
     /// Each block's share of the log's fingerprint.
     digests: Vec<u64>,
+}
+
+/// The append position of one log.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct LogTail {
+    /// Current chunk, its generation and sequence number in the log, and the offset of
+    /// the next block within it.
+    pub current: Option<TailChunk>,
+}
+
+/// One committer's three logs (update, allocation, deallocation). A committing
+/// transaction checks a log set out, so concurrent commits append to different logs.
+#[derive(Debug)]
+pub(crate) struct LogSet {
+    pub id: u32,
+    pub tails: [LogTail; 3],
+    /// Where blocks are encoded before they are written (reused by every commit).
+    pub scratch: Vec<u8>,
+    /// Where commits are planned (reused by every commit).
+    pub plan: Plan,
+}
+
+impl LogSet {
+    /// Log set `id`, whose logs have no chunk yet.
+    pub(crate) fn new(id: u32) -> LogSet {
+        LogSet {
+            id,
+            tails: [LogTail::default(); 3],
+            scratch: Vec::new(),
+            plan: Plan::default(),
+        }
+    }
+
+    /// The header of chunk `taken` when it follows `tail` in log `kind`.
+    pub(crate) fn next_header(
+        &self,
+        kind: LogKind,
+        tail: Option<TailChunk>,
+        taken: &TakenChunk,
+    ) -> ChunkHeader {
+        ChunkHeader {
+            kind,
+            zeroed: taken.zero_payload,
+            owner: self.id,
+            generation: taken.generation,
+            prev: tail.map(|t| t.chunk),
+            seq: tail.map_or(0, |t| t.seq + 1),
+        }
+    }
 }
 
 /// Appends transactions to log sets on one media.

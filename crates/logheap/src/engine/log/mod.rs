@@ -16,6 +16,7 @@ mod checkpoint;
 mod chunks;
 mod cleaner;
 mod commit_data;
+mod damage;
 mod epoch;
 mod layout;
 mod lifecycle;
@@ -25,6 +26,7 @@ mod options;
 mod recovery;
 mod snapshot;
 mod superblock;
+mod sync;
 
 use std::cell::Cell;
 use std::ops::Range;
@@ -34,19 +36,21 @@ use std::thread::LocalKey;
 
 pub use cleaner::Compaction;
 pub(crate) use cleaner::{CleanerSettings, CleanerThreads};
+pub use damage::Damage;
 pub use mapping::{MappingConfig, PartitionIndex};
 pub use options::LogOptions;
 pub(crate) use recovery::Examination;
-pub use recovery::{Damage, DroppedTransaction, LogSummary, RecoveryReport, SnapshotUse};
+pub use recovery::{DroppedTransaction, LogSummary, RecoveryReport, SnapshotUse};
 
-use self::chunks::{ChunkGeometry, ChunkPool, LogSet};
+use self::chunks::{ChunkGeometry, ChunkPool};
 use self::commit_data::CommitBuffers;
 use self::epoch::PoolEpoch;
 use self::layout::HOME_LIMIT;
-use self::log_writer::LogWriter;
+use self::log_writer::{LogSet, LogWriter};
 use self::mapping::{AddressMap, Mapping};
 use self::snapshot::Snapshot;
 use self::superblock::{CloseRecord, Superblock};
+use self::sync::lock;
 use crate::alloc::TxHeap;
 use crate::alloc::home::{HEAP_START, HomeHeap};
 use crate::error::{Error, Result};
@@ -194,10 +198,6 @@ fn corrupt(path: &std::path::Path, problems: Vec<Damage>) -> Error {
         offset: first.offset,
         reason,
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl LogEngine {

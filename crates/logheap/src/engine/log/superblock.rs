@@ -43,8 +43,8 @@
 //! * The **snapshot locator**: where the clean-close snapshot of the mapping and the
 //!   allocator is ([`super::snapshot`]); zeros while the pool is open.
 
+use super::damage::Damage;
 use super::layout::{u32_at, u64_at};
-use super::recovery::Damage;
 use crate::media::Media;
 
 const GENERATION: usize = 0;

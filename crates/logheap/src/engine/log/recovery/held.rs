@@ -4,7 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use super::parallel::REGION_SHIFT;
+/// log2 of the home-space regions that allocations are kept by here, and that the
+/// threads of the parallel replay divide the allocation records by ([`super::parallel`]):
+/// the allocator's superblock, which small objects never cross.
+pub(super) const REGION_SHIFT: u32 = 16;
 
 /// Live allocations as `(start, end)`: all of them (the sequential replay) or those that
 /// touch one thread's regions (the parallel one). They never overlap each other (an

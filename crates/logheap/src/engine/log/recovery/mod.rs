@@ -95,10 +95,9 @@ mod replay;
 mod rules;
 mod scan;
 
-use std::fmt;
-
-use super::checkpoint::Checkpoint;
+use super::checkpoint::Seed;
 use super::chunks::{ChunkGeometry, TailChunk, payload_start};
+use super::damage::Damage;
 use super::layout::{CHUNK_HEADER, LogKind, block_digest, header_erase_order};
 use super::mapping::{AddressMap, Mapping};
 use super::snapshot::Snapshot;
@@ -158,44 +157,6 @@ pub struct DroppedTransaction {
     pub version: Option<u64>,
     /// Pool offset where what was written of it starts.
     pub offset: u64,
-}
-
-/// Damage found in a pool: what is wrong and where.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Damage {
-    /// Byte offset in the pool file.
-    pub offset: u64,
-    /// The log it is in, when it is in one (e.g. "update log of log set 3").
-    pub log: Option<String>,
-    /// What is wrong.
-    pub reason: String,
-}
-
-impl Damage {
-    pub(crate) fn at(offset: u64, reason: String) -> Damage {
-        Damage {
-            offset,
-            log: None,
-            reason,
-        }
-    }
-
-    pub(crate) fn in_log(offset: u64, log: String, reason: String) -> Damage {
-        Damage {
-            offset,
-            log: Some(log),
-            reason,
-        }
-    }
-}
-
-impl fmt::Display for Damage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.log {
-            Some(log) => write!(f, "offset {} ({log}): {}", self.offset, self.reason),
-            None => write!(f, "offset {}: {}", self.offset, self.reason),
-        }
-    }
 }
 
 /// One log of a pool, as `logheap check` and `inspect` show it.
@@ -660,14 +621,6 @@ impl Committed {
         }
         out
     }
-}
-
-/// The allocation checkpoint a pool has ([`super::checkpoint`]): replay starts from its
-/// allocations, and its chunks are in no log but not free.
-#[derive(Debug, Clone)]
-pub(crate) struct Seed {
-    pub checkpoint: std::sync::Arc<Checkpoint>,
-    pub chunks: Vec<u32>,
 }
 
 /// Removes from `mapping` what lies in the heap outside every allocation of

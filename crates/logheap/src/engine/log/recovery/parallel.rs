@@ -46,20 +46,17 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock, RwLock};
 
-use super::Damage;
-use super::held::Held;
+use super::held::{Held, REGION_SHIFT};
 use super::replay::{self, Meaning, Phase, Replayed};
 use super::rules::Verdict;
 use super::scan::{Batches, Scan};
 use crate::alloc::home::{AllocError, HomeAllocator};
 use crate::engine::log::chunks::ChunkGeometry;
+use crate::engine::log::damage::Damage;
 use crate::engine::log::layout::{HOME_LIMIT, LogKind};
 use crate::engine::log::mapping::{AddressMap, Mapping};
 use crate::media::Media;
 
-/// log2 of the home-space regions that threads divide the allocation records by: the
-/// allocator's superblock, which small objects never cross.
-pub(super) const REGION_SHIFT: u32 = 16;
 /// log2 of the smallest unit of home space that threads divide the mapping by (the
 /// mapping's partitions when those are larger).
 const MIN_DATA_SHIFT: u32 = 12;

@@ -1,13 +1,13 @@
 //! Replaying committed transactions in version order into the mapping and the allocator,
 //! checking that their allocation records agree with each other.
 
-use super::Damage;
 use super::held::Held;
 use super::rules::{Verdict, log_name};
 use super::scan::Scan;
 use crate::alloc::home::HomeAllocator;
 use crate::engine::log::ROOT_HOME;
 use crate::engine::log::chunks::ChunkGeometry;
+use crate::engine::log::damage::Damage;
 use crate::engine::log::layout::{DecodedEntry, HOME_LIMIT, LogKind, u64_at};
 use crate::engine::log::mapping::AddressMap;
 use crate::media::Media;

@@ -3,9 +3,10 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use super::DroppedTransaction;
 use super::scan::{Scan, Stop};
-use super::{Damage, DroppedTransaction};
 use crate::engine::log::chunks::{ChunkGeometry, payload_start};
+use crate::engine::log::damage::Damage;
 use crate::engine::log::layout::LogKind;
 use crate::engine::log::superblock::CloseRecord;
 

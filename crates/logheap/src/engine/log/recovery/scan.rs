@@ -4,8 +4,8 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::Damage;
 use crate::engine::log::chunks::{ChunkGeometry, payload_start};
+use crate::engine::log::damage::Damage;
 use crate::engine::log::layout::{
     BLOCK_ALIGN, BlockScan, CHUNK_HEADER, ChunkHeader, DecodedBlock, HeaderState, PREAMBLE,
     decode_block,
