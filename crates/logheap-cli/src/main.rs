@@ -1,4 +1,6 @@
-//! The `logheap` command: calibrate the machine, inspect pools, crash-test engines.
+//! The `logheap` command: benchmark the engines side by side, create, check, inspect and
+//! compact pools, crash-test and kill-test engines, time recovery, calibrate the NVM
+//! emulation.
 
 mod bench;
 mod calibrate;
@@ -25,7 +27,8 @@ pub struct PoolArgs {
     json: bool,
 }
 
-/// logheap: persistent transactional memory with a log-structured heap.
+/// logheap: persistent transactional memory with a log-structured heap and its baselines
+/// (redo, undo, oop, hoop) behind one API.
 #[derive(Debug, Parser)]
 #[command(name = "logheap", version, about)]
 struct Cli {

@@ -57,16 +57,16 @@ pub(crate) enum AllocError {
 
 /// A superblock carved into slots of one size class.
 #[derive(Debug, Clone)]
-struct Superblock {
+struct HomeSuperblock {
     class: usize,
     /// The requested size of the object in each slot; 0 when the slot is free (sizes of
     /// small objects are 1 to 4096).
     sizes: Box<[u16]>,
 }
 
-impl Superblock {
-    fn new(class: usize) -> Superblock {
-        Superblock {
+impl HomeSuperblock {
+    fn new(class: usize) -> HomeSuperblock {
+        HomeSuperblock {
             class,
             sizes: vec![0; (SUPERBLOCK / CLASSES[class]) as usize].into_boxed_slice(),
         }
@@ -77,7 +77,7 @@ impl Superblock {
 #[derive(Debug, Default)]
 pub(crate) struct HomeAllocator {
     /// Superblocks with a class: start -> its slots.
-    superblocks: HashMap<u64, Superblock>,
+    superblocks: HashMap<u64, HomeSuperblock>,
     /// Live large allocations: start -> requested size.
     large: HashMap<u64, u64>,
     /// Live allocations, and the sum of their requested sizes.
@@ -146,7 +146,7 @@ impl HomeAllocator {
     /// Every live allocation `(home, size)`, sorted.
     pub(crate) fn allocations(&self) -> Vec<(u64, u64)> {
         let mut v: Vec<(u64, u64)> = Vec::with_capacity(self.count);
-        let mut sbs: Vec<(&u64, &Superblock)> = self.superblocks.iter().collect();
+        let mut sbs: Vec<(&u64, &HomeSuperblock)> = self.superblocks.iter().collect();
         sbs.sort_unstable_by_key(|&(&start, _)| start);
         for (&start, sb) in sbs {
             let size = CLASSES[sb.class];
@@ -204,7 +204,7 @@ impl HomeAllocator {
             }
             None => return Err(AllocError::HomeSpaceFull),
         };
-        self.superblocks.insert(sb, Superblock::new(class));
+        self.superblocks.insert(sb, HomeSuperblock::new(class));
         let size = CLASSES[class];
         let slots = SUPERBLOCK / size;
         // Hand out low addresses first: push in reverse.
@@ -291,7 +291,7 @@ impl HomeAllocator {
         let mut a = HomeAllocator::new();
         // The superblock of the previous small allocation, taken out of the map while
         // allocations fall in it (they come mostly in address order).
-        let mut current: Option<(u64, Superblock)> = None;
+        let mut current: Option<(u64, HomeSuperblock)> = None;
         let mut extents: Vec<(u64, u64)> = Vec::new();
         let outside = |home: u64, size: u64| {
             AllocError::Inconsistent(format!("allocation {home:#x}+{size} is outside its region"))
@@ -327,7 +327,7 @@ impl HomeAllocator {
                         let sb = a
                             .superblocks
                             .remove(&start)
-                            .unwrap_or_else(|| Superblock::new(class));
+                            .unwrap_or_else(|| HomeSuperblock::new(class));
                         current = Some((start, sb));
                     }
                     let sb = &mut current.as_mut().expect("set above").1;
@@ -378,7 +378,7 @@ impl HomeAllocator {
             cursor = start + len;
         }
         a.bump = cursor;
-        let mut sbs: Vec<(u64, &Superblock)> =
+        let mut sbs: Vec<(u64, &HomeSuperblock)> =
             a.superblocks.iter().map(|(&s, sb)| (s, sb)).collect();
         sbs.sort_unstable_by_key(|&(s, _)| s);
         let mut sb_cursor = HEAP_START;

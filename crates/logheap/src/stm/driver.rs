@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use super::{CommitSet, Engine, Persisted};
-use super::{Shared, StripeLocks, WriteSet, is_locked, stripes, version_of};
+use super::{Domain, StripeLocks, WriteSet, is_locked, stripes, version_of};
 use crate::alloc::{TxAllocs, TxHeap};
 use crate::error::{Error, Result};
 
@@ -71,7 +71,7 @@ impl<S> TxState<S> {
 /// The driver over one engine `E` of an open pool.
 #[derive(Debug)]
 pub(crate) struct Stm<E> {
-    shared: Arc<Shared>,
+    shared: Arc<Domain>,
     engine: Arc<E>,
 }
 

@@ -7,7 +7,7 @@ use std::cell::Cell;
 use std::sync::Arc;
 use std::thread::LocalKey;
 
-use super::{Shared, TxState, WriteSet};
+use super::{Domain, TxState, WriteSet};
 use crate::alloc::{TxAllocs, TxHeap};
 use crate::error::Result;
 use crate::media::Media;
@@ -55,7 +55,7 @@ pub(crate) trait Engine: Send + Sync + Sized + 'static {
     fn spare() -> &'static LocalKey<Cell<Option<TxState<Self::Scratch>>>>;
     /// The concurrency-control state (created by the engine when it opens, its clock
     /// above every version it recovered).
-    fn shared(&self) -> &Arc<Shared>;
+    fn shared(&self) -> &Arc<Domain>;
     /// The media of the pool.
     fn media(&self) -> &Arc<Media>;
     /// The allocator.

@@ -7,17 +7,17 @@
 //! The commit version is the transaction's version in the log.
 
 mod clock;
+mod domain;
 mod driver;
 mod engine;
 mod locks;
-mod shared;
 mod write_set;
 
 pub(crate) use clock::VersionClock;
+pub(crate) use domain::Domain;
 pub(crate) use driver::{Stm, TxState};
 pub(crate) use engine::{CommitSet, Engine, Persisted};
 pub(crate) use locks::{LockTable, StripeLocks, is_locked, version_of};
-pub(crate) use shared::Shared;
 pub(crate) use write_set::{ResolveScratch, Span, WriteSet};
 
 /// Address stripe size covered by one versioned lock.

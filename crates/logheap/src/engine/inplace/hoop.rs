@@ -26,12 +26,12 @@ use super::flush_lines_once;
 use super::record::{ENTRY_HEADER, RecordBuilder};
 use super::redo::{HomePath, RedoLogging, RedoScratch};
 use super::stats::HoopStats;
-use super::words::{Mapping, WORD, WordMap, words_of};
+use super::words::{WORD, WordMap, WordTable, words_of};
 use crate::engine::{EngineConfig, EngineFigures, EngineLifecycle, EngineStats, NewPool};
 use crate::error::Result;
 use crate::media::Media;
 use crate::pool::{EngineKind, PoolFile};
-use crate::stm::{Shared, StripeLocks, TxState, stripes};
+use crate::stm::{Domain, StripeLocks, TxState, stripes};
 
 /// The `hoop` engine: the redo engine's logs and recovery, with [`Hoop`] as its home
 /// path.
@@ -67,11 +67,11 @@ impl HomePath for Hoop {
         Hoop::publish(self, s.record_at, &s.locs, frees, &mut s.mapped);
     }
 
-    fn collect_begin(&self, shared: &Shared, media: &Media) -> Option<Collection> {
+    fn collect_begin(&self, shared: &Domain, media: &Media) -> Option<Collection> {
         Some(Hoop::collect_begin(self, shared, media))
     }
 
-    fn collect_end(&self, shared: &Shared, collection: Option<Collection>) {
+    fn collect_end(&self, shared: &Domain, collection: Option<Collection>) {
         if let Some(c) = collection {
             Hoop::collect_end(self, shared, c);
         }
@@ -122,7 +122,7 @@ impl EngineLifecycle for HoopEngine {
 #[derive(Debug)]
 pub(crate) struct Hoop {
     /// Home word → offset of its newest copy in a log.
-    pub mapping: Mapping,
+    pub mapping: WordTable,
     /// Collections run.
     pub collections: AtomicU64,
     /// Words written home by collections.
@@ -139,7 +139,7 @@ pub(crate) struct Collection {
 impl Hoop {
     pub(crate) fn new() -> Hoop {
         Hoop {
-            mapping: Mapping::new(),
+            mapping: WordTable::new(),
             collections: AtomicU64::new(0),
             migrated: AtomicU64::new(0),
         }
@@ -221,7 +221,7 @@ impl Hoop {
     /// A word mapped after the table was read here was published by a transaction
     /// still committing when the caller's version was computed: its record is above
     /// that version, stays in the logs, and the word stays mapped.
-    pub(crate) fn collect_begin(&self, shared: &Shared, media: &Media) -> Collection {
+    pub(crate) fn collect_begin(&self, shared: &Domain, media: &Media) -> Collection {
         let mut words = Vec::with_capacity(self.mapping.len() as usize);
         self.mapping.all(&mut words);
         let mut indices: Vec<usize> = words
@@ -258,7 +258,7 @@ impl Hoop {
     /// Ends a collection whose stores are durable: drops the moved words from the
     /// table and lets their locks go with a new version (so a reader that went through
     /// the old mapping revalidates).
-    pub(crate) fn collect_end(&self, shared: &Shared, c: Collection) {
+    pub(crate) fn collect_end(&self, shared: &Domain, c: Collection) {
         for &(w, _) in &c.words {
             self.mapping.set(w, None);
         }

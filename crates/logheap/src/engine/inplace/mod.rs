@@ -40,7 +40,7 @@ macro_rules! in_place_engine_common {
         in_place_engine_common!($scratch);
     };
     ($scratch:ty) => {
-        fn shared(&self) -> &std::sync::Arc<crate::stm::Shared> {
+        fn shared(&self) -> &std::sync::Arc<crate::stm::Domain> {
             &self.core.shared
         }
 
@@ -125,7 +125,7 @@ use crate::error::{Error, Result};
 use crate::media::SimConfig;
 use crate::media::{CACHE_LINE, Media};
 use crate::pool::{EngineKind, MapAddress, PoolFile};
-use crate::stm::{Shared, Span};
+use crate::stm::{Domain, Span};
 use stats::LogAreaStats;
 
 /// Bytes of the engine's part of the heap's root area.
@@ -286,7 +286,7 @@ pub(crate) struct Unfenced {
 pub(crate) struct ThreadLog {
     /// Used by the thread that leases the slot (so never contended).
     pub position: Mutex<LogPosition>,
-    /// Shared with truncations.
+    /// Domain with truncations.
     pub unfenced: Mutex<Unfenced>,
 }
 
@@ -367,7 +367,7 @@ impl Drop for LogLease {
 pub(crate) struct InPlace {
     pub heap: EngineHeap,
     pub media: Arc<Media>,
-    pub shared: Arc<Shared>,
+    pub shared: Arc<Domain>,
     /// The user's root object.
     pub root: Range<u64>,
     /// The heap's whole root area (the engine's part first).
@@ -581,7 +581,7 @@ impl InPlace {
             .unwrap_or(1 << 20)
             .clamp(16 << 10, 1 << 20)
             - LOG_HEADER;
-        let shared = Arc::new(Shared::new(size, recovered.last_version));
+        let shared = Arc::new(Domain::new(size, recovered.last_version));
         Ok((
             InPlace {
                 heap: EngineHeap {

@@ -53,7 +53,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::record::{self, EntryKind, HEADER, RecordBuilder};
 use super::stats::{LogAreaStats, OopStats};
-use super::words::{Mapping, WORD, WordMap, words_of};
+use super::words::{WORD, WordMap, WordTable, words_of};
 use super::{
     EngineArea, EngineHeap, InPlace, LOG_HEADER, LogLease, MAX_LOGS, Recovered, flush_lines_once,
     lock,
@@ -235,7 +235,7 @@ struct OopRecovered {
 #[derive(Debug)]
 pub(crate) struct OopEngine {
     pub core: InPlace,
-    mapping: Mapping,
+    mapping: WordTable,
     slots: Slots,
     /// Slots dropped by the collector.
     collected: AtomicU64,
@@ -268,7 +268,7 @@ impl OopEngine {
         for &at in &found.chunks {
             core.logs().set_area(0, Some((at, chunk_bytes)));
         }
-        let mapping = Mapping::new();
+        let mapping = WordTable::new();
         for &(word, slot) in &found.mapped {
             mapping.set(word, Some(WordMap { slot, count: 1 }));
         }
@@ -390,7 +390,7 @@ fn recover(
         let at = p.area + LOG_HEADER;
         let mut h = [0u8; HEADER];
         area.media().read(at as usize, &mut h);
-        let header = record::Header::decode(&h);
+        let header = record::RecordHeader::decode(&h);
         // A record of another slot (left in a block this area reused) is not ours.
         let mine = header.version & ((1 << THREAD_BITS) - 1) == k as u64;
         if header.magic != OOP_MAGIC || !mine || committed(header.version) {

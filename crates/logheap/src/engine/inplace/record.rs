@@ -153,7 +153,7 @@ fn crc(header: &[u8], body: &[u8]) -> u32 {
 
 /// A record's header fields, decoded from the first [`HEADER`] bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Header {
+pub(crate) struct RecordHeader {
     pub version: u64,
     pub body: u64,
     pub magic: u32,
@@ -161,12 +161,12 @@ pub(crate) struct Header {
     pub crc: u32,
 }
 
-impl Header {
+impl RecordHeader {
     /// Decodes a header (no check).
-    pub(crate) fn decode(b: &[u8; HEADER]) -> Header {
+    pub(crate) fn decode(b: &[u8; HEADER]) -> RecordHeader {
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
-        Header {
+        RecordHeader {
             version: u64_at(0),
             body: u64_at(8),
             magic: u32_at(16),
@@ -181,10 +181,10 @@ impl Header {
     }
 }
 
-/// Checks a whole record (`bytes` is header and body, as [`Header::record_len`] said)
+/// Checks a whole record (`bytes` is header and body, as [`RecordHeader::record_len`] said)
 /// with the given magic, and decodes its entries; `None` if it is not a valid record.
-pub(crate) fn decode(bytes: &[u8], magic: u32) -> Option<(Header, Vec<Entry>)> {
-    let header = Header::decode(bytes.get(..HEADER)?.try_into().ok()?);
+pub(crate) fn decode(bytes: &[u8], magic: u32) -> Option<(RecordHeader, Vec<Entry>)> {
+    let header = RecordHeader::decode(bytes.get(..HEADER)?.try_into().ok()?);
     if header.magic != magic
         || bytes.len() != HEADER + header.body as usize
         || bytes[28..HEADER] != [0; 4]
@@ -262,7 +262,7 @@ mod tests {
         b.start();
         b.data(0, &[1; 40]);
         let bytes = b.seal(1, UNDO_MAGIC).to_vec();
-        let h = Header::decode(bytes[..HEADER].try_into().unwrap());
+        let h = RecordHeader::decode(bytes[..HEADER].try_into().unwrap());
         assert_eq!(h.record_len(1 << 20), Some(bytes.len()));
         assert_eq!(h.record_len(h.body - 8), None);
     }

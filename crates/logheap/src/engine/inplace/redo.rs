@@ -49,7 +49,7 @@ use crate::error::Result;
 use crate::media::CACHE_LINE;
 use crate::media::Media;
 use crate::pool::EngineKind;
-use crate::stm::{CommitSet, Engine, Persisted, Shared};
+use crate::stm::{CommitSet, Domain, Engine, Persisted};
 use crate::stm::{ResolveScratch, Span, TxState};
 
 /// Records are placed at cache-line boundaries, so no line is flushed for two records.
@@ -97,9 +97,9 @@ pub(crate) trait HomePath: Debug + Send + Sync + Sized + 'static {
     fn publish(&self, media: &Media, bytes: &[u8], frees: &[(u64, u64)], s: &mut RedoScratch);
     /// Before a truncation retires the logs (no stripe lock held): whatever of them is
     /// not home yet goes home, flushed; the truncation fences.
-    fn collect_begin(&self, shared: &Shared, media: &Media) -> Option<super::hoop::Collection>;
+    fn collect_begin(&self, shared: &Domain, media: &Media) -> Option<super::hoop::Collection>;
     /// After the truncation stored the retired version.
-    fn collect_end(&self, shared: &Shared, collection: Option<super::hoop::Collection>);
+    fn collect_end(&self, shared: &Domain, collection: Option<super::hoop::Collection>);
 }
 
 /// `redo`'s home path: the bytes are stored home at publish.
@@ -140,11 +140,11 @@ impl HomePath for StoreHome {
         }
     }
 
-    fn collect_begin(&self, _: &Shared, _: &Media) -> Option<super::hoop::Collection> {
+    fn collect_begin(&self, _: &Domain, _: &Media) -> Option<super::hoop::Collection> {
         None
     }
 
-    fn collect_end(&self, _: &Shared, _: Option<super::hoop::Collection>) {}
+    fn collect_end(&self, _: &Domain, _: Option<super::hoop::Collection>) {}
 }
 
 /// A redo-logging engine (see the module docs) with home path `P`.
@@ -346,7 +346,7 @@ fn recover(area: &mut EngineArea<'_, '_>) -> Result<Recovered> {
             let at = p.area + LOG_HEADER + tail;
             let mut h = [0u8; HEADER];
             media.read(at as usize, &mut h);
-            let header = record::Header::decode(&h);
+            let header = record::RecordHeader::decode(&h);
             if header.magic != REDO_MAGIC || header.version <= previous {
                 break; // the end of the log, or an older lap's record
             }

@@ -149,7 +149,7 @@ fn recover(area: &mut EngineArea<'_, '_>) -> Result<Recovered> {
         let media = area.media();
         let mut h = [0u8; HEADER];
         media.read(at as usize, &mut h);
-        let header = record::Header::decode(&h);
+        let header = record::RecordHeader::decode(&h);
         if header.magic != UNDO_MAGIC {
             continue;
         }

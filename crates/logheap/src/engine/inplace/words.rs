@@ -30,15 +30,15 @@ type Shard = FxHashMap<u64, [Option<WordMap>; 8]>;
 /// The DRAM mapping table of the out-of-place engines, by home line (one lookup per
 /// line read).
 #[derive(Debug)]
-pub(crate) struct Mapping {
+pub(crate) struct WordTable {
     shards: Box<[RwLock<Shard>]>,
     /// Words mapped (reads skip the table while it is 0).
     words: AtomicU64,
 }
 
-impl Mapping {
-    pub(crate) fn new() -> Mapping {
-        Mapping {
+impl WordTable {
+    pub(crate) fn new() -> WordTable {
+        WordTable {
             shards: (0..SHARDS).map(|_| RwLock::default()).collect(),
             words: AtomicU64::new(0),
         }

@@ -189,7 +189,7 @@ impl Checkpoint {
 pub(crate) fn read_current(
     media: &Media,
     geometry: &ChunkGeometry,
-    superblock: &super::superblock::Superblock,
+    superblock: &super::superblock::LogSuperblock,
 ) -> Result<Option<(CheckpointSlot, Seed)>, Damage> {
     let Some(slot) = superblock.read_checkpoint(media)? else {
         return Ok(None);

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::layout::{CHUNK_HEADER, ChunkHeader, LogKind, header_erase_order};
-use super::superblock::Superblock;
+use super::superblock::LogSuperblock;
 use super::sync::lock;
 use crate::media::Media;
 
@@ -52,7 +52,7 @@ impl ChunkGeometry {
 #[derive(Debug)]
 pub(crate) struct ChunkPool {
     media: Arc<Media>,
-    superblock: Superblock,
+    superblock: LogSuperblock,
     geometry: ChunkGeometry,
     state: Mutex<FreeChunks>,
     /// Live (mapped) data bytes per chunk.
@@ -168,7 +168,7 @@ impl ChunkPool {
     /// log; new chunk generations start above `generation`.
     pub(crate) fn new(
         media: Arc<Media>,
-        superblock: Superblock,
+        superblock: LogSuperblock,
         geometry: ChunkGeometry,
         mut free: Vec<u32>,
         formatted: u32,
@@ -553,7 +553,7 @@ mod tests {
             Arc::new(Media::sim(66 * 4096, &MediaConfig::default(), SimConfig::default()).unwrap());
         ChunkPool::new(
             media,
-            Superblock { at: 0 },
+            LogSuperblock { at: 0 },
             geometry,
             (0..64).collect(),
             64,

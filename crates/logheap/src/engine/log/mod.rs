@@ -49,7 +49,7 @@ use self::layout::HOME_LIMIT;
 use self::log_writer::{LogSet, LogWriter};
 use self::mapping::{AddressMap, Mapping};
 use self::snapshot::Snapshot;
-use self::superblock::{CloseRecord, Superblock};
+use self::superblock::{CloseRecord, LogSuperblock};
 use self::sync::lock;
 use crate::alloc::TxHeap;
 use crate::alloc::home::{HEAP_START, HomeHeap};
@@ -57,7 +57,7 @@ use crate::error::{Error, Result};
 use crate::media::Media;
 use crate::pool::{Header, PoolFile, PoolLayout};
 use crate::stm::{CommitSet, Engine, Persisted};
-use crate::stm::{Shared, TxState};
+use crate::stm::{Domain, TxState};
 
 /// Home offset of the root object.
 pub(crate) const ROOT_HOME: u64 = 4096;
@@ -147,13 +147,13 @@ pub(crate) struct LogEngine {
     geometry: ChunkGeometry,
     root: Range<u64>,
     /// The concurrency-control state (the cleaner takes stripe locks too).
-    stm: Arc<Shared>,
+    stm: Arc<Domain>,
     mapping: Mapping,
     heap: HomeHeap,
     chunks: ChunkPool,
     log_sets: Mutex<Vec<LogSet>>,
     next_log_set: AtomicU32,
-    superblock: Superblock,
+    superblock: LogSuperblock,
     cleaner: cleaner::Cleaner,
     /// The current allocation checkpoint and its chunks ([`checkpoint`]); its lock is
     /// held while a checkpoint is written.
@@ -170,8 +170,8 @@ pub(crate) struct LogEngine {
     file: PoolFile,
 }
 
-fn superblock_of(layout: &PoolLayout) -> Superblock {
-    Superblock {
+fn superblock_of(layout: &PoolLayout) -> LogSuperblock {
+    LogSuperblock {
         at: layout.superblock.start as usize,
     }
 }
@@ -328,7 +328,7 @@ impl LogEngine {
             root: ROOT_HOME..ROOT_HOME + root_size,
             // Versions go on above every version seen and above the cleaned-through
             // version (a new transaction at or below it would count as committed).
-            stm: Arc::new(Shared::new(
+            stm: Arc::new(Domain::new(
                 file.header().pool_size,
                 recovered.report.max_version.max(marks.cleaned),
             )),
@@ -597,7 +597,7 @@ impl Engine for LogEngine {
         &SPARE_STATE
     }
 
-    fn shared(&self) -> &Arc<Shared> {
+    fn shared(&self) -> &Arc<Domain> {
         &self.stm
     }
 

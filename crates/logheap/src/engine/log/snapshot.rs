@@ -18,7 +18,7 @@
 //! header area, with a small header: magic, sequence number in the snapshot, the next
 //! chunk (or none), and the bytes of payload in this chunk.
 //!
-//! **Found by** a locator in the superblock ([`Superblock::write_snapshot_locator`]):
+//! **Found by** a locator in the superblock ([`LogSuperblock::write_snapshot_locator`]):
 //! first chunk, number of chunks, payload length, payload checksum, under a checksum of
 //! its own. The payload starts with the clean-close record it was written with.
 //!
@@ -37,7 +37,7 @@
 //! of them. A crash anywhere in between leaves a pool that was not closed cleanly, whose
 //! open ignores any snapshot.
 //!
-//! [`Superblock::write_snapshot_locator`]: super::superblock::Superblock::write_snapshot_locator
+//! [`LogSuperblock::write_snapshot_locator`]: super::superblock::LogSuperblock::write_snapshot_locator
 
 use super::chunks::ChunkGeometry;
 use super::layout::{CHUNK_HEADER, HOME_LIMIT, u32_at, u64_at};
@@ -667,13 +667,13 @@ mod tests {
     /// loaded: the open replays the log and says why.
     #[test]
     fn a_snapshot_of_another_close_is_not_loaded() {
-        use crate::engine::log::superblock::Superblock;
+        use crate::engine::log::superblock::LogSuperblock;
         use crate::{Pool, SnapshotUse};
         let (config, root, image) = closed_pool_holding_41();
 
         let file = crate::PoolFile::open_image(image, &config.media, SimConfig::default()).unwrap();
         let geometry = ChunkGeometry::of(file.header());
-        let superblock = Superblock {
+        let superblock = LogSuperblock {
             at: file.layout().superblock.start as usize,
         };
         let media = file.media();

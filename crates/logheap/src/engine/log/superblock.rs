@@ -169,7 +169,7 @@ impl SnapshotLocator {
 
 /// The superblock of one pool.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Superblock {
+pub(crate) struct LogSuperblock {
     /// Pool offset of the superblock.
     pub at: usize,
 }
@@ -217,7 +217,7 @@ fn decode_count(word: u64) -> Option<u32> {
     (encode_count(count) == word).then_some(count)
 }
 
-impl Superblock {
+impl LogSuperblock {
     /// Writes a new pool's superblock: generation mark 0, the first `formatted` chunks
     /// formatted (a new file is all zeros), and the close record of an empty log (a new
     /// pool opens as a cleanly closed empty one). Durable when it returns.
@@ -468,7 +468,7 @@ mod tests {
     #[test]
     fn checkpoint_slots_take_turns_and_a_torn_one_falls_back_to_the_other() {
         let m = media();
-        let sb = Superblock { at: 512 };
+        let sb = LogSuperblock { at: 512 };
         sb.format(&m, 16);
         assert_eq!(sb.read_checkpoint(&m).unwrap(), None);
         sb.write_checkpoint(&m, &slot(1));
@@ -503,7 +503,7 @@ mod tests {
     #[test]
     fn marks_round_trip_and_damage_is_found() {
         let m = media();
-        let sb = Superblock { at: 512 };
+        let sb = LogSuperblock { at: 512 };
         sb.format(&m, 16);
         assert_eq!(
             sb.read_marks(&m, true),
@@ -539,7 +539,7 @@ mod tests {
     #[test]
     fn snapshot_locator_round_trips_clears_and_every_flipped_byte_is_caught() {
         let m = media();
-        let sb = Superblock { at: 512 };
+        let sb = LogSuperblock { at: 512 };
         sb.format(&m, 0);
         assert_eq!(sb.read_snapshot_locator(&m), Ok(None));
         let l = SnapshotLocator {
@@ -567,7 +567,7 @@ mod tests {
     #[test]
     fn close_record_round_trips_and_every_flipped_byte_is_caught() {
         let m = media();
-        let sb = Superblock { at: 512 };
+        let sb = LogSuperblock { at: 512 };
         sb.format(&m, 0);
         assert_eq!(sb.read_close_record(&m), Ok(CloseRecord::default()));
         let r = CloseRecord {

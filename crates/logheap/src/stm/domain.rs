@@ -1,5 +1,5 @@
-//! The concurrency-control state one pool's transactions share: the version clock, the
-//! versioned lock table, transaction ids, and the versions still committing.
+//! A pool's concurrency domain: the state its transactions share (the version clock, the
+//! versioned lock table, transaction ids, and the versions still committing).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,10 +11,11 @@ use super::{LockTable, VersionClock};
 /// bounds.
 const LOCK_BITS: std::ops::RangeInclusive<u32> = 12..=20;
 
-/// What every transaction (and every engine thread that takes stripe locks, such as
-/// the log engine's cleaner) of one open pool shares.
+/// The concurrency domain of one open pool: what every transaction (and every engine
+/// thread that takes stripe locks, such as
+/// the log engine's cleaner) shares.
 #[derive(Debug)]
-pub(crate) struct Shared {
+pub(crate) struct Domain {
     /// The global version clock.
     pub clock: VersionClock,
     /// The versioned locks over address stripes.
@@ -24,11 +25,11 @@ pub(crate) struct Shared {
     committing: Mutex<Vec<u64>>,
 }
 
-impl Shared {
+impl Domain {
     /// The state of a pool of `pool_size` bytes whose largest committed version is
     /// `last_version` (new versions go on above it).
-    pub(crate) fn new(pool_size: u64, last_version: u64) -> Shared {
-        Shared {
+    pub(crate) fn new(pool_size: u64, last_version: u64) -> Domain {
+        Domain {
             clock: VersionClock::starting_after(last_version),
             locks: LockTable::new(
                 (pool_size / 256)
@@ -83,7 +84,7 @@ mod tests {
 
     #[test]
     fn committed_through_stops_below_the_oldest_commit_in_flight() {
-        let s = Shared::new(1 << 20, 10);
+        let s = Domain::new(1 << 20, 10);
         assert_eq!(s.committed_through(), 10);
         let a = s.tick_committing();
         let b = s.tick_committing();
