@@ -1,6 +1,6 @@
 //! Pool configuration.
 
-use crate::engine::{EngineConfig, LogOptions, MappingConfig, PersistPolicy};
+use crate::engine::{EngineChoice, EngineConfig, LogOptions, MappingConfig, PersistPolicy};
 use crate::media::{Durability, Emulation, FlushInstruction, MediaConfig};
 use crate::pool::EngineKind;
 
@@ -32,6 +32,9 @@ pub struct Config {
     /// An option set that does not apply to the engine chosen: `(option, engine)`,
     /// refused at create and open.
     misapplied: Option<(&'static str, EngineKind)>,
+    /// A kind chosen that is no transaction engine ([`EngineKind::Alloc`]), refused at
+    /// create.
+    not_an_engine: Option<EngineKind>,
 }
 
 impl Default for Config {
@@ -43,6 +46,7 @@ impl Default for Config {
             reserve_space: true,
             engine: EngineConfig::default(),
             misapplied: None,
+            not_an_engine: None,
         }
     }
 }
@@ -54,18 +58,21 @@ impl Config {
         self
     }
 
-    /// Sets the engine, with its default options when given an [`EngineKind`] (the
-    /// options set so far are kept when the engine stays the same; options set for
-    /// another engine are refused at create and open).
-    pub fn engine(mut self, engine: impl Into<EngineConfig>) -> Self {
-        let engine = engine.into();
+    /// Sets the engine: an [`EngineConfig`], or an [`EngineKind`] with its default
+    /// options. Given the kind chosen already, it keeps the options set so far; given
+    /// another, the options of the engine chosen before go with it (so a configuration
+    /// can be set up for one engine and then moved to another).
+    pub fn engine(mut self, engine: impl EngineChoice) -> Self {
+        let engine = match engine.into_engine_config() {
+            Ok(engine) => engine,
+            Err(kind) => {
+                self.not_an_engine = Some(kind);
+                return self;
+            }
+        };
+        self.not_an_engine = None;
         if engine.kind() == self.engine.kind() && engine.first_changed().is_none() {
             return self;
-        }
-        if engine.kind() != self.engine.kind()
-            && let Some(option) = self.engine.first_changed()
-        {
-            self.misapplied.get_or_insert((option, engine.kind()));
         }
         self.engine = engine;
         self
@@ -187,9 +194,9 @@ impl Config {
     }
 
     /// The engine options a pool of engine `kind` runs with under this configuration:
-    /// this configuration's when it names `kind`, else `kind`'s defaults (when this
-    /// one's options are all defaults). Refuses an option set for an engine it does not
-    /// apply to.
+    /// this configuration's when it names `kind`, else `kind`'s defaults (a pool opened
+    /// with a configuration made for another engine, such as `Config::default()` for a
+    /// `redo` pool). Refuses an option set on an engine it does not apply to.
     pub(crate) fn engine_for(&self, kind: EngineKind) -> crate::Result<EngineConfig> {
         let refuse = |option: &str, engine: EngineKind| {
             crate::Error::InvalidConfig(format!(
@@ -199,11 +206,13 @@ impl Config {
         if let Some((option, engine)) = self.misapplied {
             return Err(refuse(option, engine));
         }
+        if let Some(kind) = self.not_an_engine {
+            return Err(crate::Error::InvalidConfig(format!(
+                "engine {kind} is a bare persistent heap: create it with alloc::PersistentHeap"
+            )));
+        }
         if self.engine.kind() == kind {
             return Ok(self.engine);
-        }
-        if let Some(option) = self.engine.first_changed() {
-            return Err(refuse(option, kind));
         }
         EngineConfig::of_kind(kind).ok_or_else(|| {
             crate::Error::InvalidConfig(
@@ -226,5 +235,65 @@ impl Config {
             reserve_space: self.reserve_space,
             map_address: crate::pool::MapAddress::Anywhere,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{EngineKind, RedoOptions, UndoOptions};
+
+    #[test]
+    fn an_option_of_another_engine_is_refused_naming_it() {
+        let redo = Config::default().engine(EngineKind::Redo);
+        let err = redo
+            .chunk_size(4096)
+            .engine_for(EngineKind::Redo)
+            .unwrap_err();
+        assert!(err.to_string().contains("chunk_size"), "{err}");
+        assert!(err.to_string().contains("redo"), "{err}");
+        let err = Config::default()
+            .persist_policy(PersistPolicy::NonTemporal)
+            .engine_for(EngineKind::Log)
+            .unwrap_err();
+        assert!(err.to_string().contains("persist_policy"), "{err}");
+        // Set to its default, an option changes nothing and is not refused.
+        assert!(redo.cleaner_threads(0).engine_for(EngineKind::Redo).is_ok());
+        assert!(
+            Config::default()
+                .fast_log(false)
+                .engine_for(EngineKind::Log)
+                .is_ok()
+        );
+        assert!(
+            Config::default()
+                .engine(EngineKind::Alloc)
+                .engine_for(EngineKind::Log)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn choosing_an_engine_keeps_or_replaces_the_options() {
+        let log = Config::default().chunk_size(4096).engine(EngineKind::Log);
+        assert!(matches!(log.engine, EngineConfig::Log(o) if o.chunk_size == 4096));
+        let undo = log.engine(EngineKind::Undo).fast_log(true);
+        assert_eq!(
+            undo.engine,
+            EngineConfig::Undo(UndoOptions {
+                fast_log: true,
+                persist_policy: PersistPolicy::WriteBack
+            })
+        );
+        assert_eq!(undo.engine_for(EngineKind::Undo).unwrap(), undo.engine);
+        // Opening a pool of another engine: that engine's defaults.
+        assert_eq!(
+            Config::default().engine_for(EngineKind::Oop).unwrap(),
+            EngineConfig::Oop
+        );
+        assert_eq!(
+            undo.engine_for(EngineKind::Redo).unwrap(),
+            EngineConfig::Redo(RedoOptions::default())
+        );
     }
 }

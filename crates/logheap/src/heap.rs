@@ -95,9 +95,9 @@ impl Pool {
         Pool::open_with(path, &Config::default())
     }
 
-    /// Opens the pool at `path` with the media settings of `config` and its options of
-    /// the pool's engine (its size, engine and geometry are the pool's own: a `config`
-    /// naming another engine with options set for it is refused).
+    /// Opens the pool at `path` with the media settings of `config`, and its engine
+    /// options when it names the pool's engine (else that engine's defaults: the pool's
+    /// size, engine and geometry are its own).
     pub fn open_with(path: impl AsRef<Path>, config: &Config) -> Result<Pool> {
         Pool::from_file(PoolFile::open(path, &config.media)?, config)
     }

@@ -65,9 +65,9 @@ pub use bytemuck;
 pub use bytemuck::{Pod, Zeroable};
 pub use config::Config;
 pub use engine::{
-    Compaction, Damage, DroppedTransaction, EngineConfig, EngineStats, HoopStats, LogAreaStats,
-    LogEngineStats, LogOptions, MappingConfig, OopStats, PartitionIndex, PersistPolicy,
-    RecoveryReport, RedoOptions, RedoStats, SnapshotUse, UndoOptions, UndoStats,
+    Compaction, Damage, DroppedTransaction, EngineChoice, EngineConfig, EngineStats, HoopStats,
+    LogAreaStats, LogEngineStats, LogOptions, MappingConfig, OopStats, PartitionIndex,
+    PersistPolicy, RecoveryReport, RedoOptions, RedoStats, SnapshotUse, UndoOptions, UndoStats,
 };
 pub use error::{Error, Result};
 pub use heap::{Pool, Stats};

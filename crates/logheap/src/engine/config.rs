@@ -88,12 +88,24 @@ impl EngineConfig {
     }
 }
 
-impl From<EngineKind> for EngineConfig {
-    /// The engine with its default options. [`EngineKind::Alloc`], which is no
-    /// transaction engine, gives the log engine's (creating such a pool is refused:
-    /// see [`Pool::create`](crate::Pool::create)).
-    fn from(kind: EngineKind) -> Self {
-        EngineConfig::of_kind(kind).unwrap_or_default()
+/// What [`Config::engine`](crate::Config::engine) takes: an [`EngineKind`] (the engine
+/// with its default options), an [`EngineConfig`], or one engine's options
+/// ([`LogOptions`], [`RedoOptions`], [`UndoOptions`]).
+pub trait EngineChoice {
+    /// The engine configuration chosen, or `Err` with the kind when it names no
+    /// transaction engine ([`EngineKind::Alloc`]).
+    fn into_engine_config(self) -> Result<EngineConfig, EngineKind>;
+}
+
+impl EngineChoice for EngineKind {
+    fn into_engine_config(self) -> Result<EngineConfig, EngineKind> {
+        EngineConfig::of_kind(self).ok_or(self)
+    }
+}
+
+impl<T: Into<EngineConfig>> EngineChoice for T {
+    fn into_engine_config(self) -> Result<EngineConfig, EngineKind> {
+        Ok(self.into())
     }
 }
 
@@ -162,7 +174,7 @@ impl FromStr for EngineConfig {
             EngineKind::Alloc => Err(format!(
                 "{name}: a bare persistent heap, not a transaction engine (alloc::PersistentHeap)"
             )),
-            kind => Ok(EngineConfig::from(kind)),
+            kind => EngineConfig::of_kind(kind).ok_or_else(|| format!("{name}: unknown engine")),
         }
     }
 }

@@ -15,7 +15,7 @@ pub use any::EngineStats;
 pub(crate) use any::{
     AnyEngine, AnyTx, Background, EngineFigures, EngineLifecycle, NewPool, on_tx,
 };
-pub use config::EngineConfig;
+pub use config::{EngineChoice, EngineConfig};
 pub use inplace::options::{RedoOptions, UndoOptions};
 pub use inplace::persist_policy::PersistPolicy;
 pub use inplace::stats::{HoopStats, LogAreaStats, OopStats, RedoStats, UndoStats};
