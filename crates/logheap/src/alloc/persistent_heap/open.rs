@@ -246,9 +246,9 @@ fn check_superblock(file: &PoolFile, engine: EngineKind, path: &Path) -> Result<
     })
 }
 
-/// Grows `file`'s media over the span of a growable heap and opens the extension files
-/// its file table names (storing nothing): their store, the table, and the file holding
-/// each region.
+/// Phase 1, continued: grows `file`'s media over the span of a growable heap and opens
+/// the extension files its file table names (storing nothing): their store, the table,
+/// and the file holding each region.
 fn open_files(
     file: &mut PoolFile,
     sb: &Superblock,
