@@ -25,11 +25,14 @@
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 
-use super::{
-    MicroLogSlot, MicroOp, PersistentHeap, Reader, SizePolicy, Step, TableEntry, USE_ARENA,
-    USE_BIG, USE_HUGE, USE_HUGE_TAIL, USE_KIND, USE_SMALL, USE_VOLATILE, apply_step, arena_hint,
-    size_policy, store_step_unflushed,
+use super::PersistentHeap;
+use super::reader::Reader;
+use super::state::{
+    SizePolicy, USE_ARENA, USE_BIG, USE_HUGE, USE_HUGE_TAIL, USE_KIND, USE_SMALL, USE_VOLATILE,
+    arena_hint,
 };
+use super::steps::Step;
+use crate::alloc::layout::{MicroLogSlot, MicroOp, TableEntry};
 use crate::error::{Error, Result};
 use crate::media::Media;
 
@@ -83,7 +86,7 @@ impl Replay<'_> {
         let record = MicroLogSlot::unsequenced(op, 0, offset, size);
         match self.reader.plan(&record, &self.entries) {
             Ok(step) => {
-                apply_step(self.reader.media, self.reader.sb, step, op, size);
+                step.apply(self.reader.media, self.reader.sb, op, size);
                 if let Step::Huge { region, .. } = step {
                     self.entries[region as usize] = self.reader.entry(region).ok().flatten();
                 }
@@ -101,7 +104,7 @@ impl PersistentHeap {
     /// [`Error::InvalidSize`] for 0 or more than [`max_allocation`](Self::max_allocation);
     /// [`Error::PoolFull`] when no block is free.
     pub(crate) fn tx_reserve(&self, size: u64) -> Result<u64> {
-        let policy = size_policy(self.sb.segment_size, size)
+        let policy = SizePolicy::of(self.sb.segment_size, size)
             .filter(|_| size <= self.max_allocation())
             .ok_or(Error::InvalidSize(size))?;
         let a = arena_hint() % self.arenas.len();
@@ -177,10 +180,11 @@ impl PersistentHeap {
                     return None;
                 };
                 let step = self.step_of(held, region);
-                Some(store_step_unflushed(&self.media, &self.sb, step, op, size).0)
+                Some(step.store_unflushed(&self.media, &self.sb, op, size).0)
             }
             USE_HUGE => {
-                let Some(SizePolicy::Huge(count)) = size_policy(self.sb.segment_size, size) else {
+                let Some(SizePolicy::Huge(count)) = SizePolicy::of(self.sb.segment_size, size)
+                else {
                     debug_assert!(false, "a huge block's mark with a size not huge");
                     return None;
                 };
@@ -188,7 +192,7 @@ impl PersistentHeap {
                     region: u64::from(region),
                     count,
                 };
-                Some(store_step_unflushed(&self.media, &self.sb, step, op, size).0)
+                Some(step.store_unflushed(&self.media, &self.sb, op, size).0)
             }
             _ => {
                 debug_assert!(false, "a mark of a region with no block");
