@@ -131,7 +131,7 @@ pub struct FragOutcome {
     /// use times the chunk size, as `held_bytes`).
     pub compacted_held_bytes: Option<u64>,
     /// Log engine: the engine's figures at the end.
-    pub log: Option<logheap::engine::LogEngineStats>,
+    pub log: Option<logheap::LogEngineStats>,
     /// Log engine: the persistence counters over the run.
     pub media: Option<logheap::MediaCounters>,
 }
@@ -408,7 +408,7 @@ impl Heap for HeapRun<'_> {
             self.free_slots.push(s);
         }
         for &(size, fill) in sizes {
-            let s = self.free_slots.pop().ok_or(Error::HeapFull { size })?;
+            let s = self.free_slots.pop().ok_or(Error::PoolFull)?;
             let block = self.heap.allocate_into(self.slot(s), size)?;
             self.buf.clear();
             self.buf.resize(size as usize, fill);
@@ -459,7 +459,7 @@ fn run_persistent_heap_in(
     };
     let (allocations, frees) = match drive(&mut run, spec, &mut objects) {
         Ok(n) => n,
-        Err(Error::HeapFull { .. }) => return Ok(None),
+        Err(Error::PoolFull) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
     let seconds = start.elapsed().as_secs_f64();

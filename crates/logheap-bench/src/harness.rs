@@ -453,7 +453,7 @@ pub fn run_reporting(
     let c = after.media.since(&before.media);
     let per_tx = |x: u64| x as f64 / c.transactions.max(1) as f64;
     // The log engine's own figures (zeros for an engine without them).
-    let none = logheap::engine::LogEngineStats::default();
+    let none = logheap::LogEngineStats::default();
     let (b, a) = (before.log().unwrap_or(&none), after.log().unwrap_or(&none));
     let hits = a.node_cache_hits - b.node_cache_hits;
     let misses = a.node_cache_misses - b.node_cache_misses;

@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 pub use crate::engine::LogSummary;
 use crate::engine::{AnyEngine, Damage, RecoveryReport};
 use crate::error::{Error, Result};
-use crate::pool::EngineKind;
-use crate::pool::{Header, PoolFile, ReadOnlyPool};
+use crate::file::EngineKind;
+use crate::file::{Header, PoolFile, ReadOnlyPool};
 
 /// What [`check`] found.
 #[derive(Debug, Clone, serde::Serialize)]

@@ -1,8 +1,8 @@
 //! Pool configuration.
 
 use crate::engine::{EngineChoice, EngineConfig, LogOptions, MappingConfig, PersistPolicy};
+use crate::file::EngineKind;
 use crate::media::{Durability, Emulation, FlushInstruction, MediaConfig};
-use crate::pool::EngineKind;
 
 /// How to create (or open) a pool. Built with chained setters from `Config::default()`.
 ///
@@ -222,8 +222,8 @@ impl Config {
         })
     }
 
-    pub(crate) fn pool_options(&self) -> crate::pool::PoolOptions {
-        crate::pool::PoolOptions {
+    pub(crate) fn pool_options(&self) -> crate::file::PoolOptions {
+        crate::file::PoolOptions {
             size: self.size,
             engine: self.engine.kind(),
             root_size: self.root_size,
@@ -233,7 +233,7 @@ impl Config {
             },
             media: self.media,
             reserve_space: self.reserve_space,
-            map_address: crate::pool::MapAddress::Anywhere,
+            map_address: crate::file::MapAddress::Anywhere,
         }
     }
 }

@@ -8,6 +8,7 @@ use crate::media::MediaError;
 ///
 /// Errors about a pool file name the file and, where it applies, the byte offset.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The pool file does not exist.
     #[error("{path}: no such pool file")]
@@ -127,13 +128,14 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
-    /// The pool has no room for the transaction; nothing of it was written and the pool
-    /// stays usable. With the log engine this means live data truly does not fit: the
-    /// cleaner could not free a chunk, or live data with the transaction's would fill
-    /// more than 90% of the log (`live_log_bytes` of `Pool::stats().log()` says how much is
-    /// live; freeing objects makes room again).
+    /// The pool (or persistent heap) has no room for the transaction or the allocation;
+    /// nothing of it was written and the pool stays usable. With the log engine this
+    /// means live data truly does not fit: the cleaner could not free a chunk, or live
+    /// data with the transaction's would fill more than 90% of the log
+    /// (`live_log_bytes` of `Pool::stats().log()` says how much is live; freeing objects
+    /// makes room again).
     #[error(
-        "the pool is full: live data leaves no room for the transaction's log blocks (see Pool::stats for the live bytes)"
+        "the pool is full: live data leaves no room for this (see Pool::stats for the live bytes)"
     )]
     PoolFull,
     /// The home address space (2^47 bytes) is exhausted.
@@ -167,13 +169,17 @@ pub enum Error {
         /// Size of the root area.
         available: u64,
     },
-    /// The transaction conflicted with a concurrent one. Inside a transaction closure,
-    /// return it (with `?`): the transaction is retried automatically.
+    /// The transaction conflicted with a concurrent one: the internal retry signal.
+    /// Inside a transaction closure, return it (with `?`): the transaction is retried
+    /// automatically, so it never reaches the caller of
+    /// [`Pool::transaction`](crate::Pool::transaction). Only the library makes it.
+    #[doc(hidden)]
+    #[non_exhaustive]
     #[error("transaction conflict (retried automatically)")]
     Conflict,
     /// The engine recorded in the pool is not built into this version.
     #[error("engine {0} is not available in this build")]
-    EngineUnavailable(crate::pool::EngineKind),
+    EngineUnavailable(crate::file::EngineKind),
     /// The pool belongs to another engine (a bare persistent heap is opened with
     /// [`PersistentHeap`](crate::alloc::PersistentHeap), the others with
     /// [`Pool`](crate::Pool)).
@@ -182,9 +188,9 @@ pub enum Error {
         /// The file.
         path: PathBuf,
         /// The engine in its header.
-        found: crate::pool::EngineKind,
+        found: crate::file::EngineKind,
         /// The engine asked for.
-        expected: crate::pool::EngineKind,
+        expected: crate::file::EngineKind,
     },
     /// Allocator metadata of a persistent heap is damaged; nothing was changed.
     #[error("{path}: allocator metadata damaged at offset {offset}: {reason}")]
@@ -195,12 +201,6 @@ pub enum Error {
         offset: u64,
         /// What is wrong.
         reason: String,
-    },
-    /// The persistent heap has no room for an allocation.
-    #[error("the persistent heap has no room for {size} bytes")]
-    HeapFull {
-        /// The size asked for.
-        size: u64,
     },
     /// An address given to the persistent heap names no place it may read or write.
     #[error("invalid heap address {addr}: {reason}")]

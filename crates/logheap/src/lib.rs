@@ -30,30 +30,33 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! The crate is built in layers, bottom up:
+//! The crate is built in layers, bottom up; what users name is re-exported here, in one
+//! flat list, and three modules are public for what belongs to them:
 //!
-//! - [`check`]: read-only verification of a pool file (`logheap check`).
 //! - [`media`]: mapped bytes and persistence (flush, fence, non-temporal copies),
 //!   durability modes, NVM emulation, traffic counters and the crash-simulation media.
 //!   Every persistent store of the layers above goes through it.
-//! - [`pool`]: pool files: create, open, lock, header, layout, clean-close state.
+//! - pool files (`file`): create, open, lock, header, layout, clean-close state
+//!   ([`PoolFile`], [`Header`]).
 //! - [`alloc`]: allocators: the log engine's home allocator, and
 //!   [`PersistentHeap`](alloc::PersistentHeap), the persistent allocator (002, 004) in
 //!   a pool of its own.
 //! - `stm`: concurrency control (global version clock, versioned locks, read and write
-//!   sets).
-//! - [`engine`]: the transaction engines; the log-structured one is the default.
-//! - [`Pool`], [`Tx`], [`PPtr`], [`Config`]: the public API.
+//!   sets) and the `Engine` trait it drives.
+//! - engines (`engine`): the log-structured engine (the default) and the in-place ones,
+//!   chosen with an [`EngineConfig`].
+//! - [`Pool`], [`Tx`], [`PPtr`], [`Config`], [`Stats`]: the public API; [`check`]:
+//!   read-only verification of a pool file (`logheap check`).
 #![warn(missing_docs)]
 
 pub mod alloc;
 pub mod check;
 mod config;
-pub mod engine;
+mod engine;
 mod error;
-mod heap;
+mod file;
 pub mod media;
-pub mod pool;
+mod pool;
 mod ptr;
 mod stm;
 mod tx;
@@ -63,6 +66,7 @@ mod tx;
 /// "logheap::bytemuck")]` on the type, or depend on `bytemuck` (feature `derive`).
 pub use bytemuck;
 pub use bytemuck::{Pod, Zeroable};
+pub use check::{CheckReport, LogSummary};
 pub use config::Config;
 pub use engine::{
     Compaction, Damage, DroppedTransaction, EngineChoice, EngineConfig, EngineStats, HoopStats,
@@ -70,8 +74,11 @@ pub use engine::{
     PersistPolicy, RecoveryReport, RedoOptions, RedoStats, SnapshotUse, UndoOptions, UndoStats,
 };
 pub use error::{Error, Result};
-pub use heap::{Pool, Stats};
+pub use file::{
+    EngineKind, FORMAT_VERSION, HEADER_SIZE, Header, MAGIC, MapAddress, PoolFile, PoolLayout,
+    PoolOptions, PoolState, STATE_OFFSET,
+};
 pub use media::{Durability, Emulation, FlushInstruction, Media, MediaConfig, MediaCounters};
-pub use pool::{EngineKind, MapAddress, PoolFile, PoolOptions};
+pub use pool::{Pool, Stats};
 pub use ptr::PPtr;
 pub use tx::Tx;

@@ -149,7 +149,7 @@ fn a_huge_block_has_a_file_of_its_own_removed_when_it_is_freed() {
     heap.allocate_into(slot(&heap, 0), 40 * MIB).unwrap();
     assert!(matches!(
         heap.allocate_into(slot(&heap, 1), 40 * MIB),
-        Err(Error::HeapFull { .. })
+        Err(Error::PoolFull)
     ));
     assert_eq!(heap.read_u64(slot(&heap, 1)).unwrap(), 0);
     assert_eq!(files_in(&path).len(), 1);
@@ -168,7 +168,7 @@ fn a_heap_of_one_file_stays_one_file_and_says_it_is_full() {
     for i in 0..40 {
         match heap.allocate_into(slot(&heap, i), 300 << 10) {
             Ok(_) => {}
-            Err(Error::HeapFull { .. }) => {
+            Err(Error::PoolFull) => {
                 full = true;
                 break;
             }

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use logheap::media::SimConfig;
-use logheap::pool::header::{HEADER_SIZE, STATE_OFFSET};
 use logheap::{EngineKind, Error, MediaConfig, PoolFile, PoolOptions};
+use logheap::{HEADER_SIZE, STATE_OFFSET};
 
 fn options() -> PoolOptions {
     PoolOptions {

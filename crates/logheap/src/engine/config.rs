@@ -8,7 +8,7 @@ use std::str::FromStr;
 use super::inplace::options::{RedoOptions, UndoOptions};
 use super::inplace::persist_policy::PersistPolicy;
 use super::log::{LogOptions, MappingConfig};
-use crate::pool::EngineKind;
+use crate::file::EngineKind;
 
 /// The engine of a pool and its options (see [`Config::engine`](crate::Config::engine)).
 ///

@@ -50,9 +50,9 @@ use super::layout::{
 };
 use super::small;
 use crate::error::{Error, Result};
+use crate::file::header::SUPERBLOCK;
+use crate::file::{EngineKind, MapAddress, PoolFile, PoolOptions};
 use crate::media::{Media, MediaConfig, MediaCounters};
-use crate::pool::header::SUPERBLOCK;
-use crate::pool::{EngineKind, MapAddress, PoolFile, PoolOptions};
 
 mod access;
 mod open;

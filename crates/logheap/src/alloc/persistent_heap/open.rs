@@ -37,9 +37,9 @@ use crate::alloc::layout::{
 use crate::alloc::metadata_log::{self, DirtyLines, RingState};
 use crate::alloc::small;
 use crate::error::{Error, Result};
+use crate::file::header::SUPERBLOCK;
+use crate::file::{EngineKind, PoolFile};
 use crate::media::{Media, MediaConfig, SimConfig};
-use crate::pool::header::SUPERBLOCK;
-use crate::pool::{EngineKind, PoolFile};
 
 impl PersistentHeap {
     /// Creates a heap in a new pool file at `path` (which must not exist).
@@ -504,9 +504,9 @@ fn rebuild_arenas(
 }
 
 fn plan(options: &HeapOptions) -> Result<Superblock> {
-    let header = crate::pool::header::Header::new(
+    let header = crate::file::header::Header::new(
         EngineKind::Alloc,
-        crate::pool::header::Geometry {
+        crate::file::header::Geometry {
             pool_size: options.size,
             root_size: options.root_size,
             chunk_size: options.segment_size,

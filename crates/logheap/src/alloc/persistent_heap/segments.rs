@@ -38,7 +38,7 @@ impl PersistentHeap {
                 let b = match arena.small.take(class) {
                     Some(b) => b,
                     None => {
-                        self.add_segment(a, arena, SegmentKind::Small, size, volatile)?;
+                        self.add_segment(a, arena, SegmentKind::Small, volatile)?;
                         arena.small.take(class).expect("a new segment has room")
                     }
                 };
@@ -54,7 +54,7 @@ impl PersistentHeap {
                 let b = match arena.big.take(len) {
                     Some(b) => b,
                     None => {
-                        self.add_segment(a, arena, SegmentKind::Big, size, volatile)?;
+                        self.add_segment(a, arena, SegmentKind::Big, volatile)?;
                         arena.big.take(len).expect("a new segment has room")
                     }
                 };
@@ -78,9 +78,9 @@ impl PersistentHeap {
                     // a block no extension file could hold); when no slots are left, a
                     // run of free regions as in a heap of one file.
                     let slots = count.div_ceil(self.sb.file_regions);
-                    match self.add_file(&mut regions, FileKind::Huge, slots, count, size) {
+                    match self.add_file(&mut regions, FileKind::Huge, slots, count) {
                         Ok(k) => Some(self.sb.slot_region(k) as u32),
-                        Err(Error::HeapFull { .. }) => None,
+                        Err(Error::PoolFull) => None,
                         Err(e) => return Err(e),
                     }
                 } else {
@@ -92,11 +92,11 @@ impl PersistentHeap {
                     let start = match first_run(&self.sb, &regions.free, count as u32) {
                         Some(start) => start,
                         None if count <= self.sb.file_regions => {
-                            self.grow(&mut regions, size)?;
+                            self.grow(&mut regions)?;
                             first_run(&self.sb, &regions.free, count as u32)
-                                .ok_or(Error::HeapFull { size })?
+                                .ok_or(Error::PoolFull)?
                         }
-                        None => return Err(Error::HeapFull { size }),
+                        None => return Err(Error::PoolFull),
                     };
                     for r in start..start + count as u32 {
                         regions.free.remove(&r);
@@ -132,14 +132,13 @@ impl PersistentHeap {
         a: usize,
         arena: &mut MutexGuard<'_, Arena>,
         kind: SegmentKind,
-        size: u64,
         volatile: bool,
     ) -> Result<()> {
         let mut regions = self.regions.lock().expect("regions lock");
         if regions.free.is_empty() {
-            self.grow(&mut regions, size)?;
+            self.grow(&mut regions)?;
         }
-        let r = regions.free.pop_first().ok_or(Error::HeapFull { size })?;
+        let r = regions.free.pop_first().ok_or(Error::PoolFull)?;
         regions.generation[r as usize] += 1;
         let generation = regions.generation[r as usize];
         drop(regions);
@@ -170,7 +169,7 @@ impl PersistentHeap {
     }
 
     /// Creates an extension file of `kind` over `slots` free slots holding `regions`
-    /// regions (for a block of `size` bytes, named in errors), durably: its entry as
+    /// regions, durably: its entry as
     /// creating (two fences), the file, then its entry as live (one fence). Returns its
     /// first slot. The file's regions are in no free list.
     fn add_file(
@@ -179,14 +178,13 @@ impl PersistentHeap {
         kind: FileKind,
         slots: u64,
         count: u64,
-        size: u64,
     ) -> Result<u64> {
         let k = (0..regions.slots.len() as u64)
             .find(|&k| {
                 k + slots <= self.sb.max_files
                     && (k..k + slots).all(|c| regions.slots[c as usize] == Slot::Empty)
             })
-            .ok_or(Error::HeapFull { size })?;
+            .ok_or(Error::PoolFull)?;
         let e = FileEntry {
             slot: k,
             kind,
@@ -242,14 +240,13 @@ impl PersistentHeap {
         Ok(bytes)
     }
 
-    /// Grows the heap by one extension file of segments (for a block of `size` bytes,
-    /// named in errors), whose regions become free.
-    fn grow(&self, regions: &mut Regions, size: u64) -> Result<()> {
+    /// Grows the heap by one extension file of segments, whose regions become free.
+    fn grow(&self, regions: &mut Regions) -> Result<()> {
         if self.sb.max_files == 0 {
-            return Err(Error::HeapFull { size });
+            return Err(Error::PoolFull);
         }
         let rpf = self.sb.file_regions;
-        let k = self.add_file(regions, FileKind::Segments, 1, rpf, size)?;
+        let k = self.add_file(regions, FileKind::Segments, 1, rpf)?;
         let first = self.sb.slot_region(k) as u32;
         regions.free.extend(first..first + rpf as u32);
         Ok(())

@@ -109,11 +109,8 @@ impl PersistentHeap {
             .ok_or(Error::InvalidSize(size))?;
         let a = arena_hint() % self.arenas.len();
         let mut arena = self.arenas[a].lock().expect("arena lock");
-        match self.reserve(a, &mut arena, policy, size, false) {
-            Ok((offset, _, _)) => Ok(offset),
-            Err(Error::HeapFull { .. }) => Err(Error::PoolFull),
-            Err(e) => Err(e),
-        }
+        self.reserve(a, &mut arena, policy, size, false)
+            .map(|(offset, _, _)| offset)
     }
 
     /// The size to record for the live (or reserved) block at `offset`: a huge block's
@@ -277,7 +274,7 @@ impl PersistentHeap {
     }
 
     /// The pool file.
-    pub(crate) fn pool_file(&self) -> &crate::pool::PoolFile {
+    pub(crate) fn pool_file(&self) -> &crate::file::PoolFile {
         &self.file
     }
 }

@@ -29,8 +29,8 @@ use super::stats::HoopStats;
 use super::words::{WORD, WordMap, WordTable, words_of};
 use crate::engine::{EngineConfig, EngineFigures, EngineLifecycle, EngineStats, NewPool};
 use crate::error::Result;
+use crate::file::{EngineKind, PoolFile};
 use crate::media::Media;
-use crate::pool::{EngineKind, PoolFile};
 use crate::stm::{Domain, StripeLocks, TxState, stripes};
 
 /// The `hoop` engine: the redo engine's logs and recovery, with [`Hoop`] as its home

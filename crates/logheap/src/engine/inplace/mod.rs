@@ -82,14 +82,14 @@ macro_rules! in_place_lifecycle_common {
         }
 
         fn open(
-            file: crate::pool::PoolFile,
+            file: crate::file::PoolFile,
             config: &crate::Config,
             options: Self::Options,
         ) -> crate::error::Result<Self> {
             Self::start(super::Start::Open(file), config, options)
         }
 
-        fn file(&self) -> &crate::pool::PoolFile {
+        fn file(&self) -> &crate::file::PoolFile {
             self.core.file()
         }
 
@@ -121,10 +121,10 @@ use crate::alloc::{HeapOptions, MetadataPolicy, PAddr, PersistentHeap, Replay, T
 use crate::config::Config;
 use crate::engine::{EngineFigures, EngineStats, NewPool};
 use crate::error::{Error, Result};
+use crate::file::{EngineKind, MapAddress, PoolFile};
 #[cfg(test)]
 use crate::media::SimConfig;
 use crate::media::{CACHE_LINE, Media};
-use crate::pool::{EngineKind, MapAddress, PoolFile};
 use crate::stm::{Domain, Span};
 use stats::LogAreaStats;
 
@@ -713,12 +713,7 @@ impl InPlace {
             .max(self.log_capacity)
             .checked_next_power_of_two()
             .ok_or(Error::InvalidSize(needed))?;
-        let block = heap
-            .allocate_into(dst, capacity + LOG_HEADER)
-            .map_err(|e| match e {
-                Error::HeapFull { .. } => Error::PoolFull,
-                e => e,
-            })?;
+        let block = heap.allocate_into(dst, capacity + LOG_HEADER)?;
         let area = block.offset();
         self.media.write_u64(area as usize, capacity);
         self.media.write_u64(area as usize + 8, !capacity);

@@ -60,9 +60,9 @@ use super::{
 };
 use crate::alloc::PAddr;
 use crate::engine::{EngineConfig, EngineFigures, EngineLifecycle, EngineStats};
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::file::EngineKind;
 use crate::media::{CACHE_LINE, Media};
-use crate::pool::EngineKind;
 use crate::stm::{CommitSet, Engine, Persisted};
 use crate::stm::{ResolveScratch, Span, TxState};
 
@@ -144,17 +144,10 @@ impl Slots {
             return Ok(()); // another thread grew it meanwhile
         }
         let staged = core.heap_root.start + STAGED_CHUNK_AT;
-        let block = core
-            .heap
-            .heap
-            .allocate_into(
-                PAddr::new(0, staged).expect("the engine area is in the pool file"),
-                self.chunk_bytes,
-            )
-            .map_err(|e| match e {
-                Error::HeapFull { .. } => Error::PoolFull,
-                e => e,
-            })?;
+        let block = core.heap.heap.allocate_into(
+            PAddr::new(0, staged).expect("the engine area is in the pool file"),
+            self.chunk_bytes,
+        )?;
         let at = block.offset();
         let media = &core.media;
         init_chunk(media, at, self.chunk_bytes);

@@ -46,9 +46,9 @@ use super::{
 };
 use crate::engine::{EngineConfig, EngineFigures, EngineLifecycle, EngineStats};
 use crate::error::Result;
+use crate::file::EngineKind;
 use crate::media::CACHE_LINE;
 use crate::media::Media;
-use crate::pool::EngineKind;
 use crate::stm::{CommitSet, Domain, Engine, Persisted};
 use crate::stm::{ResolveScratch, Span, TxState};
 
@@ -309,14 +309,14 @@ impl EngineLifecycle for RedoEngine {
     }
 
     fn open(
-        file: crate::pool::PoolFile,
+        file: crate::file::PoolFile,
         config: &crate::Config,
         options: RedoOptions,
     ) -> Result<Self> {
         Self::start(Start::Open(file), config, options)
     }
 
-    fn file(&self) -> &crate::pool::PoolFile {
+    fn file(&self) -> &crate::file::PoolFile {
         self.core.file()
     }
 

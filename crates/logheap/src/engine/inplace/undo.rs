@@ -44,7 +44,7 @@ use super::{
 };
 use crate::engine::{EngineConfig, EngineFigures, EngineLifecycle, EngineStats};
 use crate::error::Result;
-use crate::pool::EngineKind;
+use crate::file::EngineKind;
 use crate::stm::{CommitSet, Engine, Persisted};
 use crate::stm::{ResolveScratch, Span, TxState};
 

@@ -31,7 +31,7 @@ impl ChunkGeometry {
     }
 
     /// The chunks of a pool with `header`.
-    pub(crate) fn of(header: &crate::pool::Header) -> ChunkGeometry {
+    pub(crate) fn of(header: &crate::file::Header) -> ChunkGeometry {
         let data = &header.layout.data;
         ChunkGeometry::new(data.start, data.end, header.chunk_size)
     }

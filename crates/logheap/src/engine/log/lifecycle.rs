@@ -12,7 +12,7 @@ use crate::engine::{
     Background, EngineConfig, EngineFigures, EngineLifecycle, EngineStats, NewPool,
 };
 use crate::error::Result;
-use crate::pool::{EngineKind, PoolFile, ReadOnlyPool};
+use crate::file::{EngineKind, PoolFile, ReadOnlyPool};
 
 impl EngineLifecycle for LogEngine {
     const KIND: EngineKind = EngineKind::Log;

@@ -54,8 +54,8 @@ use self::sync::lock;
 use crate::alloc::TxHeap;
 use crate::alloc::home::{HEAP_START, HomeHeap};
 use crate::error::{Error, Result};
+use crate::file::{Header, PoolFile, PoolLayout};
 use crate::media::Media;
-use crate::pool::{Header, PoolFile, PoolLayout};
 use crate::stm::{CommitSet, Engine, Persisted};
 use crate::stm::{Domain, TxState};
 

@@ -9,7 +9,7 @@
 //! ([`PoolFile::create_sim`], [`PoolFile::open_image`]), which is how engines are tested
 //! against every crash image.
 
-pub mod header;
+pub(crate) mod header;
 mod kind;
 
 use std::fs::{File, OpenOptions, TryLockError};
@@ -17,12 +17,12 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use header::{HEADER_SIZE, Header, PoolLayout, PoolState};
+pub use header::{FORMAT_VERSION, HEADER_SIZE, Header, MAGIC, PoolLayout, PoolState, STATE_OFFSET};
 pub use kind::EngineKind;
 
 use crate::error::{Error, Result};
 use crate::media::{Media, MediaConfig, SimConfig};
-use header::{Geometry, STATE_OFFSET};
+use header::Geometry;
 
 /// How to create a pool.
 #[derive(Debug, Clone, Copy)]

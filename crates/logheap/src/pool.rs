@@ -8,8 +8,8 @@ use bytemuck::Pod;
 use crate::config::Config;
 use crate::engine::{AnyEngine, Background, Compaction, EngineStats, NewPool};
 use crate::error::{Error, Result};
+use crate::file::{EngineKind, Header, PoolFile};
 use crate::media::{Media, MediaCounters, SimConfig};
-use crate::pool::{EngineKind, Header, PoolFile};
 use crate::ptr::PPtr;
 use crate::tx::Tx;
 
