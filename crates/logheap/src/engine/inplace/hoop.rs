@@ -44,6 +44,7 @@ thread_local! {
 impl HomePath for Hoop {
     const KIND: EngineKind = EngineKind::Hoop;
     const DEFERS_HOME: bool = true;
+    type Collection = Collection;
 
     fn spare() -> &'static LocalKey<Cell<Option<TxState<RedoScratch>>>> {
         &SPARE_STATE

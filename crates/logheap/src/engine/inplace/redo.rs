@@ -85,6 +85,8 @@ pub(crate) trait HomePath: Debug + Send + Sync + Sized + 'static {
     /// Whether home stores wait for collections (so a full log is collected, not
     /// waited for).
     const DEFERS_HOME: bool;
+    /// A collection in progress (see [`collect_begin`](Self::collect_begin)).
+    type Collection;
     /// The thread-local slot keeping a finished transaction's state (one per engine).
     fn spare() -> &'static LocalKey<Cell<Option<TxState<RedoScratch>>>>;
     /// Copies the committed bytes of `[home, home + buf.len())`.
@@ -97,9 +99,9 @@ pub(crate) trait HomePath: Debug + Send + Sync + Sized + 'static {
     fn publish(&self, media: &Media, bytes: &[u8], frees: &[(u64, u64)], s: &mut RedoScratch);
     /// Before a truncation retires the logs (no stripe lock held): whatever of them is
     /// not home yet goes home, flushed; the truncation fences.
-    fn collect_begin(&self, shared: &Domain, media: &Media) -> Option<super::hoop::Collection>;
+    fn collect_begin(&self, shared: &Domain, media: &Media) -> Option<Self::Collection>;
     /// After the truncation stored the retired version.
-    fn collect_end(&self, shared: &Domain, collection: Option<super::hoop::Collection>);
+    fn collect_end(&self, shared: &Domain, collection: Option<Self::Collection>);
 }
 
 /// `redo`'s home path: the bytes are stored home at publish.
@@ -113,6 +115,7 @@ thread_local! {
 impl HomePath for StoreHome {
     const KIND: EngineKind = EngineKind::Redo;
     const DEFERS_HOME: bool = false;
+    type Collection = ();
 
     fn spare() -> &'static LocalKey<Cell<Option<TxState<RedoScratch>>>> {
         &SPARE_STATE
@@ -140,11 +143,11 @@ impl HomePath for StoreHome {
         }
     }
 
-    fn collect_begin(&self, _: &Domain, _: &Media) -> Option<super::hoop::Collection> {
+    fn collect_begin(&self, _: &Domain, _: &Media) -> Option<()> {
         None
     }
 
-    fn collect_end(&self, _: &Domain, _: Option<super::hoop::Collection>) {}
+    fn collect_end(&self, _: &Domain, _: Option<()>) {}
 }
 
 /// A redo-logging engine (see the module docs) with home path `P`.
