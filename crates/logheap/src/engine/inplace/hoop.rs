@@ -27,9 +27,9 @@ use super::record::{ENTRY_HEADER, RecordBuilder};
 use super::redo::{HomePath, RedoLogging, RedoScratch};
 use super::stats::HoopStats;
 use super::words::{WORD, WordMap, WordTable, words_of};
-use crate::engine::{EngineConfig, EngineFigures, EngineLifecycle, EngineStats, NewPool};
+use crate::engine::{EngineConfig, EngineFigures, EngineLifecycle, EngineStats};
 use crate::error::Result;
-use crate::file::{EngineKind, PoolFile};
+use crate::file::EngineKind;
 use crate::media::Media;
 use crate::stm::{Domain, StripeLocks, TxState, stripes};
 
@@ -79,6 +79,12 @@ impl HomePath for Hoop {
     }
 }
 
+impl HoopEngine {
+    fn start(how: Start<'_>, config: &crate::Config, _options: ()) -> Result<Self> {
+        Self::start_with(how, config, false, Hoop::new())
+    }
+}
+
 impl EngineLifecycle for HoopEngine {
     const KIND: EngineKind = EngineKind::Hoop;
     type Options = ();
@@ -87,21 +93,7 @@ impl EngineLifecycle for HoopEngine {
         matches!(config, EngineConfig::Hoop).then_some(())
     }
 
-    fn create(at: NewPool<'_>, config: &crate::Config, _options: ()) -> Result<Self> {
-        Self::start_with(Start::Create(at), config, false, Hoop::new())
-    }
-
-    fn open(file: PoolFile, config: &crate::Config, _options: ()) -> Result<Self> {
-        Self::start_with(Start::Open(file), config, false, Hoop::new())
-    }
-
-    fn file(&self) -> &PoolFile {
-        self.core.file()
-    }
-
-    fn root(&self) -> std::ops::Range<u64> {
-        self.core.root.clone()
-    }
+    in_place_lifecycle_common!();
 
     fn figures(&self) -> EngineFigures {
         let redo = self.redo_stats();

@@ -70,7 +70,7 @@ macro_rules! in_place_engine_common {
 /// The [`EngineLifecycle`](crate::engine::EngineLifecycle) methods every in-place
 /// engine has alike (its `core` is an [`InPlace`], it has a
 /// `start(Start, &Config, Self::Options)`): create and open through `start`, the pool
-/// file, the root, and a clean close of the heap.
+/// file and the root.
 macro_rules! in_place_lifecycle_common {
     () => {
         fn create(
@@ -95,10 +95,6 @@ macro_rules! in_place_lifecycle_common {
 
         fn root(&self) -> std::ops::Range<u64> {
             self.core.root.clone()
-        }
-
-        fn close(self) -> crate::error::Result<()> {
-            self.core.close()
         }
     };
 }

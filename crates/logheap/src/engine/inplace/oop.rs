@@ -306,6 +306,10 @@ impl EngineLifecycle for OopEngine {
 
     in_place_lifecycle_common!();
 
+    fn close(self) -> Result<()> {
+        self.core.close()
+    }
+
     fn figures(&self) -> EngineFigures {
         let chunks = lock(&self.slots.chunks).0.len() as u64;
         let areas = self.core.log_area_stats(&self.recovered);

@@ -303,29 +303,7 @@ impl EngineLifecycle for RedoEngine {
         }
     }
 
-    fn create(
-        at: crate::engine::NewPool<'_>,
-        config: &crate::Config,
-        options: RedoOptions,
-    ) -> Result<Self> {
-        Self::start(Start::Create(at), config, options)
-    }
-
-    fn open(
-        file: crate::file::PoolFile,
-        config: &crate::Config,
-        options: RedoOptions,
-    ) -> Result<Self> {
-        Self::start(Start::Open(file), config, options)
-    }
-
-    fn file(&self) -> &crate::file::PoolFile {
-        self.core.file()
-    }
-
-    fn root(&self) -> std::ops::Range<u64> {
-        self.core.root.clone()
-    }
+    in_place_lifecycle_common!();
 
     fn figures(&self) -> EngineFigures {
         self.core.figures(EngineStats::Redo(self.redo_stats()))

@@ -112,6 +112,10 @@ impl EngineLifecycle for UndoEngine {
 
     in_place_lifecycle_common!();
 
+    fn close(self) -> Result<()> {
+        self.core.close()
+    }
+
     fn figures(&self) -> EngineFigures {
         self.core.figures(EngineStats::Undo(UndoStats {
             logs: self.core.log_area_stats(&self.recovered),
