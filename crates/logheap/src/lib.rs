@@ -50,6 +50,7 @@
 #![warn(missing_docs)]
 
 pub mod alloc;
+mod bytes;
 pub mod check;
 mod config;
 mod engine;
@@ -59,6 +60,7 @@ pub mod media;
 mod pool;
 mod ptr;
 mod stm;
+mod sync;
 mod tx;
 
 /// The `bytemuck` crate, whose `Pod` and `Zeroable` derives make a type storable: derive

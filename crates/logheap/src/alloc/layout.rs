@@ -17,6 +17,8 @@
 //! (4 KiB granules with a page table) or the first region of a huge block (a run of
 //! whole regions holding one allocation).
 
+pub(crate) use crate::bytes::{u32_at, u64_at};
+
 use std::ops::Range;
 
 /// Bytes of one segment-table entry and of one micro-log slot (one cache line each, so
@@ -846,14 +848,6 @@ pub(crate) fn encode_digest(digest: u32) -> u64 {
 pub(crate) fn decode_digest(word: u64) -> Option<u32> {
     let digest = word as u32;
     (word != 0 && encode_digest(digest) == word).then_some(digest)
-}
-
-pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
-
-pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 
 use std::ops::Range;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use super::log_areas::{LOG_HEADER, LogLease, LogPosition, LogTable, MAX_LOGS};
 use super::stats::LogAreaStats;
@@ -18,6 +18,7 @@ use crate::file::{EngineKind, MapAddress, PoolFile};
 use crate::media::SimConfig;
 use crate::media::{CACHE_LINE, Media};
 use crate::stm::{Domain, Span};
+pub(crate) use crate::sync::lock;
 
 /// Bytes of the engine's part of the heap's root area.
 pub(crate) const ENGINE_AREA: u64 = 4096;
@@ -78,12 +79,6 @@ pub(crate) fn flush_lines_once(media: &Media, marks: &mut Vec<u64>) {
     for &m in marks.iter() {
         media.flush(m as usize, CACHE_LINE);
     }
-}
-
-/// Lock a mutex, ignoring poisoning (the state it guards stays consistent: every
-/// critical section here either completes or panics before changing it).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The heap of an in-place engine, as the TL2 driver sees it.

@@ -29,8 +29,8 @@ use super::damage::Damage;
 use super::layout::{BlockScan, ChunkHeader, DecodedEntry, LogKind, decode_block_into, u64_at};
 use super::snapshot::Snapshot;
 use super::superblock::{CheckpointSlot, CloseRecord};
-use super::sync::lock;
 use crate::media::Media;
+use crate::sync::lock;
 
 /// The live allocations (home, size; sorted by home, disjoint) as of `version`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

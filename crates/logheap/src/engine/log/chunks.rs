@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use super::layout::{CHUNK_HEADER, ChunkHeader, LogKind, header_erase_order};
 use super::superblock::LogSuperblock;
-use super::sync::lock;
 use crate::media::Media;
+use crate::sync::lock;
 
 /// Where chunks are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

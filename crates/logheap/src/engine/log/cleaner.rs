@@ -45,8 +45,8 @@ use super::layout::{
 };
 use super::log_writer::LogSet;
 use super::mapping::AddressMap;
-use super::sync::lock;
 use crate::stm::{StripeLocks, stripes};
+use crate::sync::lock;
 
 /// Data bytes below which the cleaner does not split a moved piece to fill the end of
 /// a chunk (the next chunk takes it whole).

@@ -33,6 +33,8 @@
 //! length; the object's initial data goes to the update log, as any store); in the
 //! deallocation log every entry is a *free record* (tombstone bit, 8 data bytes: the length freed).
 
+pub(crate) use crate::bytes::{u32_at, u64_at};
+
 /// Size of a chunk header.
 pub(crate) const CHUNK_HEADER: usize = 64;
 /// Size of a block preamble.
@@ -368,18 +370,6 @@ pub(crate) fn block_digest(chunk: u32, offset: u32, crc: u32) -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     x ^ (x >> 31)
-}
-
-pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut w = [0u8; 4];
-    w.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(w)
-}
-
-pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(w)
 }
 
 #[cfg(test)]

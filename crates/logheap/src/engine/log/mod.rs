@@ -26,7 +26,6 @@ mod options;
 mod recovery;
 mod snapshot;
 mod superblock;
-mod sync;
 
 use std::cell::Cell;
 use std::ops::Range;
@@ -50,7 +49,6 @@ use self::log_writer::{LogSet, LogWriter};
 use self::mapping::{AddressMap, Mapping};
 use self::snapshot::Snapshot;
 use self::superblock::{CloseRecord, LogSuperblock};
-use self::sync::lock;
 use crate::alloc::TxHeap;
 use crate::alloc::home::{HEAP_START, HomeHeap};
 use crate::error::{Error, Result};
@@ -58,6 +56,7 @@ use crate::file::{Header, PoolFile, PoolLayout};
 use crate::media::Media;
 use crate::stm::{CommitSet, Engine, Persisted};
 use crate::stm::{Domain, TxState};
+use crate::sync::lock;
 
 /// Home offset of the root object.
 pub(crate) const ROOT_HOME: u64 = 4096;

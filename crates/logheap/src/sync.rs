@@ -1,4 +1,4 @@
-//! Locking helpers shared by the parts of the log engine.
+//! Locking helpers shared by the parts of the crate.
 
 use std::sync::{Mutex, MutexGuard};
 
