@@ -151,7 +151,7 @@ impl Config {
     }
 
     /// Sets how `undo` persists its home stores (see
-    /// [`UndoOptions::persist_policy`]).
+    /// [`UndoOptions::persist_policy`](crate::UndoOptions::persist_policy)).
     pub fn persist_policy(mut self, policy: PersistPolicy) -> Self {
         match &mut self.engine {
             EngineConfig::Undo(o) => o.persist_policy = policy,
@@ -164,7 +164,7 @@ impl Config {
     }
 
     /// Sets whether `redo` and `undo` log to the fast log buffer (see
-    /// [`RedoOptions::fast_log`]).
+    /// [`RedoOptions::fast_log`](crate::RedoOptions::fast_log)).
     pub fn fast_log(mut self, fast: bool) -> Self {
         match &mut self.engine {
             EngineConfig::Redo(o) => o.fast_log = fast,
