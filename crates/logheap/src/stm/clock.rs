@@ -20,9 +20,16 @@ impl VersionClock {
         self.0.load(Ordering::Acquire)
     }
 
-    /// Takes the next commit version.
+    /// The latest committed version, read in the single total order of `SeqCst`
+    /// operations (see `Domain::committed_through`).
+    #[inline]
+    pub(crate) fn now_seq_cst(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// Takes the next commit version (`SeqCst`: see `Domain::tick_committing`).
     #[inline]
     pub(crate) fn tick(&self) -> u64 {
-        self.0.fetch_add(1, Ordering::AcqRel) + 1
+        self.0.fetch_add(1, Ordering::SeqCst) + 1
     }
 }

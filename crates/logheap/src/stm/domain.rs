@@ -1,8 +1,10 @@
 //! A pool's concurrency domain: the state its transactions share (the version clock, the
 //! versioned lock table, transaction ids, and the versions still committing).
 
-use std::sync::Mutex;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crossbeam_utils::CachePadded;
 
 use super::{LockTable, VersionClock};
 
@@ -20,9 +22,44 @@ pub(crate) struct Domain {
     pub clock: VersionClock,
     /// The versioned locks over address stripes.
     pub locks: LockTable,
-    next_owner: AtomicU64,
-    /// Versions of the transactions between their tick and the end of their publish.
-    committing: Mutex<Vec<u64>>,
+    /// The commits in flight, one slot each: from before its tick to the end of its
+    /// publish, a lower bound of its version (0: a free slot). No lock on the commit
+    /// path: a commit claims a slot with one compare-and-swap (its thread's own, unless
+    /// another thread mapped to it is committing) and frees it with a store.
+    committing: Box<[CachePadded<AtomicU64>]>,
+}
+
+/// Slots for commits in flight (more than threads that commit at once, usually).
+const COMMIT_SLOTS: usize = 64;
+
+/// Lock owner ids, unique in the process (a transaction takes one for its thread's
+/// transactions, an engine thread one for itself).
+static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
+
+/// A number per thread, for spreading threads over the commit slots.
+static NEXT_THREAD: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static THREAD_NUMBER: Cell<u64> = const { Cell::new(u64::MAX) };
+}
+
+/// This thread's number (given at its first commit).
+fn thread_number() -> u64 {
+    THREAD_NUMBER.with(|n| {
+        if n.get() == u64::MAX {
+            n.set(NEXT_THREAD.fetch_add(1, Ordering::Relaxed));
+        }
+        n.get()
+    })
+}
+
+/// A commit in flight: its version and the slot that says so (see
+/// [`Domain::tick_committing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Committing {
+    /// The commit version.
+    pub version: u64,
+    slot: usize,
 }
 
 impl Domain {
@@ -37,44 +74,58 @@ impl Domain {
                     .ilog2()
                     .clamp(*LOCK_BITS.start(), *LOCK_BITS.end()),
             ),
-            next_owner: AtomicU64::new(1),
-            committing: Mutex::new(Vec::new()),
+            committing: (0..COMMIT_SLOTS)
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
         }
     }
 
-    /// A new lock owner id (for a transaction, or an engine thread taking locks).
+    /// A new lock owner id (for a transaction, or an engine thread taking locks),
+    /// unique in the process.
     #[inline]
     pub(crate) fn new_owner(&self) -> u64 {
-        self.next_owner.fetch_add(1, Ordering::Relaxed)
-    }
-
-    fn committing(&self) -> std::sync::MutexGuard<'_, Vec<u64>> {
-        self.committing.lock().unwrap_or_else(|p| p.into_inner())
+        NEXT_OWNER.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Ticks the clock for a committing transaction and registers it as committing.
-    pub(crate) fn tick_committing(&self) -> u64 {
-        let mut committing = self.committing();
+    ///
+    /// The slot holds a lower bound of the version from *before* the tick (`SeqCst`,
+    /// as the tick): a [`committed_through`](Self::committed_through) that reads the
+    /// clock at or past this version then finds the slot taken.
+    pub(crate) fn tick_committing(&self) -> Committing {
+        let n = self.committing.len();
+        let mut slot = thread_number() as usize % n;
+        loop {
+            let bound = self.clock.now() + 1;
+            if self.committing[slot]
+                .compare_exchange(0, bound, Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok()
+            {
+                break;
+            }
+            // Another thread mapped to this slot is committing: the next one.
+            slot = (slot + 1) % n;
+        }
         let version = self.clock.tick();
-        committing.push(version);
-        version
+        Committing { version, slot }
     }
 
-    /// The transaction at `version` has finished its commit (or will not commit).
-    pub(crate) fn done_committing(&self, version: u64) {
-        let mut committing = self.committing();
-        if let Some(k) = committing.iter().position(|&v| v == version) {
-            committing.swap_remove(k);
-        }
+    /// The transaction registered as `c` has finished its commit (or will not commit).
+    pub(crate) fn done_committing(&self, c: Committing) {
+        self.committing[c.slot].store(0, Ordering::Release);
     }
 
     /// The largest version up to which every transaction has finished its commit.
     pub(crate) fn committed_through(&self) -> u64 {
-        let committing = self.committing();
-        committing
+        // The clock first, then the slots (both SeqCst, as the claims and the ticks): a
+        // commit whose tick this read sees claimed its slot before, and is found.
+        let now = self.clock.now_seq_cst();
+        self.committing
             .iter()
-            .min()
-            .map_or_else(|| self.clock.now(), |&m| m - 1)
+            .map(|s| s.load(Ordering::SeqCst))
+            .filter(|&bound| bound != 0)
+            .map(|bound| bound - 1)
+            .fold(now, u64::min)
     }
 }
 
@@ -88,12 +139,17 @@ mod tests {
         assert_eq!(s.committed_through(), 10);
         let a = s.tick_committing();
         let b = s.tick_committing();
-        assert_eq!((a, b), (11, 12));
+        assert_eq!((a.version, b.version), (11, 12));
+        assert_ne!(a.slot, b.slot);
         assert_eq!(s.committed_through(), 10);
         s.done_committing(a);
         assert_eq!(s.committed_through(), 11);
         s.done_committing(b);
         assert_eq!(s.committed_through(), 12);
+        let c = s.tick_committing();
+        assert_eq!(s.committed_through(), 12);
+        s.done_committing(c);
+        assert_eq!(s.committed_through(), 13);
         assert_ne!(s.new_owner(), s.new_owner());
     }
 }

@@ -99,7 +99,11 @@ impl<E: Engine> Stm<E> {
     pub(crate) fn begin(&self, read_only: bool) -> TxState<E::Scratch> {
         let mut tx = E::spare().take().unwrap_or_default();
         self.engine.begin(&mut tx.scratch);
-        tx.id = self.shared.new_owner();
+        if tx.id == 0 {
+            // Kept with the state for the thread's later transactions: only one of them
+            // runs at a time (a nested one takes a fresh state).
+            tx.id = self.shared.new_owner();
+        }
         tx.rv = self.shared.clock.now();
         tx.read_only = read_only;
         tx
@@ -177,7 +181,9 @@ impl<E: Engine> Stm<E> {
                     return Err(tx.conflict());
                 }
                 if version_of(w) > tx.rv {
-                    if self.extend(tx) {
+                    // A read-only transaction keeps no read set, so it cannot extend its
+                    // snapshot: it starts again at a new one.
+                    if !tx.read_only && self.extend(tx) {
                         continue 'attempt;
                     }
                     tx.stripe_words = words;
@@ -192,13 +198,18 @@ impl<E: Engine> Stm<E> {
             }
             break;
         }
+        tx.stripe_words = words;
+        if tx.read_only {
+            // Every read is checked against the one snapshot as it is made (TL2's
+            // read-only path): nothing to validate at the end, so no read set.
+            return Ok(());
+        }
         // Consecutive reads of one stripe (the fields of one object) are recorded once.
-        for &(i, _) in &words {
+        for &(i, _) in &tx.stripe_words {
             if tx.reads.last() != Some(&(i as u32)) {
                 tx.reads.push(i as u32);
             }
         }
-        tx.stripe_words = words;
         tx.writes.overlay(home, buf);
         Ok(())
     }
@@ -317,10 +328,11 @@ impl<E: Engine> Stm<E> {
         let Ok(held) = acquired else {
             return Err(tx.conflict());
         };
-        let version = self.shared.tick_committing();
+        let committing = self.shared.tick_committing();
+        let version = committing.version;
         if version != tx.rv + 1 && !self.reads_valid(tx, Some(&held)) {
             tx.held = held.restore(locks);
-            self.shared.done_committing(version);
+            self.shared.done_committing(committing);
             return Err(tx.conflict());
         }
         tx.allocs.allocs.sort_unstable();
@@ -332,13 +344,13 @@ impl<E: Engine> Stm<E> {
         let payload = match self.engine.persist(&set, &mut tx.scratch) {
             Err(e) => {
                 tx.held = held.restore(locks);
-                self.shared.done_committing(version);
+                self.shared.done_committing(committing);
                 return Err(e);
             }
             Ok(Persisted::Nothing) => {
                 // Everything written was freed again by the transaction.
                 tx.held = held.restore(locks);
-                self.shared.done_committing(version);
+                self.shared.done_committing(committing);
                 tx.allocs.cancel_freed_again(self.engine.heap());
                 self.engine.media().count_transaction(false);
                 return Ok(());
@@ -353,7 +365,7 @@ impl<E: Engine> Stm<E> {
         tx.allocs.cancel_freed_again(heap);
         tx.held = held.release(locks, version);
         // Published (and durable): from here on it counts as committed.
-        self.shared.done_committing(version);
+        self.shared.done_committing(committing);
         tx.allocs.allocs.clear();
         let media = self.engine.media();
         media.add_payload(payload);

@@ -11,10 +11,12 @@ mod domain;
 mod driver;
 mod engine;
 mod locks;
+#[cfg(test)]
+mod tests;
 mod write_set;
 
 pub(crate) use clock::VersionClock;
-pub(crate) use domain::Domain;
+pub(crate) use domain::{Committing, Domain};
 pub(crate) use driver::{Stm, TxState};
 pub(crate) use engine::{CommitSet, Engine, Persisted};
 pub(crate) use locks::{LockTable, StripeLocks, is_locked, version_of};

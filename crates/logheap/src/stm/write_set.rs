@@ -4,7 +4,7 @@
 //! writes. At commit, [`WriteSet::resolve_into`] turns them into non-overlapping pieces in which
 //! later bytes win, so no byte reaches the log twice.
 
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeSet, BinaryHeap};
 
 /// One buffered write.
 #[derive(Debug, Clone, Copy)]
@@ -23,8 +23,14 @@ pub(crate) struct WriteSet {
     /// Write indices by start address, and the longest write: a read finds the writes
     /// that overlap it without scanning them all. Built only once there are more than
     /// [`SCAN_LIMIT`] writes (small transactions never pay for it).
-    by_start: BTreeMap<u64, Vec<u32>>,
+    by_start: BTreeSet<(u64, u32)>,
     max_len: u64,
+    /// The lowest start and highest end of every write: a read outside them has
+    /// nothing to overlay (most reads of a transaction).
+    lo: u64,
+    hi: u64,
+    /// Scratch: the writes a read overlaps, in program order.
+    candidates: Vec<u32>,
 }
 
 /// Below this many writes, a read scans them all (cheaper than the index).
@@ -44,6 +50,12 @@ impl WriteSet {
             at: self.bytes.len(),
         });
         self.bytes.extend_from_slice(bytes);
+        let end = home + bytes.len() as u64;
+        if self.writes.len() == 1 {
+            (self.lo, self.hi) = (home, end);
+        } else {
+            (self.lo, self.hi) = (self.lo.min(home), self.hi.max(end));
+        }
         let n = self.writes.len();
         if n == SCAN_LIMIT + 1 {
             for i in 0..n {
@@ -56,7 +68,7 @@ impl WriteSet {
 
     fn index(&mut self, i: usize) {
         let w = self.writes[i];
-        self.by_start.entry(w.home).or_default().push(i as u32);
+        self.by_start.insert((w.home, i as u32));
         self.max_len = self.max_len.max(w.len);
     }
 
@@ -66,22 +78,30 @@ impl WriteSet {
         self.bytes.clear();
         self.by_start.clear();
         self.max_len = 0;
+        (self.lo, self.hi) = (0, 0);
     }
 
     /// Copies this transaction's writes over `buf`, which holds `[home, home + len)`.
-    pub(crate) fn overlay(&self, home: u64, buf: &mut [u8]) {
+    #[inline]
+    pub(crate) fn overlay(&mut self, home: u64, buf: &mut [u8]) {
         let end = home + buf.len() as u64;
+        if end <= self.lo || home >= self.hi {
+            return;
+        }
         if self.writes.len() > SCAN_LIMIT {
             // Candidates start within `max_len` before the range; apply in program order.
-            let mut candidates: Vec<u32> = self
-                .by_start
-                .range(home.saturating_sub(self.max_len)..end)
-                .flat_map(|(_, v)| v.iter().copied())
-                .collect();
+            let mut candidates = std::mem::take(&mut self.candidates);
+            candidates.clear();
+            candidates.extend(
+                self.by_start
+                    .range((home.saturating_sub(self.max_len), 0)..(end, 0))
+                    .map(|&(_, i)| i),
+            );
             candidates.sort_unstable();
-            for i in candidates {
+            for &i in &candidates {
                 self.apply(&self.writes[i as usize], home, end, buf);
             }
+            self.candidates = candidates;
             return;
         }
         for w in &self.writes {
@@ -97,6 +117,12 @@ impl WriteSet {
             buf[(s - home) as usize..(e - home) as usize]
                 .copy_from_slice(&self.bytes[src..src + (e - s) as usize]);
         }
+    }
+
+    /// Every write `(home, len, offset in bytes())`, in program order.
+    #[cfg(test)]
+    pub(crate) fn writes_in_order(&self) -> impl Iterator<Item = (u64, u64, usize)> + '_ {
+        self.writes.iter().map(|w| (w.home, w.len, w.at))
     }
 
     /// Every written range, in program order (for locking).

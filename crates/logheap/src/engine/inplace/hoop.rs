@@ -31,7 +31,7 @@ use crate::engine::{EngineConfig, EngineFigures, EngineLifecycle, EngineStats};
 use crate::error::Result;
 use crate::file::EngineKind;
 use crate::media::Media;
-use crate::stm::{Domain, StripeLocks, TxState, stripes};
+use crate::stm::{Committing, Domain, StripeLocks, TxState, stripes};
 
 /// The `hoop` engine: the redo engine's logs and recovery, with [`Hoop`] as its home
 /// path.
@@ -125,7 +125,7 @@ pub(crate) struct Hoop {
 /// The locks and version of a collection in progress (see [`Hoop::collect_begin`]).
 pub(crate) struct Collection {
     locks: StripeLocks,
-    version: u64,
+    committing: Committing,
     words: Vec<(u64, WordMap)>,
 }
 
@@ -232,7 +232,7 @@ impl Hoop {
         words.clear();
         self.mapping.all(&mut words);
         words.retain(|&(w, _)| held(w));
-        let version = shared.tick_committing();
+        let committing = shared.tick_committing();
         let mut lines = Vec::with_capacity(words.len());
         for &(w, m) in &words {
             let value = media.read_u64(m.slot as usize);
@@ -243,7 +243,7 @@ impl Hoop {
         flush_lines_once(media, &mut lines);
         Collection {
             locks,
-            version,
+            committing,
             words,
         }
     }
@@ -258,8 +258,8 @@ impl Hoop {
         self.migrated
             .fetch_add(c.words.len() as u64, Ordering::Relaxed);
         self.collections.fetch_add(1, Ordering::Relaxed);
-        c.locks.release(&shared.locks, c.version);
-        shared.done_committing(c.version);
+        c.locks.release(&shared.locks, c.committing.version);
+        shared.done_committing(c.committing);
     }
 }
 
