@@ -1,8 +1,11 @@
 //! Versioned locks over address stripes.
 //!
 //! A lock word is `version << 1` when free and `owner << 1 | 1` when held, `owner` being
-//! the committing transaction's id. Stripes hash onto a fixed table, so unrelated
-//! addresses may share a lock (a false conflict, never a missed one).
+//! the committing transaction's id. Stripes map onto a fixed table by their low bits
+//! (as TinySTM's lock array does), so unrelated addresses a table's span apart share a
+//! lock (a false conflict, never a missed one), and the stripes of one object have
+//! neighbouring locks: a read of a 128-byte object loads one line of lock words, not
+//! three scattered ones.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -31,7 +34,7 @@ impl LockTable {
     /// The lock index of a stripe.
     #[inline]
     pub(crate) fn index(&self, stripe: u64) -> usize {
-        (stripe.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - self.bits)) as usize
+        (stripe & ((1u64 << self.bits) - 1)) as usize
     }
 
     /// The current word of lock `i`.
