@@ -433,8 +433,11 @@ impl Superblock {
     }
 
     /// The region holding file-0 offset `offset`, if any.
+    #[inline]
     pub(crate) fn region_of(&self, offset: u64) -> Option<u64> {
-        let r = offset.checked_sub(self.regions_offset)? / self.segment_size;
+        // The segment size is a power of two (checked when the superblock is read): a
+        // shift, not a division, on every transactional access's range check.
+        let r = offset.checked_sub(self.regions_offset)? >> self.segment_size.trailing_zeros();
         (r < self.region_count).then_some(r)
     }
 

@@ -29,8 +29,23 @@ pub(crate) struct WriteSet {
     /// nothing to overlay (most reads of a transaction).
     lo: u64,
     hi: u64,
+    /// A bit per stripe (64 bytes) written, by stripe number modulo its size: a read
+    /// none of whose stripes has its bit overlaps no write (scattered writes, as a tree
+    /// update's, leave most reads outside it).
+    stripes_written: [u64; FILTER_WORDS],
     /// Scratch: the writes a read overlaps, in program order.
     candidates: Vec<u32>,
+}
+
+/// Words of the written-stripes filter (512 bits).
+const FILTER_WORDS: usize = 8;
+const FILTER_BITS: u64 = FILTER_WORDS as u64 * 64;
+
+/// The filter bit of stripe `stripe`: its word and its mask.
+#[inline]
+fn filter_bit(stripe: u64) -> (usize, u64) {
+    let bit = stripe % FILTER_BITS;
+    ((bit / 64) as usize, 1 << (bit % 64))
 }
 
 /// Below this many writes, a read scans them all (cheaper than the index).
@@ -51,6 +66,15 @@ impl WriteSet {
         });
         self.bytes.extend_from_slice(bytes);
         let end = home + bytes.len() as u64;
+        let stripes = super::stripes(home, bytes.len() as u64);
+        if stripes.end() - stripes.start() >= FILTER_BITS {
+            self.stripes_written = [u64::MAX; FILTER_WORDS];
+        } else {
+            for stripe in stripes {
+                let (w, mask) = filter_bit(stripe);
+                self.stripes_written[w] |= mask;
+            }
+        }
         if self.writes.len() == 1 {
             (self.lo, self.hi) = (home, end);
         } else {
@@ -79,6 +103,7 @@ impl WriteSet {
         self.by_start.clear();
         self.max_len = 0;
         (self.lo, self.hi) = (0, 0);
+        self.stripes_written = [0; FILTER_WORDS];
     }
 
     /// Copies this transaction's writes over `buf`, which holds `[home, home + len)`.
@@ -86,6 +111,14 @@ impl WriteSet {
     pub(crate) fn overlay(&mut self, home: u64, buf: &mut [u8]) {
         let end = home + buf.len() as u64;
         if end <= self.lo || home >= self.hi {
+            return;
+        }
+        let written = |stripe| {
+            let (w, mask) = filter_bit(stripe);
+            self.stripes_written[w] & mask != 0
+        };
+        let stripes = super::stripes(home, buf.len() as u64);
+        if stripes.end() - stripes.start() < FILTER_BITS && !stripes.clone().any(written) {
             return;
         }
         if self.writes.len() > SCAN_LIMIT {
