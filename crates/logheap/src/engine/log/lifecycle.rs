@@ -52,6 +52,7 @@ impl EngineLifecycle for LogEngine {
                 inline: options.inline_cleaning,
                 every: options.clean_every,
             },
+            options.home_cache,
         )
     }
 
@@ -68,7 +69,7 @@ impl EngineLifecycle for LogEngine {
         EngineFigures {
             allocations: log.allocations,
             allocated_bytes: log.allocated_bytes,
-            dram_bytes: log.mapping_dram_bytes,
+            dram_bytes: log.mapping_dram_bytes + log.home_cache_dram_bytes,
             pm_bytes_used: (log.chunks_total - log.chunks_free) * self.geometry.size,
             engine: EngineStats::Log(log),
         }

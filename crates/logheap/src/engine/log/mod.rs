@@ -18,6 +18,7 @@ mod cleaner;
 mod commit_data;
 mod damage;
 mod epoch;
+mod home_cache;
 mod layout;
 mod lifecycle;
 mod log_writer;
@@ -131,6 +132,16 @@ pub struct LogEngineStats {
     pub allocation_checkpoints: u64,
     /// Live bytes the cleaner moved since the pool was opened.
     pub cleaner_bytes_moved: u64,
+    /// Pages in the home cache (0 when it is off).
+    pub home_cache_pages: u64,
+    /// DRAM the home cache holds.
+    pub home_cache_dram_bytes: u64,
+    /// Pages the home cache filled from the log since the pool was opened.
+    pub home_cache_fills: u64,
+    /// Pages it evicted since the pool was opened.
+    pub home_cache_evictions: u64,
+    /// Reads of pages it could not cache (read through the mapping instead).
+    pub home_cache_bypasses: u64,
     /// Live allocations.
     pub allocations: u64,
     /// Bytes in live allocations.
@@ -165,6 +176,8 @@ pub(crate) struct LogEngine {
     /// reclaimed chunks wait for its grace periods. Its deferred functions own what
     /// they touch, so the order in which the fields drop does not matter to them.
     epoch: PoolEpoch,
+    /// The DRAM home cache (`None`: reads go through the mapping).
+    home_cache: Option<home_cache::HomeCache>,
     /// The pool file (its media is `media`).
     file: PoolFile,
 }
@@ -225,6 +238,7 @@ impl LogEngine {
         mapping: MappingConfig,
         recovery_threads: usize,
         cleaning: CleanerSettings,
+        home_cache_bytes: u64,
     ) -> Result<LogEngine> {
         mapping.check().map_err(Error::InvalidConfig)?;
         let media = file.media().clone();
@@ -343,6 +357,8 @@ impl LogEngine {
             report: recovered.report,
             media,
             epoch,
+            home_cache: (home_cache_bytes > 0)
+                .then(|| home_cache::HomeCache::new(home_cache_bytes, HOME_LIMIT.trailing_zeros())),
             file,
         })
     }
@@ -563,6 +579,11 @@ impl LogEngine {
     /// Engine figures.
     pub(crate) fn stats(&self) -> LogEngineStats {
         let (allocations, allocated_bytes) = self.heap.live();
+        let home = self
+            .home_cache
+            .as_ref()
+            .map(|c| c.figures())
+            .unwrap_or_default();
         let cache = self.mapping.cache_figures();
         let lookups = cache.hits + cache.misses;
         LogEngineStats {
@@ -580,6 +601,11 @@ impl LogEngine {
             chunks_fast_cleaned: self.cleaner.chunks_fast_cleaned.load(Ordering::Relaxed),
             allocation_checkpoints: self.cleaner.checkpoints.load(Ordering::Relaxed),
             cleaner_bytes_moved: self.cleaner.bytes_moved.load(Ordering::Relaxed),
+            home_cache_pages: home.pages,
+            home_cache_dram_bytes: self.home_cache.as_ref().map_or(0, |c| c.dram_bytes()),
+            home_cache_fills: home.fills,
+            home_cache_evictions: home.evictions,
+            home_cache_bypasses: home.bypasses,
             allocations,
             allocated_bytes,
             recovery: self.report.clone(),
@@ -631,18 +657,9 @@ impl Engine for LogEngine {
     /// mapping, it spares the lookup a pin of its own.
     #[inline]
     fn read_committed(&self, s: &LogScratch, home: u64, buf: &mut [u8]) {
-        let len = buf.len() as u64;
-        let copy = |x: mapping::Extent| {
-            let at = (x.home - home) as usize;
-            let dst = &mut buf[at..at + x.len as usize];
-            match x.log {
-                Some(log) => self.media.read(log as usize, dst),
-                None => dst.fill(0),
-            }
-        };
-        match &s.pin {
-            Some(guard) => self.mapping.lookup_pinned(guard, home, len, copy),
-            None => self.mapping.lookup(home, len, copy),
+        match (&self.home_cache, &s.pin) {
+            (Some(cache), Some(guard)) => self.read_cached(cache, guard, home, buf),
+            _ => self.read_mapped(s.pin.as_ref(), home, buf),
         }
     }
 
@@ -718,6 +735,17 @@ impl Engine for LogEngine {
         for p in &s.buffers.placed {
             map.insert(p.home, p.len, p.log, &mut displaced);
             chunks.add_live(geometry.chunk_of(p.log), p.len as i64);
+        }
+        if let Some(cache) = &self.home_cache {
+            let own;
+            let guard = match &s.pin {
+                Some(guard) => guard,
+                None => {
+                    own = self.epoch.pin();
+                    &own
+                }
+            };
+            self.publish_to_cache(cache, guard, set, &s.buffers);
         }
     }
 

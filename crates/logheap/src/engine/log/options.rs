@@ -45,6 +45,13 @@ pub struct LogOptions {
     /// passes run in the committing thread, so only with
     /// [`inline_cleaning`](Self::inline_cleaning).
     pub clean_every: u64,
+    /// Bytes of DRAM the home cache may hold (default 256 MiB; 0 turns it off): a
+    /// copy of the home space, page by page, that reads copy from instead of walking
+    /// the mapping and copying out of the log. Pages are filled from the log when a
+    /// read first meets them, kept up to date by commits, and evicted (oldest first,
+    /// never written back: the log holds the data) when the budget is full. Only the
+    /// pages read are held, so a pool whose data fits the budget is cached whole.
+    pub home_cache: u64,
 }
 
 impl Default for LogOptions {
@@ -57,6 +64,7 @@ impl Default for LogOptions {
             cleaner_threads: 0,
             inline_cleaning: true,
             clean_every: 0,
+            home_cache: 256 << 20,
         }
     }
 }
@@ -113,6 +121,13 @@ impl LogOptions {
         self
     }
 
+    /// Sets the home cache's DRAM budget in bytes (0: no cache; see
+    /// [`home_cache`](Self::home_cache)).
+    pub fn home_cache(mut self, bytes: u64) -> Self {
+        self.home_cache = bytes;
+        self
+    }
+
     /// The name of the first option that differs from its default, if any.
     pub(crate) fn first_changed(&self) -> Option<&'static str> {
         let d = LogOptions::default();
@@ -127,6 +142,7 @@ impl LogOptions {
             (self.cleaner_threads != d.cleaner_threads, "cleaner_threads"),
             (self.inline_cleaning != d.inline_cleaning, "inline_cleaning"),
             (self.clean_every != d.clean_every, "clean_every"),
+            (self.home_cache != d.home_cache, "home_cache"),
         ]
         .into_iter()
         .find_map(|(changed, name)| changed.then_some(name))

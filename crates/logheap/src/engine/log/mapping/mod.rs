@@ -42,7 +42,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use crossbeam_epoch::Guard;
 use crossbeam_utils::CachePadded;
 
-use self::directory::Directory;
+pub(crate) use self::directory::Directory;
 use self::node_cache::{CacheCounters, CacheHandle};
 use self::skiplist::SkipList;
 use self::sorted_array::{Entry, Key, Narrow, SortedArray, Wide};
