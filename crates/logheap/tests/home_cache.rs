@@ -21,7 +21,7 @@ fn pool(pages: u64) -> Pool {
 
 fn log_stats(pool: &Pool) -> LogEngineStats {
     match pool.stats().engine_stats {
-        EngineStats::Log(s) => s,
+        EngineStats::Log(s) => *s,
         other => panic!("not a log pool: {other:?}"),
     }
 }

@@ -97,8 +97,8 @@ pub(crate) trait EngineLifecycle: Engine {
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum EngineStats {
-    /// The log engine's.
-    Log(LogEngineStats),
+    /// The log engine's (boxed: it is several times the size of the others).
+    Log(Box<LogEngineStats>),
     /// The `redo` engine's.
     Redo(RedoStats),
     /// The `undo` engine's.

@@ -71,7 +71,7 @@ impl EngineLifecycle for LogEngine {
             allocated_bytes: log.allocated_bytes,
             dram_bytes: log.mapping_dram_bytes + log.home_cache_dram_bytes,
             pm_bytes_used: (log.chunks_total - log.chunks_free) * self.geometry.size,
-            engine: EngineStats::Log(log),
+            engine: EngineStats::Log(Box::new(log)),
         }
     }
 
