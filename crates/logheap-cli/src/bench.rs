@@ -33,9 +33,10 @@ use crate::size::parse_size;
 /// Options of `logheap bench`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Workloads to run (repeat the option; default: every workload but the
-    /// fragmentation ones, frag-w1 to frag-w3, and alloc-random, which run only when
-    /// named). alloc-random runs on the persistent heap `alloc` (metadata in place) or
+    /// Workloads to run (repeat the option; default: the paper's workloads; the
+    /// fragmentation ones, frag-w1 to frag-w3, alloc-random, alloc-batch, the other
+    /// documents' and the read-heavy ones, hashtable-read95, rbtree-read95,
+    /// hashtable-lookup and rbtree-lookup, run only when named). alloc-random runs on the persistent heap `alloc` (metadata in place) or
     /// `alloc-log` (DRAM state and a metadata log), `pmdk`, `glibc` and
     /// `jemalloc`, on 1 and 2 threads unless --threads says otherwise.
     #[arg(long = "workload")]
@@ -565,6 +566,9 @@ fn summary(r: &logheap_bench::RunResult) -> String {
         ));
     } else if let Some(c) = s.chunks_cleaned.filter(|&c| c > 0) {
         line.push_str(&format!(", {c} chunks cleaned"));
+    }
+    if let (Some(lookups), Some(found)) = (r.lookups, r.lookups_found) {
+        line.push_str(&format!(", {found} of {lookups} look-ups found"));
     }
     line
 }
