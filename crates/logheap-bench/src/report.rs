@@ -41,7 +41,7 @@ fn standard_tables(results: &[RunResult]) -> String {
     // (workload, threads) -> engine -> result
     let mut rows: BTreeMap<(usize, String, usize), BTreeMap<String, &RunResult>> = BTreeMap::new();
     let order = |w: &str| {
-        crate::Workload::ALL
+        crate::Workload::DEFAULT_RUN
             .iter()
             .position(|x| x.name() == w)
             .unwrap_or(usize::MAX)

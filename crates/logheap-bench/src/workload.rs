@@ -4,7 +4,7 @@
 //! else insert it). KVStore is the hash table with variable-size values.
 //!
 //! Besides the paper's, read-heavy workloads on the hash table and the red-black tree
-//! ([`Workload::READ_HEAVY`], run when named): the update workloads' preload and Zipf
+//! ([`Workload::READ_HEAVY`], in the default run): the update workloads' preload and Zipf
 //! keys, with each operation a look-up in a read-only transaction (`-lookup`), or a
 //! look-up with probability [`LOOKUP_PERCENT`]% and otherwise the update workload's
 //! operation in a write transaction (`-read95`).
@@ -169,8 +169,27 @@ impl Workload {
 
     /// The read-heavy workloads: look-ups of the update workloads' Zipf keys in
     /// read-only transactions, with 5% updates (`-read95`) or none (`-lookup`). They run
-    /// when named, on every engine and on `pmdk`.
+    /// on every engine and on `pmdk`, and are part of the default run
+    /// ([`DEFAULT_RUN`](Self::DEFAULT_RUN)).
     pub const READ_HEAVY: [Workload; 4] = [
+        Self::HashtableRead95,
+        Self::RbtreeRead95,
+        Self::HashtableLookup,
+        Self::RbtreeLookup,
+    ];
+
+    /// The workloads `logheap bench` runs when none is named: the paper's
+    /// ([`ALL`](Self::ALL)), then the read-heavy ones ([`READ_HEAVY`](Self::READ_HEAVY)).
+    pub const DEFAULT_RUN: [Workload; 13] = [
+        Self::Sps,
+        Self::RbtreeIns,
+        Self::RbtreeUpd,
+        Self::BptreeIns,
+        Self::BptreeUpd,
+        Self::HashtableIns,
+        Self::HashtableUpd,
+        Self::KvstoreIns,
+        Self::KvstoreUpd,
         Self::HashtableRead95,
         Self::RbtreeRead95,
         Self::HashtableLookup,
@@ -898,6 +917,11 @@ mod tests {
             }
         }
         assert!(!Workload::ALL.iter().any(|w| w.is_read_heavy()));
+        let default: Vec<Workload> = Workload::ALL
+            .into_iter()
+            .chain(Workload::READ_HEAVY)
+            .collect();
+        assert_eq!(Workload::DEFAULT_RUN.to_vec(), default);
     }
 
     /// Runs `w` on `engine` one operation at a time and checks each look-up against the
