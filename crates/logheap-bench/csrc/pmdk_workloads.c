@@ -1220,9 +1220,11 @@ static __attribute__((noinline)) int lookup_copy(struct lh_ctx *c, uint64_t key,
 		buf->bytes = grown;
 		buf->cap = len;
 	}
-	memcpy(buf->bytes, bytes, len);
 	t->found++;
-	t->fill_sum += len ? buf->bytes[0] : 0;
+	if (len) {
+		memcpy(buf->bytes, bytes, len);
+		t->fill_sum += buf->bytes[0];
+	}
 	return 0;
 }
 
