@@ -26,13 +26,20 @@
  * TX_FREE expand to). Objects allocated in the running transaction are written without
  * being added: they vanish if it aborts.
  *
+ * The read-heavy workloads' look-ups (hashtable-read95, rbtree-read95, hashtable-lookup,
+ * rbtree-lookup) run outside any transaction, as a PMDK user reads: a walk of the
+ * structure through direct pointers into the pool (base + offset), and a memcpy of the
+ * value found out of it (what logheap's `get` returns). libpmemobj instruments no read.
+ *
  * Concurrency: libpmemobj transactions give atomicity and durability, not isolation, so
  * concurrent operations are serialised by locks in DRAM, taken before TX_BEGIN and
  * released after TX_END (after the commit is durable):
  *  - the trees: one mutex per tree. Every operation takes it exclusively, look-ups too:
  *    an update operation decides between delete and insert after its look-up, so a
  *    reader lock would have to be upgraded; and both rebalancing schemes may touch the
- *    root, so finer locking would serialise on it anyway.
+ *    root, so finer locking would serialise on it anyway. In the read-mostly mode
+ *    (`-read95`) the tree's lock is a reader-writer lock instead: look-ups take it
+ *    shared, updates exclusively.
  *  - the hash table: lock striping. Bucket b belongs to stripe b % STRIPES (buckets and
  *    stripes are powers of two); an operation locks its key's stripe, which covers the
  *    bucket's chain and one slot of the entry count (the count is kept per stripe, one
@@ -40,6 +47,9 @@
  *  - SPS: stripes of elements, element i in stripe i % STRIPES; a swap locks the stripes
  *    of both elements in increasing order (once when they are the same), so two swaps
  *    never deadlock.
+ *  - the hash table's look-ups in the read-mostly mode lock their key's stripe, as its
+ *    updates do.
+ *  - look-ups only (`-lookup`): nothing writes while they run, so they take no lock.
  * The preload runs on one thread and takes no lock.
  */
 
@@ -58,16 +68,35 @@
 enum lh_kind { LH_SPS = 0, LH_RBTREE = 1, LH_BPTREE = 2, LH_HASH = 3 };
 
 /*
+ * What the measured phase's operations do: insert; update (look the key up, remove it
+ * if present, else insert it); read-mostly (an operation whose `other` is LH_OP_UPDATE
+ * is an update, the others look-ups); look-ups only.
+ */
+enum lh_mode { LH_INSERT = 0, LH_UPDATE = 1, LH_READ_MOSTLY = 2, LH_LOOKUP_ONLY = 3 };
+
+/* `other` of a read-heavy workload's update (Rust's `Op::UPDATE`; 0 is a look-up). */
+#define LH_OP_UPDATE 1u
+
+/*
  * One operation (Rust's `logheap_bench::workload::Op`, #[repr(C)]): SPS swaps elements
  * `key` and `other` (the preload sets element `key` to `key`); the other structures
  * insert `key` with a value of `len` bytes all equal to `fill`, or, in an update
- * workload's measured phase, remove `key` if present and insert it otherwise.
+ * workload's measured phase, remove `key` if present and insert it otherwise; in a
+ * read-heavy workload's, look `key` up (`other` 0) or update it (`other` LH_OP_UPDATE).
  */
 struct lh_op {
 	uint64_t key;
 	uint64_t other;
 	uint64_t len;
 	uint8_t fill;
+};
+
+/* What look-ups found (Rust's `logheap_bench::workload::Lookups`, #[repr(C)]): look-ups
+ * run, those that found their key, and the sum of the first bytes of the values found. */
+struct lh_lookups {
+	uint64_t lookups;
+	uint64_t found;
+	uint64_t fill_sum;
 };
 
 /* Lock stripes of the hash table and of SPS (at most: never more than buckets). */
@@ -89,11 +118,13 @@ struct lh_ctx {
 	char *base;
 	uint64_t uuid_lo;
 	int kind;
-	int update;
+	/* enum lh_mode */
+	int mode;
 	/* Offset of the structure's header. */
 	uint64_t header;
-	/* Trees: the tree's lock. */
+	/* Trees: the tree's lock (the reader-writer one in the read-mostly mode). */
 	pthread_mutex_t tree_lock;
+	pthread_rwlock_t tree_rwlock;
 	/* Hash table and SPS: lock stripes. */
 	struct stripe_lock *stripes;
 	uint64_t nstripes;
@@ -900,7 +931,7 @@ static void apply(struct lh_ctx *c, const struct lh_op *op)
 {
 	if (c->kind == LH_SPS) {
 		sps_swap(c, op->key, op->other);
-	} else if (!c->update) {
+	} else if (c->mode == LH_INSERT) {
 		store_insert(c, op->key, op->len, op->fill);
 	} else if (store_contains(c, op->key)) {
 		store_remove(c, op->key);
@@ -1019,16 +1050,21 @@ const char *lh_errormsg(void)
 }
 
 /* Creates a pool file of `size` bytes at `path` holding an empty structure of `kind`
- * (`update`: the measured phase toggles keys). `elements`: the SPS array's length;
- * `buckets`: the hash table's bucket count. NULL on failure (see lh_errormsg). */
-struct lh_ctx *lh_create(const char *path, uint64_t size, int kind, int update,
+ * whose measured phase runs in `mode` (enum lh_mode). `elements`: the SPS array's
+ * length; `buckets`: the hash table's bucket count. NULL on failure (see
+ * lh_errormsg). */
+struct lh_ctx *lh_create(const char *path, uint64_t size, int kind, int mode,
 		uint64_t elements, uint64_t buckets)
 {
+	if (mode < LH_INSERT || mode > LH_LOOKUP_ONLY) {
+		errno = EINVAL;
+		return NULL;
+	}
 	struct lh_ctx *c = calloc(1, sizeof(*c));
 	if (!c)
 		return NULL;
 	c->kind = kind;
-	c->update = update;
+	c->mode = mode;
 	c->pop = pmemobj_create(path, "logheap-bench", size, 0600);
 	if (!c->pop) {
 		free(c);
@@ -1040,6 +1076,7 @@ struct lh_ctx *lh_create(const char *path, uint64_t size, int kind, int update,
 		goto fail;
 	c->uuid_lo = root_oid.pool_uuid_lo;
 	pthread_mutex_init(&c->tree_lock, NULL);
+	pthread_rwlock_init(&c->tree_rwlock, NULL);
 	if (kind == LH_HASH || kind == LH_SPS) {
 		uint64_t universe = kind == LH_HASH ? buckets : elements;
 		c->nstripes = STRIPES;
@@ -1068,6 +1105,7 @@ void lh_close(struct lh_ctx *c)
 {
 	pmemobj_close(c->pop);
 	pthread_mutex_destroy(&c->tree_lock);
+	pthread_rwlock_destroy(&c->tree_rwlock);
 	for (uint64_t i = 0; i < c->nstripes; i++)
 		pthread_mutex_destroy(&c->stripes[i].m);
 	free(c->stripes);
@@ -1090,24 +1128,141 @@ int lh_preload(struct lh_ctx *c, const struct lh_op *ops, size_t n, size_t per_t
 	return 0;
 }
 
-/* Runs `n` operations, one transaction each, under the structure's locks (any number
- * of threads at once, each with its own operations). Nothing aborts for a conflict
- * under the locks, so the first abort is a failure: 0, or the errno value of the
- * first failure (see lh_errormsg). */
-int lh_run(struct lh_ctx *c, const struct lh_op *ops, size_t n)
+/* The locks one measured operation holds. */
+struct held_locks {
+	pthread_mutex_t *mutexes[2];
+	size_t nmutexes;
+	pthread_rwlock_t *rwlock;
+};
+
+/* Takes the locks of `op` (`lookup`: it is a read-heavy workload's look-up): none when
+ * only look-ups run; the tree's reader-writer lock in the read-mostly mode (shared for
+ * a look-up); else locks_of's. */
+static void take_locks(struct lh_ctx *c, const struct lh_op *op, int lookup, struct held_locks *h)
 {
-	for (size_t i = 0; i < n; i++) {
-		pthread_mutex_t *locks[2];
-		size_t nlocks = locks_of(c, &ops[i], locks);
-		for (size_t l = 0; l < nlocks; l++)
-			pthread_mutex_lock(locks[l]);
-		int err = ops_tx(c, &ops[i], 1, 0);
-		for (size_t l = nlocks; l > 0; l--)
-			pthread_mutex_unlock(locks[l - 1]);
-		if (err)
-			return err;
+	h->nmutexes = 0;
+	h->rwlock = NULL;
+	if (c->mode == LH_LOOKUP_ONLY)
+		return;
+	if (c->mode == LH_READ_MOSTLY && (c->kind == LH_RBTREE || c->kind == LH_BPTREE)) {
+		h->rwlock = &c->tree_rwlock;
+		if (lookup)
+			pthread_rwlock_rdlock(h->rwlock);
+		else
+			pthread_rwlock_wrlock(h->rwlock);
+		return;
+	}
+	h->nmutexes = locks_of(c, op, h->mutexes);
+	for (size_t l = 0; l < h->nmutexes; l++)
+		pthread_mutex_lock(h->mutexes[l]);
+}
+
+static void drop_locks(struct held_locks *h)
+{
+	if (h->rwlock)
+		pthread_rwlock_unlock(h->rwlock);
+	for (size_t l = h->nmutexes; l > 0; l--)
+		pthread_mutex_unlock(h->mutexes[l - 1]);
+}
+
+/* Finds `key` (a tree or the hash table): 1 with the value's bytes and length, or 0. */
+static int find_value(struct lh_ctx *c, uint64_t key, const uint8_t **bytes, uint64_t *len)
+{
+	uint64_t value, *link;
+	switch (c->kind) {
+	case LH_RBTREE:
+		value = rb_find(c, key);
+		if (!value)
+			return 0;
+		value = RB(c, value)->value;
+		*len = ((struct value_obj *)P(c, value))->len;
+		*bytes = ((struct value_obj *)P(c, value))->bytes;
+		return 1;
+	case LH_BPTREE:
+		if (!bp_contains(c, key, &value))
+			return 0;
+		*len = ((struct value_obj *)P(c, value))->len;
+		*bytes = ((struct value_obj *)P(c, value))->bytes;
+		return 1;
+	default:
+		value = hash_find(c, key, &link);
+		if (!value)
+			return 0;
+		*len = HE(c, value)->len;
+		*bytes = HE(c, value)->bytes;
+		return 1;
+	}
+}
+
+/* A buffer the look-ups copy values into, grown as needed. */
+struct value_buf {
+	uint8_t *bytes;
+	uint64_t cap;
+};
+
+/*
+ * One look-up, outside any transaction: finds `key` through direct pointers and copies
+ * its value into `buf` (as logheap's `get` copies it out), counting it in `t`. 0, or
+ * ENOMEM. Not inlined, so that the copy is not optimised away with the buffer.
+ */
+static __attribute__((noinline)) int lookup_copy(struct lh_ctx *c, uint64_t key,
+		struct value_buf *buf, struct lh_lookups *t)
+{
+	const uint8_t *bytes;
+	uint64_t len = 0;
+	t->lookups++;
+	if (!find_value(c, key, &bytes, &len))
+		return 0;
+	if (len > buf->cap) {
+		uint8_t *grown = realloc(buf->bytes, len);
+		if (!grown)
+			return ENOMEM;
+		buf->bytes = grown;
+		buf->cap = len;
+	}
+	t->found++;
+	if (len) {
+		memcpy(buf->bytes, bytes, len);
+		t->fill_sum += buf->bytes[0];
 	}
 	return 0;
+}
+
+/* Whether `op` is a look-up (in a read-heavy workload's measured phase). */
+static int is_lookup(const struct lh_ctx *c, const struct lh_op *op)
+{
+	return c->mode == LH_LOOKUP_ONLY || (c->mode == LH_READ_MOSTLY && op->other != LH_OP_UPDATE);
+}
+
+/* Runs `n` operations under the structure's locks (any number of threads at once, each
+ * with its own operations): one transaction each, or, for the read-heavy workloads'
+ * look-ups, a look-up outside any transaction (counted into `found` when it is not
+ * NULL). Nothing aborts for a conflict under the locks, so the first abort is a
+ * failure: 0, or the errno value of the first failure (see lh_errormsg). */
+int lh_run(struct lh_ctx *c, const struct lh_op *ops, size_t n, struct lh_lookups *found)
+{
+	if (c->kind == LH_SPS && (c->mode == LH_READ_MOSTLY || c->mode == LH_LOOKUP_ONLY))
+		return EINVAL;
+	struct lh_lookups tally = {0, 0, 0};
+	struct value_buf buf = {NULL, 0};
+	int err = 0;
+	for (size_t i = 0; i < n && !err; i++) {
+		int lookup = is_lookup(c, &ops[i]);
+		struct held_locks held;
+		take_locks(c, &ops[i], lookup, &held);
+		if (lookup)
+			err = lookup_copy(c, ops[i].key, &buf, &tally);
+		else
+			err = ops_tx(c, &ops[i], 1, 0);
+		drop_locks(&held);
+	}
+	free(buf.bytes);
+	if (found) {
+		found->lookups += tally.lookups;
+		found->found += tally.found;
+		found->fill_sum += tally.fill_sum;
+	}
+	return err;
 }
 
 /* The entry count the structure keeps (SPS: the array's length). */
@@ -1135,39 +1290,17 @@ uint64_t lh_count(struct lh_ctx *c)
 int lh_lookup(struct lh_ctx *c, uint64_t key, uint64_t *len, uint8_t *fill)
 {
 	const uint8_t *bytes = NULL;
-	uint64_t value, *link;
 	*len = 0;
 	*fill = 0;
-	switch (c->kind) {
-	case LH_SPS: {
+	if (c->kind == LH_SPS) {
 		struct array_header *h = P(c, c->header);
 		if (key >= h->len)
 			return 0;
 		*len = array_data(c)[key];
 		return 1;
 	}
-	case LH_RBTREE:
-		value = rb_find(c, key);
-		if (!value)
-			return 0;
-		value = RB(c, value)->value;
-		*len = ((struct value_obj *)P(c, value))->len;
-		bytes = ((struct value_obj *)P(c, value))->bytes;
-		break;
-	case LH_BPTREE:
-		if (!bp_contains(c, key, &value))
-			return 0;
-		*len = ((struct value_obj *)P(c, value))->len;
-		bytes = ((struct value_obj *)P(c, value))->bytes;
-		break;
-	default:
-		value = hash_find(c, key, &link);
-		if (!value)
-			return 0;
-		*len = HE(c, value)->len;
-		bytes = HE(c, value)->bytes;
-		break;
-	}
+	if (!find_value(c, key, &bytes, len))
+		return 0;
 	if (*len == 0)
 		return 1;
 	*fill = bytes[0];

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use logheap::{Config, Emulation, EngineConfig, LogOptions, MappingConfig, Pool};
 
-use crate::workload::{Op, Prepared, Shape, Workload, preload_rng};
+use crate::workload::{Lookups, Op, Prepared, Shape, Workload, preload_rng};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -162,6 +162,14 @@ pub struct RunResult {
     pub write_amplification: Option<f64>,
     /// Aborted attempts per committed transaction.
     pub aborts_per_tx: f64,
+    /// Read-heavy workloads: look-ups run in the measured phase (they count as
+    /// transactions in `ops` and `tx_per_s`; `None` for the other workloads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lookups: Option<u64>,
+    /// Read-heavy workloads: of those, the look-ups that found their key (the same on
+    /// every engine for the same operations on one thread).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lookups_found: Option<u64>,
     /// Node-cache hit ratio in the measured phase (`None` without node caches).
     #[serde(default)]
     pub node_cache_hit_ratio: Option<f64>,
@@ -207,6 +215,8 @@ impl RunResult {
             payload_bytes_per_tx: None,
             write_amplification: None,
             aborts_per_tx: 0.0,
+            lookups: None,
+            lookups_found: None,
             node_cache_hit_ratio: None,
             dram_bytes: None,
             pm_bytes_used: None,
@@ -427,8 +437,10 @@ pub fn run_reporting(
         .collect();
     let refused = AtomicU64::new(0);
     let limited = std::sync::atomic::AtomicBool::new(false);
+    let lookups = Mutex::new(Lookups::default());
     let began = Instant::now();
     let seconds = run_timed(threads, |t| {
+        let mut found = Lookups::default();
         for (i, op) in per_thread[t].iter().enumerate() {
             if i % 64 == 63
                 && let Some(limit) = spec.time_limit
@@ -437,7 +449,7 @@ pub fn run_reporting(
                 limited.store(true, Ordering::Relaxed);
                 break;
             }
-            match prepared.apply(&pool, op) {
+            match prepared.apply_counting(&pool, op, &mut found) {
                 // In a pool sized to a utilisation, a transaction the engine refuses
                 // for want of space is counted; the run goes on.
                 Err(logheap::Error::PoolFull) if spec.utilisation.is_some() => {
@@ -447,8 +459,10 @@ pub fn run_reporting(
                 Ok(()) => {}
             }
         }
+        lookups.lock().unwrap_or_else(|p| p.into_inner()).add(found);
         Ok(())
     })?;
+    let lookups = lookups.into_inner().unwrap_or_else(|p| p.into_inner());
     let after = pool.stats();
     let c = after.media.since(&before.media);
     let per_tx = |x: u64| x as f64 / c.transactions.max(1) as f64;
@@ -504,6 +518,8 @@ pub fn run_reporting(
         payload_bytes_per_tx: Some(per_tx(c.payload_bytes)),
         write_amplification: c.write_amplification(),
         aborts_per_tx: per_tx(c.aborts),
+        lookups: spec.workload.is_read_heavy().then_some(lookups.lookups),
+        lookups_found: spec.workload.is_read_heavy().then_some(lookups.found),
         node_cache_hit_ratio: (hits + misses > 0).then(|| hits as f64 / (hits + misses) as f64),
         dram_bytes: Some(after.dram_bytes),
         pm_bytes_used: Some(after.pm_bytes_used),
@@ -642,6 +658,8 @@ fn run_fragmentation(
         payload_bytes_per_tx: media.and_then(|m| per(m.payload_bytes)),
         write_amplification: media.and_then(|m| m.write_amplification()),
         aborts_per_tx: media.map_or(0.0, |m| m.aborts as f64 / steps as f64),
+        lookups: None,
+        lookups_found: None,
         node_cache_hit_ratio: log.and_then(|l| l.node_cache_hit_ratio),
         dram_bytes: log.map(|l| l.mapping_dram_bytes),
         pm_bytes_used: out.pool_bytes.map(|_| out.held_bytes),
@@ -664,4 +682,81 @@ fn run_fragmentation(
             ..SpaceFigures::default()
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::{OpStream, model, thread_rng};
+
+    fn spec(engine: &str, workload: Workload, threads: usize) -> RunSpec {
+        RunSpec {
+            engine: engine.into(),
+            workload,
+            threads,
+            ops: 600,
+            elements: 300,
+            value_size: 48,
+            seed: 11,
+            emulation: None,
+            dir: None,
+            utilisation: None,
+            frag: FragOptions::default(),
+            time_limit: None,
+            cleaner_threads: 0,
+            alloc_batch: 1,
+        }
+    }
+
+    /// What the look-ups of `spec` find on one thread, by the model.
+    fn modelled(spec: &RunSpec) -> crate::workload::Lookups {
+        let stream = OpStream::new(
+            spec.workload,
+            Shape {
+                elements: spec.elements,
+                value_size: spec.value_size,
+            },
+        );
+        let mut rng = preload_rng(spec.seed);
+        let preload: Vec<Op> = (0..stream.elements())
+            .map(|i| stream.preload_op(i, &mut rng))
+            .collect();
+        let mut rng = thread_rng(spec.seed, 0);
+        let ops: Vec<Op> = (0..spec.ops).map(|_| stream.next_op(&mut rng)).collect();
+        model::lookups(spec.workload, &preload, &ops).0
+    }
+
+    #[test]
+    fn read_heavy_runs_count_every_lookup_as_a_transaction_and_find_the_models_keys() {
+        let mut engines = vec!["log", "redo", "hoop"];
+        if crate::pmdk::pmdk_available() {
+            engines.push(crate::pmdk::ENGINE);
+        }
+        for w in Workload::READ_HEAVY {
+            let want = modelled(&spec("log", w, 1));
+            assert!(want.lookups >= 540 && want.found > 0 && want.found < want.lookups);
+            for engine in &engines {
+                let r = run(&spec(engine, w, 1)).unwrap();
+                assert_eq!(r.ops, 600, "{engine} {w}");
+                assert!(r.tx_per_s > 0.0);
+                assert_eq!(
+                    (r.lookups, r.lookups_found),
+                    (Some(want.lookups), Some(want.found)),
+                    "{engine} {w}"
+                );
+                if *engine != crate::pmdk::ENGINE {
+                    // Look-ups write nothing: fences come from the updates alone.
+                    let lookup_only = want.lookups == 600;
+                    assert_eq!(r.fences_per_tx == Some(0.0), lookup_only, "{engine} {w}");
+                }
+            }
+            // Two threads: every operation runs, every look-up is counted.
+            let r = run(&spec("log", w, 2)).unwrap();
+            assert_eq!((r.ops, r.threads), (600, 2), "{w}");
+            assert_eq!(r.lookups.map(|l| l >= 540), Some(true), "{w}");
+        }
+        // The other workloads report no look-ups.
+        let r = run(&spec("log", Workload::HashtableUpd, 1)).unwrap();
+        assert_eq!((r.lookups, r.lookups_found), (None, None));
+    }
 }

@@ -8,6 +8,13 @@
 //! [`OpStream`](crate::workload::OpStream) as logheap's harness, and handed to C as
 //! arrays: the same seed gives both engines the same operations.
 //!
+//! The read-heavy workloads' look-ups (`hashtable-read95`, `rbtree-read95`,
+//! `hashtable-lookup`, `rbtree-lookup`) run outside any libpmemobj transaction, as a PMDK
+//! user reads: direct pointer reads of the persistent structure and a copy of the value
+//! found. In `-read95` they take the structure's locks as readers (the tree's
+//! reader-writer lock, the key's stripe of the hash table), since updates run beside
+//! them; `-lookup` runs nothing else and takes no lock.
+//!
 //! The C code is built by the crate's build script when `pkg-config` finds libpmemobj
 //! (Debian: `libpmemobj-dev`), which sets `cfg(logheap_pmdk)`; without it
 //! [`pmdk_available`] is false and running the engine is an error saying
@@ -91,14 +98,14 @@ mod imp {
 
     use super::{ENGINE, RunResult, RunSpec};
     use crate::harness::{pool_dir, pool_size};
-    use crate::workload::{Op, OpStream, PRELOAD_BATCH, Shape, Workload, preload_rng};
+    use crate::workload::{Lookups, Op, OpStream, PRELOAD_BATCH, Shape, Workload, preload_rng};
 
     /// The C side's interface (`csrc/pmdk_workloads.c`, "Exported functions").
     mod ffi {
         use std::ffi::{c_char, c_int};
         use std::marker::{PhantomData, PhantomPinned};
 
-        use crate::workload::Op;
+        use crate::workload::{Lookups, Op};
 
         /// `struct lh_ctx`: a pool and its structure (opaque).
         #[repr(C)]
@@ -114,13 +121,13 @@ mod imp {
                 path: *const c_char,
                 size: u64,
                 kind: c_int,
-                update: c_int,
+                mode: c_int,
                 elements: u64,
                 buckets: u64,
             ) -> *mut LhCtx;
             pub fn lh_close(c: *mut LhCtx);
             pub fn lh_preload(c: *mut LhCtx, ops: *const Op, n: usize, per_tx: usize) -> c_int;
-            pub fn lh_run(c: *mut LhCtx, ops: *const Op, n: usize) -> c_int;
+            pub fn lh_run(c: *mut LhCtx, ops: *const Op, n: usize, found: *mut Lookups) -> c_int;
             pub fn lh_count(c: *mut LhCtx) -> u64;
             pub fn lh_lookup(c: *mut LhCtx, key: u64, len: *mut u64, fill: *mut u8) -> c_int;
             pub fn lh_verify(c: *mut LhCtx, msg: *mut c_char, cap: usize) -> i64;
@@ -224,16 +231,18 @@ mod imp {
     /// caller removes the file).
     ///
     /// [`run`](Self::run) may be called from any number of threads at once: the C side
-    /// serialises operations with locks (one per tree; stripes of buckets or of array
-    /// elements). The other methods take `&mut self`, so none of them runs beside it.
+    /// serialises operations with locks (one per tree, a reader-writer one in the
+    /// `-read95` workloads; stripes of buckets or of array elements; none in the
+    /// `-lookup` workloads, which write nothing). The other methods take `&mut self`, so none of them runs beside it.
     pub struct PmdkStore {
         ctx: NonNull<ffi::LhCtx>,
         workload: Workload,
     }
 
     // SAFETY: the context is a heap object of the C side, used by no thread-local state;
-    // concurrent `lh_run` calls are serialised by its locks, and every other function
-    // is reached only through `&mut self`.
+    // concurrent `lh_run` calls are serialised by its locks (look-ups in the look-ups-only
+    // mode take none: nothing writes then), and every other function is reached only
+    // through `&mut self`.
     unsafe impl Send for PmdkStore {}
     // SAFETY: through `&self` only `lh_run` is reachable, which is safe to call from
     // several threads at once (see above).
@@ -256,9 +265,19 @@ mod imp {
             let workload = stream.workload();
             let kind: c_int = match workload {
                 Workload::Sps => 0,
-                Workload::RbtreeIns | Workload::RbtreeUpd => 1,
+                Workload::RbtreeIns
+                | Workload::RbtreeUpd
+                | Workload::RbtreeRead95
+                | Workload::RbtreeLookup => 1,
                 Workload::BptreeIns | Workload::BptreeUpd => 2,
                 _ => 3,
+            };
+            // `enum lh_mode`: insert, update, read-mostly, look-ups only.
+            let mode: c_int = match workload {
+                Workload::HashtableLookup | Workload::RbtreeLookup => 3,
+                Workload::HashtableRead95 | Workload::RbtreeRead95 => 2,
+                w if w.is_update() => 1,
+                _ => 0,
             };
             let c_path = CString::new(path.as_os_str().as_encoded_bytes())
                 .map_err(|_| format!("{}: a NUL in the path", path.display()))?;
@@ -269,7 +288,7 @@ mod imp {
                     c_path.as_ptr(),
                     size,
                     kind,
-                    c_int::from(workload.is_update()),
+                    mode,
                     stream.elements(),
                     stream.buckets(),
                 )
@@ -308,16 +327,22 @@ mod imp {
             }
         }
 
-        /// Runs `ops` ([`OpStream::next_op`]), one transaction each. Under the
-        /// structure's locks no transaction aborts for a conflict: an abort is a failure
-        /// (out of space), which ends the run with its error.
-        pub fn run(&self, ops: &[Op]) -> Result<(), String> {
+        /// Runs `ops` ([`OpStream::next_op`]), one transaction each, or for the
+        /// read-heavy workloads' look-ups a look-up outside any transaction; returns
+        /// what the look-ups found. Under the structure's locks no transaction aborts
+        /// for a conflict: an abort is a failure (out of space), which ends the run with
+        /// its error.
+        pub fn run(&self, ops: &[Op]) -> Result<Lookups, String> {
+            let mut found = Lookups::default();
             // SAFETY: the context is live while self is; lh_run may run on several
             // threads at once (its locks serialise the operations). `ops` points at
-            // `ops.len()` `Op`s in the layout of `struct lh_op`, only read.
-            let code = unsafe { ffi::lh_run(self.ctx.as_ptr(), ops.as_ptr(), ops.len()) };
+            // `ops.len()` `Op`s in the layout of `struct lh_op`, only read; `found` is a
+            // local `Lookups` in the layout of `struct lh_lookups` (#[repr(C)], three
+            // u64), which the call adds to.
+            let code =
+                unsafe { ffi::lh_run(self.ctx.as_ptr(), ops.as_ptr(), ops.len(), &raw mut found) };
             match code {
-                0 => Ok(()),
+                0 => Ok(found),
                 code => Err(pmdk_error("transaction aborted", code)),
             }
         }
@@ -425,7 +450,13 @@ mod imp {
             .map(|t| stream.thread_ops(spec.seed, spec.ops, threads, t))
             .collect();
         phase(&format!("measuring {} transactions", spec.ops));
-        let seconds = crate::harness::run_timed(threads, |t| store.run(&per_thread[t]))?;
+        let lookups = std::sync::Mutex::new(Lookups::default());
+        let seconds = crate::harness::run_timed(threads, |t| {
+            let found = store.run(&per_thread[t])?;
+            lookups.lock().unwrap_or_else(|p| p.into_inner()).add(found);
+            Ok::<_, String>(())
+        })?;
+        let lookups = lookups.into_inner().unwrap_or_else(|p| p.into_inner());
         let ops: u64 = per_thread.iter().map(|o| o.len() as u64).sum();
         let pm_bytes_used = store.pm_used();
         drop(store);
@@ -439,6 +470,8 @@ mod imp {
             tx_per_s: ops as f64 / seconds.max(1e-9),
             pm_bytes_used: Some(pm_bytes_used),
             preload_seconds,
+            lookups: spec.workload.is_read_heavy().then_some(lookups.lookups),
+            lookups_found: spec.workload.is_read_heavy().then_some(lookups.found),
             ..RunResult::unmeasured(ENGINE, spec.workload, threads)
         })
     }
@@ -449,15 +482,19 @@ mod tests {
     use std::collections::{BTreeMap, HashMap};
 
     use super::*;
-    use crate::workload::{Op, OpStream, Shape, Workload, preload_rng};
+    use crate::workload::{Lookups, Op, OpStream, Shape, Workload, model, preload_rng};
 
     const ELEMENTS: u64 = 600;
     const OPS: u64 = 1500;
     const SEED: u64 = 7;
 
     /// A structure on PMDK after the preload and a measured phase on `threads` threads,
-    /// with the operations it ran (preload, then each thread's).
-    fn run_on_pmdk(workload: Workload, threads: usize) -> (PmdkStore, Vec<Op>, Vec<Vec<Op>>) {
+    /// with the operations it ran (preload, then each thread's) and what the look-ups
+    /// found.
+    fn run_on_pmdk(
+        workload: Workload,
+        threads: usize,
+    ) -> (PmdkStore, Vec<Op>, Vec<Vec<Op>>, Lookups) {
         let dir = match std::path::Path::new("/dev/shm") {
             shm if shm.is_dir() => tempfile::tempdir_in(shm),
             _ => tempfile::tempdir(),
@@ -480,6 +517,7 @@ mod tests {
         let per_thread: Vec<Vec<Op>> = (0..threads)
             .map(|t| stream.thread_ops(SEED, OPS, threads, t))
             .collect();
+        let mut found = Lookups::default();
         std::thread::scope(|s| {
             let store = &store;
             let workers: Vec<_> = per_thread
@@ -487,16 +525,16 @@ mod tests {
                 .map(|ops| s.spawn(move || store.run(ops)))
                 .collect();
             for w in workers {
-                assert_eq!(w.join().unwrap(), Ok(()), "{workload}");
+                found.add(w.join().unwrap().expect("the run"));
             }
         });
         // The pool file is unlinked now; the mapping stays until the store is dropped.
         drop(dir);
-        (store, preload, per_thread)
+        (store, preload, per_thread, found)
     }
 
     fn check_one_thread(workload: Workload) {
-        let (mut store, preload, ops) = run_on_pmdk(workload, 1);
+        let (mut store, preload, ops, found) = run_on_pmdk(workload, 1);
         let ops = &ops[0];
         assert_eq!(ops.len() as u64, OPS);
         if workload == Workload::Sps {
@@ -510,21 +548,25 @@ mod tests {
             }
             return;
         }
-        // The model: the preload inserts; then inserts, or toggles for updates.
-        let mut m: BTreeMap<u64, (u64, u8)> = preload
-            .iter()
-            .map(|op| (op.key, (op.len, op.fill)))
-            .collect();
-        assert_eq!(m.len() as u64, ELEMENTS);
+        // The model: the preload inserts; then inserts, or toggles for updates; the
+        // look-ups find what it holds.
+        let (want, m) = model::lookups(workload, &preload, ops);
+        assert_eq!(model::preloaded(&preload).len() as u64, ELEMENTS);
+        assert_eq!(found, want, "{workload}: what the look-ups found");
+        assert_eq!(found.lookups > 0, workload.is_read_heavy(), "{workload}");
+        if workload.is_read_heavy() {
+            assert!(0 < found.found && found.found < found.lookups, "{found:?}");
+        }
+        let mut replay = model::preloaded(&preload);
         let mut removed = 0;
         for op in ops {
-            if workload.is_update() && m.remove(&op.key).is_some() {
-                removed += 1;
-            } else {
-                m.insert(op.key, (op.len, op.fill));
-            }
+            let before = replay.len();
+            model::apply(workload, &mut replay, op);
+            removed += usize::from(replay.len() < before);
         }
-        assert_eq!(removed > 0, workload.is_update(), "{workload}");
+        let toggles = matches!(workload, Workload::HashtableRead95 | Workload::RbtreeRead95)
+            || workload.is_update();
+        assert_eq!(removed > 0, toggles, "{workload}");
         assert_eq!(store.count(), m.len() as u64, "{workload}");
         assert_eq!(store.verify(), Ok(m.len() as u64), "{workload}");
         for op in preload.iter().chain(ops) {
@@ -538,7 +580,7 @@ mod tests {
     }
 
     fn check_two_threads(workload: Workload) {
-        let (mut store, preload, per_thread) = run_on_pmdk(workload, 2);
+        let (mut store, preload, per_thread, found) = run_on_pmdk(workload, 2);
         assert_eq!(per_thread.iter().map(Vec::len).sum::<usize>() as u64, OPS);
         assert!(per_thread.iter().all(|o| !o.is_empty()));
         if workload == Workload::Sps {
@@ -551,7 +593,15 @@ mod tests {
         // not: insert workloads insert every key; update workloads toggle it, so it is
         // present when it was preloaded xor it occurs an odd number of times.
         let mut occurrences: HashMap<u64, (u64, Op)> = HashMap::new();
-        for op in per_thread.iter().flatten() {
+        let lookup = |op: &Op| workload.is_read_heavy() && op.other == Op::LOOKUP;
+        let lookups = per_thread.iter().flatten().filter(|op| lookup(op)).count();
+        assert_eq!(found.lookups, lookups as u64, "{workload}");
+        if matches!(workload, Workload::HashtableLookup | Workload::RbtreeLookup) {
+            // Nothing changes: each look-up finds what the preload left, in any order.
+            let all: Vec<Op> = per_thread.concat();
+            assert_eq!(found, model::lookups(workload, &preload, &all).0);
+        }
+        for op in per_thread.iter().flatten().filter(|op| !lookup(op)) {
             let e = occurrences.entry(op.key).or_insert((0, *op));
             e.0 += 1;
         }
@@ -567,7 +617,7 @@ mod tests {
                 .get(&key)
                 .copied()
                 .map_or((0, None), |(n, op)| (n, Some(op)));
-            let expected = if workload.is_update() {
+            let expected = if workload.is_update() || workload.is_read_heavy() {
                 before ^ (times % 2 == 1)
             } else {
                 true
@@ -593,15 +643,53 @@ mod tests {
 
     #[test]
     fn every_workload_on_one_thread_matches_a_model_of_its_operations() {
-        for w in Workload::ALL {
+        for w in Workload::ALL.into_iter().chain(Workload::READ_HEAVY) {
             check_one_thread(w);
         }
     }
 
     #[test]
     fn every_workload_on_two_threads_matches_the_model_of_both_streams() {
-        for w in Workload::ALL {
+        for w in Workload::ALL.into_iter().chain(Workload::READ_HEAVY) {
             check_two_threads(w);
+        }
+    }
+
+    #[test]
+    fn each_pmdk_lookup_finds_exactly_what_the_model_holds() {
+        for w in Workload::READ_HEAVY {
+            let dir = tempfile::tempdir_in(if std::path::Path::new("/dev/shm").is_dir() {
+                "/dev/shm"
+            } else {
+                "/tmp"
+            })
+            .unwrap();
+            let shape = Shape {
+                elements: 200,
+                value_size: 40,
+            };
+            let stream = OpStream::new(w, shape);
+            let mut store =
+                PmdkStore::create(&dir.path().join("test.pool"), 32 << 20, &stream).unwrap();
+            let mut rng = preload_rng(SEED);
+            let preload: Vec<Op> = (0..stream.elements())
+                .map(|i| stream.preload_op(i, &mut rng))
+                .collect();
+            store.preload(&preload).unwrap();
+            let mut m = model::preloaded(&preload);
+            for op in stream.thread_ops(SEED, 600, 1, 0) {
+                let found = store.run(std::slice::from_ref(&op)).unwrap();
+                let want = match model::apply(w, &mut m, &op) {
+                    None => Lookups::default(),
+                    Some(v) => Lookups {
+                        lookups: 1,
+                        found: u64::from(v.is_some()),
+                        fill_sum: v.map_or(0, |(_, fill)| u64::from(fill)),
+                    },
+                };
+                assert_eq!(found, want, "{w}: key {:#x}", op.key);
+            }
+            assert_eq!(store.verify(), Ok(m.len() as u64), "{w}");
         }
     }
 

@@ -41,7 +41,7 @@ fn standard_tables(results: &[RunResult]) -> String {
     // (workload, threads) -> engine -> result
     let mut rows: BTreeMap<(usize, String, usize), BTreeMap<String, &RunResult>> = BTreeMap::new();
     let order = |w: &str| {
-        crate::Workload::ALL
+        crate::Workload::DEFAULT_RUN
             .iter()
             .position(|x| x.name() == w)
             .unwrap_or(usize::MAX)
@@ -436,6 +436,8 @@ mod tests {
             payload_bytes_per_tx: measured(150.0),
             write_amplification: measured(2.99),
             aborts_per_tx: 0.0,
+            lookups: None,
+            lookups_found: None,
             node_cache_hit_ratio: None,
             dram_bytes: (!pmdk).then_some(1 << 20),
             pm_bytes_used: Some(2 << 20),

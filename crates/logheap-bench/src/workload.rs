@@ -2,6 +2,12 @@
 //! and RBTree, B+Tree, HashTable and KVStore, each with an insert workload (uniform
 //! random keys) and an update workload (Zipf keys: look the key up, delete it if found,
 //! else insert it). KVStore is the hash table with variable-size values.
+//!
+//! Besides the paper's, read-heavy workloads on the hash table and the red-black tree
+//! ([`Workload::READ_HEAVY`], in the default run): the update workloads' preload and Zipf
+//! keys, with each operation a look-up in a read-only transaction (`-lookup`), or a
+//! look-up with probability [`LOOKUP_PERCENT`]% and otherwise the update workload's
+//! operation in a write transaction (`-read95`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -69,6 +75,16 @@ pub enum Workload {
     /// on the transactional engines, against the persistent heap's standalone calls
     /// ([`crate::alloc_batch`]; issue 11, 004's flush comparison).
     AllocBatch,
+    /// Hash table, Zipf keys: 95% look-ups in read-only transactions, 5% the update
+    /// workload's operation.
+    HashtableRead95,
+    /// Red-black tree, Zipf keys: 95% look-ups in read-only transactions, 5% the update
+    /// workload's operation.
+    RbtreeRead95,
+    /// Hash table, Zipf keys: look-ups only, in read-only transactions.
+    HashtableLookup,
+    /// Red-black tree, Zipf keys: look-ups only, in read-only transactions.
+    RbtreeLookup,
 }
 
 impl Workload {
@@ -151,6 +167,46 @@ impl Workload {
         }
     }
 
+    /// The read-heavy workloads: look-ups of the update workloads' Zipf keys in
+    /// read-only transactions, with 5% updates (`-read95`) or none (`-lookup`). They run
+    /// on every engine and on `pmdk`, and are part of the default run
+    /// ([`DEFAULT_RUN`](Self::DEFAULT_RUN)).
+    pub const READ_HEAVY: [Workload; 4] = [
+        Self::HashtableRead95,
+        Self::RbtreeRead95,
+        Self::HashtableLookup,
+        Self::RbtreeLookup,
+    ];
+
+    /// The workloads `logheap bench` runs when none is named: the paper's
+    /// ([`ALL`](Self::ALL)), then the read-heavy ones ([`READ_HEAVY`](Self::READ_HEAVY)).
+    pub const DEFAULT_RUN: [Workload; 13] = [
+        Self::Sps,
+        Self::RbtreeIns,
+        Self::RbtreeUpd,
+        Self::BptreeIns,
+        Self::BptreeUpd,
+        Self::HashtableIns,
+        Self::HashtableUpd,
+        Self::KvstoreIns,
+        Self::KvstoreUpd,
+        Self::HashtableRead95,
+        Self::RbtreeRead95,
+        Self::HashtableLookup,
+        Self::RbtreeLookup,
+    ];
+
+    /// Whether this is one of [`READ_HEAVY`](Self::READ_HEAVY).
+    pub fn is_read_heavy(self) -> bool {
+        Self::READ_HEAVY.contains(&self)
+    }
+
+    /// Whether this workload draws Zipf keys over 2n ranks, half of them preloaded:
+    /// the paper's update workloads and the read-heavy ones.
+    pub fn draws_zipf_keys(self) -> bool {
+        (self.is_update() && !self.is_from_other_documents()) || self.is_read_heavy()
+    }
+
     /// Whether this is a fragmentation workload.
     pub fn is_fragmentation(self) -> bool {
         Self::FRAGMENTATION.contains(&self)
@@ -182,6 +238,10 @@ impl Workload {
             Self::HashmapMix => "hashmap-mix",
             Self::AllocRandom => "alloc-random",
             Self::AllocBatch => "alloc-batch",
+            Self::HashtableRead95 => "hashtable-read95",
+            Self::RbtreeRead95 => "rbtree-read95",
+            Self::HashtableLookup => "hashtable-lookup",
+            Self::RbtreeLookup => "rbtree-lookup",
         }
     }
 
@@ -220,6 +280,7 @@ impl FromStr for Workload {
             .chain(Self::FRAGMENTATION)
             .chain(Self::OTHER_DOCUMENTS)
             .chain(Self::ON_REQUEST)
+            .chain(Self::READ_HEAVY)
             .find(|w| w.name() == s)
             .ok_or_else(|| {
                 let names: Vec<&str> = Self::ALL
@@ -227,6 +288,7 @@ impl FromStr for Workload {
                     .chain(&Self::FRAGMENTATION)
                     .chain(&Self::OTHER_DOCUMENTS)
                     .chain(&Self::ON_REQUEST)
+                    .chain(&Self::READ_HEAVY)
                     .map(|w| w.name())
                     .collect();
                 format!("unknown workload {s:?} ({})", names.join(", "))
@@ -270,6 +332,25 @@ impl Store {
             Store::Hash(m) => m.contains(tx, key),
         }
     }
+
+    fn get(&self, tx: &mut Tx<'_>, key: u64) -> Result<Option<Vec<u8>>, Error> {
+        match self {
+            Store::Rb(t) => t.get(tx, key),
+            Store::Ct(t) => t.get(tx, key),
+            Store::Bp(t) => t.get(tx, key),
+            Store::Hash(m) => m.get(tx, key),
+        }
+    }
+
+    /// The update workloads' operation: look `key` up, delete it if found, else insert
+    /// it.
+    fn toggle(&self, tx: &mut Tx<'_>, key: u64, value: &[u8]) -> Result<(), Error> {
+        if self.contains(tx, key)? {
+            self.remove(tx, key).map(|_| ())
+        } else {
+            self.insert(tx, key, value).map(|_| ())
+        }
+    }
 }
 
 /// Sizes of a workload.
@@ -304,6 +385,44 @@ pub const OPS_PER_TX: u64 = 8;
 /// Operations per transaction of the preload.
 pub const PRELOAD_BATCH: u64 = 100;
 
+/// The share of the `-read95` workloads' operations that are look-ups, in percent (the
+/// others are the update workloads' operation).
+pub const LOOKUP_PERCENT: u64 = 95;
+
+/// What the look-ups of a read-heavy workload found, counted alike by logheap's harness
+/// and the PMDK peer engine (`#[repr(C)]`: the C side fills one, `struct lh_lookups`), so
+/// that runs of the same operations on different engines can be checked against each
+/// other and against a model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct Lookups {
+    /// Look-ups run.
+    pub lookups: u64,
+    /// Of those, the look-ups that found their key.
+    pub found: u64,
+    /// The sum of the first byte of every value found (0 for an empty value): the
+    /// values read are the values written.
+    pub fill_sum: u64,
+}
+
+impl Lookups {
+    /// Counts one look-up that found `value` (`None`: the key was absent).
+    pub fn record(&mut self, value: Option<&[u8]>) {
+        self.lookups += 1;
+        if let Some(v) = value {
+            self.found += 1;
+            self.fill_sum += u64::from(v.first().copied().unwrap_or(0));
+        }
+    }
+
+    /// Adds the counts of `other` (another thread's, or another part of a run's).
+    pub fn add(&mut self, other: Lookups) {
+        self.lookups += other.lookups;
+        self.found += other.found;
+        self.fill_sum += other.fill_sum;
+    }
+}
+
 /// One operation of a workload, as drawn from its random stream: what one transaction
 /// of the measured phase (or one insertion of the preload) does. `#[repr(C)]`: the PMDK
 /// peer engine reads arrays of these in C (`struct lh_op`).
@@ -313,7 +432,7 @@ pub struct Op {
     /// The key; SPS: the first element swapped (the preload: the element set).
     pub key: u64,
     /// SPS: the second element swapped (the preload: the value, the element's index);
-    /// 0 otherwise.
+    /// the read-heavy workloads: [`Op::LOOKUP`] or [`Op::UPDATE`]; 0 otherwise.
     pub other: u64,
     /// The value's length in bytes (0 for SPS).
     pub len: u64,
@@ -322,6 +441,13 @@ pub struct Op {
 }
 
 impl Op {
+    /// [`other`](Self::other) of a read-heavy workload's look-up (in a read-only
+    /// transaction).
+    pub const LOOKUP: u64 = 0;
+    /// [`other`](Self::other) of a read-heavy workload's update (the update workloads'
+    /// operation: look the key up, delete it if found, else insert it).
+    pub const UPDATE: u64 = 1;
+
     /// The value this operation writes (`len` bytes of `fill`; not for SPS).
     pub fn value(&self) -> Vec<u8> {
         vec![self.fill; self.len as usize]
@@ -345,10 +471,9 @@ impl OpStream {
         OpStream {
             workload,
             shape,
-            // Update workloads draw keys from 2n ranks (see `preload_op`); 003's Vector
-            // updates draw their elements uniformly.
-            zipf: (workload.is_update() && !workload.is_from_other_documents())
-                .then(|| ZipfKeys::new(2 * n)),
+            // Update and read-heavy workloads draw keys from 2n ranks (see
+            // `preload_op`); 003's Vector updates draw their elements uniformly.
+            zipf: workload.draws_zipf_keys().then(|| ZipfKeys::new(2 * n)),
         }
     }
 
@@ -378,13 +503,16 @@ impl OpStream {
                 fill: 0,
             };
         }
-        // Update workloads draw keys from 2n ranks; exactly half of them are present at
-        // the start: one of each pair of neighbouring ranks, chosen at random.
-        let key = if self.workload.is_update() || self.workload.is_mix() {
-            scramble(2 * i + rng.random_range(0..2u64))
-        } else {
-            rng.random()
-        };
+        // Update (and read-heavy) workloads draw keys from 2n ranks; exactly half of them
+        // are present at the start: one of each pair of neighbouring ranks, chosen at
+        // random.
+        let key =
+            if self.workload.is_update() || self.workload.is_mix() || self.workload.is_read_heavy()
+            {
+                scramble(2 * i + rng.random_range(0..2u64))
+            } else {
+                rng.random()
+            };
         self.with_value(key, rng)
     }
 
@@ -418,7 +546,15 @@ impl OpStream {
             None => rng.random(),
             Some(zipf) => zipf.next(rng),
         };
-        self.with_value(key, rng)
+        let mut op = self.with_value(key, rng);
+        if matches!(
+            self.workload,
+            Workload::HashtableRead95 | Workload::RbtreeRead95
+        ) && rng.random_range(0..100) >= LOOKUP_PERCENT
+        {
+            op.other = Op::UPDATE;
+        }
+        op
     }
 
     fn with_value(&self, key: u64, rng: &mut impl Rng) -> Op {
@@ -488,9 +624,11 @@ impl Prepared {
                 Workload::VectorIns | Workload::VectorUpd => {
                     Target::Vector(Vector::create(tx, shape.value_size.max(1) as u64)?)
                 }
-                Workload::RbtreeIns | Workload::RbtreeUpd | Workload::RbtreeMix => {
-                    Target::Store(Store::Rb(RbTree::create(tx)?))
-                }
+                Workload::RbtreeIns
+                | Workload::RbtreeUpd
+                | Workload::RbtreeMix
+                | Workload::RbtreeRead95
+                | Workload::RbtreeLookup => Target::Store(Store::Rb(RbTree::create(tx)?)),
                 Workload::BptreeIns | Workload::BptreeUpd | Workload::BtreeMix => {
                     Target::Store(Store::Bp(BpTree::create(tx)?))
                 }
@@ -536,8 +674,15 @@ impl Prepared {
     /// Runs `op` as one transaction: SPS swaps two elements; insert workloads insert;
     /// update workloads look the key up, then delete it if found, else insert it; the
     /// Queue and Vector workloads do [`OPS_PER_TX`] operations (pushes; pops and
-    /// pushes; appends; sets of elements drawn from `op.key`).
+    /// pushes; appends; sets of elements drawn from `op.key`); the read-heavy workloads
+    /// look the key up in a read-only transaction ([`Op::LOOKUP`]) or do the update
+    /// workloads' operation ([`Op::UPDATE`]).
     pub fn apply(&self, pool: &Pool, op: &Op) -> Result<(), Error> {
+        self.apply_counting(pool, op, &mut Lookups::default())
+    }
+
+    /// [`apply`](Self::apply), counting a look-up and what it found in `lookups`.
+    pub fn apply_counting(&self, pool: &Pool, op: &Op, lookups: &mut Lookups) -> Result<(), Error> {
         let value = || op.value();
         match self.target {
             Target::Queue(q) => pool.transaction(|tx| {
@@ -577,20 +722,70 @@ impl Prepared {
             }),
             Target::Array(a) => pool.transaction(|tx| a.swap(tx, op.key, op.other)),
             Target::Store(s) => {
+                let workload = self.stream.workload;
+                if workload.is_read_heavy() && op.other == Op::LOOKUP {
+                    let found = pool.read(|tx| s.get(tx, op.key))?;
+                    lookups.record(found.as_deref());
+                    return Ok(());
+                }
                 let value = op.value();
-                if self.stream.workload.is_update() {
-                    pool.transaction(|tx| {
-                        if s.contains(tx, op.key)? {
-                            s.remove(tx, op.key).map(|_| ())
-                        } else {
-                            s.insert(tx, op.key, &value).map(|_| ())
-                        }
-                    })
+                if workload.is_update() || workload.is_read_heavy() {
+                    pool.transaction(|tx| s.toggle(tx, op.key, &value))
                 } else {
                     pool.transaction(|tx| s.insert(tx, op.key, &value).map(|_| ()))
                 }
             }
         }
+    }
+}
+
+/// A model of the key-value workloads in std collections, for tests.
+#[cfg(test)]
+pub(crate) mod model {
+    use std::collections::BTreeMap;
+
+    use super::{Op, Workload};
+
+    /// The keys present, with their values' length and byte.
+    pub(crate) type Map = BTreeMap<u64, (u64, u8)>;
+
+    /// The model after `preload` (every preload operation inserts).
+    pub(crate) fn preloaded(preload: &[Op]) -> Map {
+        preload
+            .iter()
+            .map(|op| (op.key, (op.len, op.fill)))
+            .collect()
+    }
+
+    /// Applies one measured operation of `workload` (a key-value one) to `m`: a
+    /// look-up returns `Some` of what it finds; an insert or an update changes `m` and
+    /// returns `None`.
+    pub(crate) fn apply(workload: Workload, m: &mut Map, op: &Op) -> Option<Option<(u64, u8)>> {
+        if workload.is_read_heavy() && op.other == Op::LOOKUP {
+            return Some(m.get(&op.key).copied());
+        }
+        let toggles = workload.is_update() || workload.is_read_heavy();
+        if !(toggles && m.remove(&op.key).is_some()) {
+            m.insert(op.key, (op.len, op.fill));
+        }
+        None
+    }
+
+    /// What the look-ups among `ops` find when they run in order on one thread after
+    /// `preload` (and the model after them).
+    pub(crate) fn lookups(workload: Workload, preload: &[Op], ops: &[Op]) -> (super::Lookups, Map) {
+        let mut m = preloaded(preload);
+        let mut found = super::Lookups::default();
+        for op in ops {
+            if let Some(v) = apply(workload, &mut m, op) {
+                found.lookups += 1;
+                if let Some((len, fill)) = v {
+                    found.found += 1;
+                    found.fill_sum += if len == 0 { 0 } else { u64::from(fill) };
+                }
+            }
+        }
+        (found, m)
     }
 }
 
@@ -682,6 +877,132 @@ mod tests {
                 Ok::<_, Error>(())
             })
             .unwrap();
+        }
+    }
+
+    #[test]
+    fn read_heavy_workloads_draw_the_update_workloads_keys_and_5_percent_updates() {
+        let shape = Shape {
+            elements: 1000,
+            value_size: 32,
+        };
+        let upd = OpStream::new(Workload::HashtableUpd, shape);
+        for w in Workload::READ_HEAVY {
+            assert_eq!(w.name().parse::<Workload>(), Ok(w));
+            assert!(
+                w.is_read_heavy() && w.draws_zipf_keys() && !w.is_update(),
+                "{w}"
+            );
+            let stream = OpStream::new(w, shape);
+            // The same preload as the update workloads.
+            let (mut a, mut b) = (preload_rng(3), preload_rng(3));
+            for i in 0..stream.elements() {
+                assert_eq!(
+                    stream.preload_op(i, &mut a),
+                    upd.preload_op(i, &mut b),
+                    "{w}"
+                );
+            }
+            let ops = stream.thread_ops(3, 20_000, 1, 0);
+            // Zipf keys over the same 2n ranks: 90% of them on the hottest 15%.
+            let hot: std::collections::HashSet<u64> =
+                (0..2 * 1000 * 15 / 100).map(scramble).collect();
+            let on_hot = ops.iter().filter(|op| hot.contains(&op.key)).count();
+            assert!(on_hot > 17_000, "{w}: {on_hot} of 20000 on hot keys");
+            let updates = ops.iter().filter(|op| op.other == Op::UPDATE).count();
+            assert!(ops.iter().all(|op| op.other <= Op::UPDATE));
+            match w {
+                Workload::HashtableLookup | Workload::RbtreeLookup => assert_eq!(updates, 0),
+                _ => assert!((800..1200).contains(&updates), "{w}: {updates} updates"),
+            }
+        }
+        assert!(!Workload::ALL.iter().any(|w| w.is_read_heavy()));
+        let default: Vec<Workload> = Workload::ALL
+            .into_iter()
+            .chain(Workload::READ_HEAVY)
+            .collect();
+        assert_eq!(Workload::DEFAULT_RUN.to_vec(), default);
+    }
+
+    /// Runs `w` on `engine` one operation at a time and checks each look-up against the
+    /// model: found exactly when the model holds the key, with the model's value; and
+    /// that look-ups are read-only transactions and updates write ones.
+    fn check_read_heavy(engine: &str, w: Workload) {
+        let shape = Shape {
+            elements: 120,
+            value_size: 24,
+        };
+        let pool = pool(engine);
+        let stream = OpStream::new(w, shape);
+        let preload: Vec<Op> = {
+            let mut rng = preload_rng(5);
+            (0..stream.elements())
+                .map(|i| stream.preload_op(i, &mut rng))
+                .collect()
+        };
+        let prepared = Prepared::preload(&pool, w, shape, &mut preload_rng(5)).unwrap();
+        let Target::Store(store) = prepared.target else {
+            panic!("{w}: a map");
+        };
+        // Enough operations for some updates among the -read95 ones.
+        let ops = prepared.stream().thread_ops(5, 400, 1, 0);
+        let mut m = model::preloaded(&preload);
+        let before = pool.stats().media;
+        let mut total = Lookups::default();
+        let (mut hits, mut misses, mut updates) = (0, 0, 0);
+        for op in &ops {
+            let mut found = Lookups::default();
+            prepared.apply_counting(&pool, op, &mut found).unwrap();
+            total.add(found);
+            match model::apply(w, &mut m, op) {
+                Some(want) => {
+                    let fill = want.map_or(0, |(_, fill)| u64::from(fill));
+                    let want = Lookups {
+                        lookups: 1,
+                        found: u64::from(want.is_some()),
+                        fill_sum: fill,
+                    };
+                    assert_eq!(found, want, "{engine} {w}: look-up of {:#x}", op.key);
+                    if want.found == 1 {
+                        hits += 1;
+                    } else {
+                        misses += 1;
+                    }
+                }
+                None => {
+                    assert_eq!(found, Lookups::default(), "{engine} {w}: an update");
+                    updates += 1;
+                }
+            }
+        }
+        assert!(
+            hits > 0 && misses > 0,
+            "{engine} {w}: {hits} hits, {misses} misses"
+        );
+        let lookup_only = matches!(w, Workload::HashtableLookup | Workload::RbtreeLookup);
+        assert_eq!(updates == 0, lookup_only, "{engine} {w}: {updates} updates");
+        assert_eq!(total, model::lookups(w, &preload, &ops).0, "{engine} {w}");
+        let c = pool.stats().media.since(&before);
+        assert_eq!(c.transactions, ops.len() as u64, "{engine} {w}");
+        assert_eq!(c.write_transactions, updates, "{engine} {w}");
+        // The structure holds the model's keys and values after the run.
+        pool.read(|tx| {
+            for op in preload.iter().chain(&ops) {
+                let v = store.get(tx, op.key)?;
+                let want = m.get(&op.key).map(|&(len, fill)| vec![fill; len as usize]);
+                assert_eq!(v, want, "{engine} {w}: key {:#x}", op.key);
+            }
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn read_heavy_lookups_find_exactly_the_keys_the_model_holds() {
+        for engine in ["log", "undo", "oop"] {
+            for w in Workload::READ_HEAVY {
+                check_read_heavy(engine, w);
+            }
         }
     }
 }

@@ -1,10 +1,11 @@
 //! `logheap bench`: the paper's evaluation, run and reported in one command.
 //!
-//! Without arguments it runs every workload on every configuration of the address-mapping
-//! ablation (Base, 2L, 2L-GU, 2L-GU-C, full), on the logging baselines `redo` and
-//! `undo` (§5.3) and on 003's out-of-place `oop`, on one thread; on two threads, every
-//! workload on `log`, `redo`, `undo` and `oop` (Fig. 7 b) and the update workloads on
-//! 2L-GU-C (Fig. 6); all with the paper's
+//! Without arguments it runs every workload of the paper, and the read-heavy ones
+//! (`hashtable-read95`, `rbtree-read95`, `hashtable-lookup`, `rbtree-lookup`), on every
+//! configuration of the address-mapping ablation (Base, 2L, 2L-GU, 2L-GU-C, full), on
+//! the logging baselines `redo` and `undo` (§5.3) and on 003's out-of-place `oop`, on
+//! one thread; on two threads, every workload on `log`, `redo`, `undo` and `oop` (Fig.
+//! 7 b) and the update workloads on 2L-GU-C (Fig. 6); all with the paper's
 //! NVM emulation (500 ns, 1 GB/s). When this build has PMDK, the peer engine `pmdk`
 //! (libpmemobj) runs every workload on one and two threads too. It writes
 //! `results.jsonl` and `results.md` into a results directory named on its last line;
@@ -33,9 +34,10 @@ use crate::size::parse_size;
 /// Options of `logheap bench`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Workloads to run (repeat the option; default: every workload but the
-    /// fragmentation ones, frag-w1 to frag-w3, and alloc-random, which run only when
-    /// named). alloc-random runs on the persistent heap `alloc` (metadata in place) or
+    /// Workloads to run (repeat the option; default: the paper's workloads and the
+    /// read-heavy ones, hashtable-read95, rbtree-read95, hashtable-lookup and
+    /// rbtree-lookup; the fragmentation ones, frag-w1 to frag-w3, alloc-random,
+    /// alloc-batch and the other documents' run only when named). alloc-random runs on the persistent heap `alloc` (metadata in place) or
     /// `alloc-log` (DRAM state and a metadata log), `pmdk`, `glibc` and
     /// `jemalloc`, on 1 and 2 threads unless --threads says otherwise.
     #[arg(long = "workload")]
@@ -178,7 +180,7 @@ struct Planned {
 
 fn plan(args: &Args) -> Vec<Planned> {
     let workloads = if args.workloads.is_empty() {
-        Workload::ALL.to_vec()
+        Workload::DEFAULT_RUN.to_vec()
     } else {
         args.workloads.clone()
     };
@@ -566,6 +568,9 @@ fn summary(r: &logheap_bench::RunResult) -> String {
     } else if let Some(c) = s.chunks_cleaned.filter(|&c| c > 0) {
         line.push_str(&format!(", {c} chunks cleaned"));
     }
+    if let (Some(lookups), Some(found)) = (r.lookups, r.lookups_found) {
+        line.push_str(&format!(", {found} of {lookups} look-ups found"));
+    }
     line
 }
 
@@ -796,6 +801,37 @@ mod tests {
             .into_iter()
             .map(|r| (r.engine, r.threads, r.batch))
             .collect()
+    }
+
+    #[test]
+    fn the_default_run_has_the_read_heavy_workloads_on_every_engine() {
+        let cli = Cli::parse_from(["bench"]);
+        let runs = plan(&cli.args);
+        check_plan(&runs).unwrap();
+        for w in Workload::READ_HEAVY {
+            let on = |engine: &str, threads| {
+                runs.iter()
+                    .any(|r| r.workload == w && r.engine == engine && r.threads == threads)
+            };
+            for engine in [
+                "log-base",
+                "log",
+                "redo",
+                "undo",
+                "undo-fastlog",
+                "oop",
+                "hoop",
+            ] {
+                assert!(on(engine, 1), "{w} on {engine}");
+            }
+            assert!(on("log", 2) && on("redo", 2) && on("undo", 2), "{w}");
+            assert_eq!(on(pmdk::ENGINE, 1), pmdk_available(), "{w}");
+        }
+        // Named, they run on pmdk too; a read-heavy workload is no allocator's.
+        let cli = Cli::parse_from(["bench", "--workload", "rbtree-read95", "--engine", "pmdk"]);
+        assert!(check_plan(&plan(&cli.args)).is_ok());
+        let cli = Cli::parse_from(["bench", "--workload", "rbtree-lookup", "--engine", "glibc"]);
+        assert!(check_plan(&plan(&cli.args)).is_err());
     }
 
     #[test]
