@@ -333,12 +333,13 @@ impl Store {
         }
     }
 
-    fn get(&self, tx: &mut Tx<'_>, key: u64) -> Result<Option<Vec<u8>>, Error> {
+    /// Reads the value of `key` into `out`; whether it is present.
+    fn get_into(&self, tx: &mut Tx<'_>, key: u64, out: &mut Vec<u8>) -> Result<bool, Error> {
         match self {
-            Store::Rb(t) => t.get(tx, key),
-            Store::Ct(t) => t.get(tx, key),
-            Store::Bp(t) => t.get(tx, key),
-            Store::Hash(m) => m.get(tx, key),
+            Store::Rb(t) => t.get_into(tx, key, out),
+            Store::Ct(t) => t.get_into(tx, key, out),
+            Store::Bp(t) => t.get_into(tx, key, out),
+            Store::Hash(m) => m.get_into(tx, key, out),
         }
     }
 
@@ -421,6 +422,11 @@ impl Lookups {
         self.found += other.found;
         self.fill_sum += other.fill_sum;
     }
+}
+
+thread_local! {
+    /// The value buffer of a thread's look-ups.
+    static LOOKUP_VALUE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// One operation of a workload, as drawn from its random stream: what one transaction
@@ -724,9 +730,13 @@ impl Prepared {
             Target::Store(s) => {
                 let workload = self.stream.workload;
                 if workload.is_read_heavy() && op.other == Op::LOOKUP {
-                    let found = pool.read(|tx| s.get(tx, op.key))?;
-                    lookups.record(found.as_deref());
-                    return Ok(());
+                    // Into a buffer the thread keeps, as the C look-up copies into one
+                    // it reuses: the figure is the look-up's, not an allocator's.
+                    return LOOKUP_VALUE.with_borrow_mut(|value| {
+                        let found = pool.read(|tx| s.get_into(tx, op.key, value))?;
+                        lookups.record(found.then_some(&value[..]));
+                        Ok(())
+                    });
                 }
                 let value = op.value();
                 if workload.is_update() || workload.is_read_heavy() {
@@ -988,7 +998,8 @@ mod tests {
         // The structure holds the model's keys and values after the run.
         pool.read(|tx| {
             for op in preload.iter().chain(&ops) {
-                let v = store.get(tx, op.key)?;
+                let mut value = Vec::new();
+                let v = store.get_into(tx, op.key, &mut value)?.then_some(value);
                 let want = m.get(&op.key).map(|&(len, fill)| vec![fill; len as usize]);
                 assert_eq!(v, want, "{engine} {w}: key {:#x}", op.key);
             }

@@ -156,10 +156,18 @@ impl BpTree {
 
     /// The value of `key`, if present.
     pub fn get(&self, tx: &mut Tx<'_>, key: u64) -> Result<Option<Vec<u8>>, Error> {
+        let mut v = Vec::new();
+        Ok(self.get_into(tx, key, &mut v)?.then_some(v))
+    }
+
+    /// Reads the value of `key` into `out` (its capacity reused) and returns whether
+    /// the key is present (`out` is left empty when not).
+    pub fn get_into(&self, tx: &mut Tx<'_>, key: u64, out: &mut Vec<u8>) -> Result<bool, Error> {
+        out.clear();
         let (_, leaf) = self.leaf_for(tx, key)?;
         match leaf.keys[..leaf.n()].binary_search(&key) {
-            Ok(i) => Ok(Some(value_object::read(tx, leaf.ptrs[i])?)),
-            Err(_) => Ok(None),
+            Ok(i) => value_object::read_into(tx, leaf.ptrs[i], out).map(|()| true),
+            Err(_) => Ok(false),
         }
     }
 

@@ -101,16 +101,24 @@ impl CritBitTree {
 
     /// The value of `key`, if present.
     pub fn get(&self, tx: &mut Tx<'_>, key: u64) -> Result<Option<Vec<u8>>, Error> {
+        let mut v = Vec::new();
+        Ok(self.get_into(tx, key, &mut v)?.then_some(v))
+    }
+
+    /// Reads the value of `key` into `out` (its capacity reused) and returns whether
+    /// the key is present (`out` is left empty when not).
+    pub fn get_into(&self, tx: &mut Tx<'_>, key: u64, out: &mut Vec<u8>) -> Result<bool, Error> {
+        out.clear();
         let root = tx.read(self.header)?.root;
         if root == 0 {
-            return Ok(None);
+            return Ok(false);
         }
         let found = Self::walk(tx, root, key)?;
         let leaf = Self::leaf(tx, found)?;
         if leaf.key != key {
-            return Ok(None);
+            return Ok(false);
         }
-        value_object::read(tx, leaf.value).map(Some)
+        value_object::read_into(tx, leaf.value, out).map(|()| true)
     }
 
     /// Whether `key` is present.

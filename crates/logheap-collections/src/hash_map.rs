@@ -112,12 +112,20 @@ impl HashMap {
 
     /// The value of `key`, if present.
     pub fn get(&self, tx: &mut Tx<'_>, key: u64) -> Result<Option<Vec<u8>>, Error> {
+        let mut v = Vec::new();
+        Ok(self.get_into(tx, key, &mut v)?.then_some(v))
+    }
+
+    /// Reads the value of `key` into `out` (its capacity reused) and returns whether
+    /// the key is present (`out` is left empty when not).
+    pub fn get_into(&self, tx: &mut Tx<'_>, key: u64, out: &mut Vec<u8>) -> Result<bool, Error> {
+        out.clear();
         match self.find(tx, key)?.entry {
-            None => Ok(None),
+            None => Ok(false),
             Some((at, e)) => {
-                let mut v = vec![0u8; e.len as usize];
-                tx.read_bytes(at + ENTRY, &mut v)?;
-                Ok(Some(v))
+                out.resize(e.len as usize, 0);
+                tx.read_bytes(at + ENTRY, out)?;
+                Ok(true)
             }
         }
     }

@@ -281,13 +281,22 @@ impl RbTree {
 
     /// The value of `key`, if present.
     pub fn get(&self, tx: &mut Tx<'_>, key: u64) -> Result<Option<Vec<u8>>, Error> {
+        let mut v = Vec::new();
+        Ok(self.get_into(tx, key, &mut v)?.then_some(v))
+    }
+
+    /// Reads the value of `key` into `out` (its capacity reused) and returns whether
+    /// the key is present (`out` is left empty when not).
+    pub fn get_into(&self, tx: &mut Tx<'_>, key: u64, out: &mut Vec<u8>) -> Result<bool, Error> {
+        out.clear();
         let mut ops = self.ops(tx)?;
         match ops.find(key)? {
             Some(n) => {
                 let at = ops.get(n, VALUE)?;
-                Ok(Some(value_object::read(ops.tx, at)?))
+                value_object::read_into(ops.tx, at, out)?;
+                Ok(true)
             }
-            None => Ok(None),
+            None => Ok(false),
         }
     }
 

@@ -11,12 +11,14 @@ pub(crate) fn create(tx: &mut Tx<'_>, value: &[u8]) -> Result<u64, Error> {
     Ok(at)
 }
 
-/// The value in the object at `at`.
-pub(crate) fn read(tx: &mut Tx<'_>, at: u64) -> Result<Vec<u8>, Error> {
+/// Reads the value of the object at `at` into `out` (replacing what it held; its
+/// capacity is reused, so a caller that keeps `out` allocates nothing once it is large
+/// enough).
+pub(crate) fn read_into(tx: &mut Tx<'_>, at: u64, out: &mut Vec<u8>) -> Result<(), Error> {
     let len: u64 = tx.read(PPtr::from_offset(at))?;
-    let mut v = vec![0u8; len as usize];
-    tx.read_bytes(at + 8, &mut v)?;
-    Ok(v)
+    out.clear();
+    out.resize(len as usize, 0);
+    tx.read_bytes(at + 8, out)
 }
 
 /// Puts `value` in the object at `at`: in place when the length is the same, else in a
