@@ -74,6 +74,47 @@ pub(crate) struct LogSet {
     pub plan: Plan,
 }
 
+/// The log sets of a pool that no thread holds now (see [`HeldLogSet`]).
+pub(crate) type FreeLogSets = std::sync::Mutex<Vec<LogSet>>;
+
+/// A log set a committing thread keeps from one of its transactions to the next, so a
+/// commit takes no pool-wide lock to find its logs. It goes back to its pool's free
+/// sets when the thread lets it go: when it commits on another pool, or ends (its
+/// transaction state is dropped), so no set's tail chunks are left unsealed for good.
+#[derive(Debug)]
+pub(crate) struct HeldLogSet {
+    set: Option<LogSet>,
+    home: std::sync::Weak<FreeLogSets>,
+}
+
+impl HeldLogSet {
+    /// `set`, held for the pool whose free sets are `home`.
+    pub(crate) fn new(set: LogSet, home: &std::sync::Arc<FreeLogSets>) -> HeldLogSet {
+        HeldLogSet {
+            set: Some(set),
+            home: std::sync::Arc::downgrade(home),
+        }
+    }
+
+    /// The set, if it belongs to the pool whose free sets are `home` (else it goes
+    /// back to its own pool, if that is still open).
+    pub(crate) fn take_for(mut self, home: &std::sync::Arc<FreeLogSets>) -> Option<LogSet> {
+        if std::ptr::eq(self.home.as_ptr(), std::sync::Arc::as_ptr(home)) {
+            self.set.take()
+        } else {
+            None
+        }
+    }
+}
+
+impl Drop for HeldLogSet {
+    fn drop(&mut self) {
+        if let (Some(set), Some(home)) = (self.set.take(), self.home.upgrade()) {
+            crate::sync::lock(&home).push(set);
+        }
+    }
+}
+
 impl LogSet {
     /// Log set `id`, whose logs have no chunk yet.
     pub(crate) fn new(id: u32) -> LogSet {
@@ -319,5 +360,31 @@ impl LogWriter<'_> {
         let count = plan.blocks.len();
         set.plan = plan;
         Ok((count, digest))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_held_log_set_goes_back_to_its_own_pool() {
+        use std::sync::{Arc, Mutex};
+        let a: Arc<FreeLogSets> = Arc::new(Mutex::new(Vec::new()));
+        let b: Arc<FreeLogSets> = Arc::new(Mutex::new(Vec::new()));
+        // Taken for its own pool: handed over, nothing goes back.
+        let set = HeldLogSet::new(LogSet::new(1), &a).take_for(&a).unwrap();
+        assert_eq!(set.id, 1);
+        assert!(a.lock().unwrap().is_empty());
+        // Asked for by another pool: it goes back to its own.
+        assert!(HeldLogSet::new(set, &a).take_for(&b).is_none());
+        assert_eq!(a.lock().unwrap().len(), 1);
+        assert!(b.lock().unwrap().is_empty());
+        // Dropped (its thread ended): back to its pool; a closed pool takes nothing.
+        drop(HeldLogSet::new(LogSet::new(2), &b));
+        assert_eq!(b.lock().unwrap()[0].id, 2);
+        let gone = HeldLogSet::new(LogSet::new(3), &b);
+        drop(b);
+        drop(gone);
     }
 }

@@ -46,7 +46,7 @@ use self::chunks::{ChunkGeometry, ChunkPool};
 use self::commit_data::CommitBuffers;
 use self::epoch::PoolEpoch;
 use self::layout::HOME_LIMIT;
-use self::log_writer::{LogSet, LogWriter};
+use self::log_writer::{FreeLogSets, HeldLogSet, LogSet, LogWriter};
 use self::mapping::{AddressMap, Mapping};
 use self::snapshot::Snapshot;
 use self::superblock::{CloseRecord, LogSuperblock};
@@ -88,6 +88,8 @@ const GAINS_WAITED_FOR: usize = 64;
 pub(crate) struct LogScratch {
     /// Buffers of the commit path.
     buffers: CommitBuffers,
+    /// The log set this thread's last commit appended to, kept for its next one.
+    held: Option<HeldLogSet>,
     /// The transaction's guard of its pool's epoch ([`epoch`]), held from begin to
     /// finish: what it reads of the mapping and the log stays in place meanwhile. Its
     /// lookups run under it (handed down, no pin of their own), and the mapping's other
@@ -161,7 +163,8 @@ pub(crate) struct LogEngine {
     mapping: Mapping,
     heap: HomeHeap,
     chunks: ChunkPool,
-    log_sets: Mutex<Vec<LogSet>>,
+    /// The log sets no committing thread holds (see [`HeldLogSet`]).
+    log_sets: Arc<FreeLogSets>,
     next_log_set: AtomicU32,
     superblock: LogSuperblock,
     cleaner: cleaner::Cleaner,
@@ -348,7 +351,7 @@ impl LogEngine {
             mapping,
             heap: HomeHeap::new(recovered.allocator, geometry.count as u64 * geometry.size),
             chunks,
-            log_sets: Mutex::new(log_sets),
+            log_sets: Arc::new(Mutex::new(log_sets)),
             next_log_set: AtomicU32::new(recovered.max_owner + 1),
             superblock,
             checkpoint: Mutex::new(checkpoint.map(|(slot, seed)| (slot, seed.chunks))),
@@ -701,7 +704,12 @@ impl Engine for LogEngine {
         if b.is_empty() {
             return Ok(Persisted::Nothing);
         }
-        let mut logs = self.checkout_log_set();
+        // The set this thread committed with last, if it is this pool's.
+        let mut logs = s
+            .held
+            .take()
+            .and_then(|held| held.take_for(&self.log_sets))
+            .unwrap_or_else(|| self.checkout_log_set());
         let writer = LogWriter {
             media: &self.media,
             geometry: &self.geometry,
@@ -715,7 +723,7 @@ impl Engine for LogEngine {
             set.version,
             &mut b.placed,
         );
-        lock(&self.log_sets).push(logs);
+        s.held = Some(HeldLogSet::new(logs, &self.log_sets));
         match appended {
             Ok(_) => Ok(Persisted::Durable { payload }),
             Err(_) => Err(Error::PoolFull),
