@@ -26,9 +26,12 @@ use crate::file::EngineKind;
 #[non_exhaustive]
 pub enum EngineConfig {
     /// The log-structured engine ("Log-structured Non-volatile Main Memory", USENIX ATC
-    /// 2017), the default. Names: `log` (all mapping optimisations) and the paper's
-    /// ablation ladder `log-base`, `log-2l`, `log-2l-gu`, `log-2l-gu-c` (and the other
-    /// labels of [`MappingConfig::named`]).
+    /// 2017), the default. Names: `log` (all mapping optimisations and the DRAM home
+    /// cache), `log-nocache` (the same without the cache), and the paper's ablation
+    /// ladder `log-base`, `log-2l`, `log-2l-gu`, `log-2l-gu-c` (and the other labels of
+    /// [`MappingConfig::named`]), which read through the mapping as the paper did (no
+    /// home cache). A configuration with another cache budget is displayed by its
+    /// mapping's name.
     Log(LogOptions),
     /// Redo logging, data in place (Mnemosyne-style). Names: `redo`, `redo-fastlog`.
     Redo(RedoOptions),
@@ -128,6 +131,8 @@ impl From<UndoOptions> for EngineConfig {
 }
 
 const FAST_LOG: &str = "-fastlog";
+/// The log engine with every mapping optimisation and no home cache.
+const NO_CACHE: &str = "log-nocache";
 
 impl FromStr for EngineConfig {
     type Err = String;
@@ -136,10 +141,17 @@ impl FromStr for EngineConfig {
         if name == "log" {
             return Ok(EngineConfig::Log(LogOptions::default()));
         }
+        if name == NO_CACHE {
+            return Ok(EngineConfig::Log(LogOptions::default().home_cache(0)));
+        }
+        // The paper's ablation ladder: its mapping configurations, reads through the
+        // mapping (no home cache), as the paper measured them.
         if let Some(rest) = name.strip_prefix("log-")
             && let Some(mapping) = MappingConfig::named(rest).filter(|_| rest != "full")
         {
-            return Ok(EngineConfig::Log(LogOptions::default().mapping(mapping)));
+            return Ok(EngineConfig::Log(
+                LogOptions::default().mapping(mapping).home_cache(0),
+            ));
         }
         // An in-place engine: a base name, then `-fastlog`, then a persist policy.
         let mut base = name;
@@ -182,6 +194,9 @@ impl FromStr for EngineConfig {
 impl fmt::Display for EngineConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            EngineConfig::Log(o) if o.mapping == MappingConfig::FULL && o.home_cache == 0 => {
+                f.write_str(NO_CACHE)
+            }
             EngineConfig::Log(o) if o.mapping == MappingConfig::FULL => f.write_str("log"),
             EngineConfig::Log(o) => write!(f, "log-{}", o.mapping.label()),
             EngineConfig::Redo(o) => {
@@ -207,6 +222,7 @@ mod tests {
     fn names_round_trip() {
         for name in [
             "log",
+            "log-nocache",
             "log-base",
             "log-2l",
             "log-2l-gu",
