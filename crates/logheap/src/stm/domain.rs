@@ -94,7 +94,8 @@ impl Domain {
     /// clock at or past this version then finds the slot taken.
     pub(crate) fn tick_committing(&self) -> Committing {
         let n = self.committing.len();
-        let mut slot = thread_number() as usize % n;
+        let home = thread_number() as usize % n;
+        let mut slot = home;
         loop {
             let bound = self.clock.now() + 1;
             if self.committing[slot]
@@ -103,8 +104,12 @@ impl Domain {
             {
                 break;
             }
-            // Another thread mapped to this slot is committing: the next one.
+            // Another thread mapped to this slot is committing: the next one (after a
+            // whole round of busy slots, let the committers run).
             slot = (slot + 1) % n;
+            if slot == home {
+                std::thread::yield_now();
+            }
         }
         let version = self.clock.tick();
         Committing { version, slot }
