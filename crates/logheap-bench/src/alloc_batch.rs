@@ -202,6 +202,7 @@ mod tests {
             time_limit: None,
             cleaner_threads: 0,
             alloc_batch: batch,
+            home_cache: None,
         }
     }
 

@@ -274,6 +274,7 @@ mod tests {
             time_limit: None,
             cleaner_threads: 0,
             alloc_batch: 1,
+            home_cache: None,
         }
     }
 

@@ -53,6 +53,9 @@ pub struct RunSpec {
     pub cleaner_threads: usize,
     /// Allocations per transaction of `alloc-batch` (ignored by the other workloads).
     pub alloc_batch: usize,
+    /// The home cache's budget in bytes on the log engines that have one (`None`: the
+    /// engine name's default; refused on an engine without the cache).
+    pub home_cache: Option<u64>,
 }
 
 /// Sizes of the fragmentation workloads ([`crate::fragmentation`]).
@@ -173,8 +176,9 @@ pub struct RunResult {
     /// Node-cache hit ratio in the measured phase (`None` without node caches).
     #[serde(default)]
     pub node_cache_hit_ratio: Option<f64>,
-    /// DRAM held by the mapping (nodes, directory, node caches); `None`: not measured
-    /// (`pmdk` has no such mapping).
+    /// DRAM the engine holds to find the data (`Stats::dram_bytes`): on the log
+    /// engines the mapping (nodes, directory, node caches) and the home cache; on the
+    /// in-place ones their allocator's DRAM state. `None`: not measured (`pmdk`).
     #[serde(default)]
     pub dram_bytes: Option<u64>,
     /// Persistent memory in use: logheap, the chunks holding log data; `pmdk`, the
@@ -400,6 +404,18 @@ pub fn run_reporting(
     let mut config = config_with_cleaners(&spec.engine, spec.cleaner_threads)?
         .size(size)
         .reserve_space(false);
+    if let Some(bytes) = spec.home_cache {
+        config = match config.engine {
+            EngineConfig::Log(o) if o.home_cache > 0 => config.engine(o.home_cache(bytes)),
+            _ => {
+                return Err(format!(
+                    "--home-cache: engine {} has no home cache (log has; log-nocache and the ablation ladder read through the mapping)",
+                    spec.engine
+                )
+                .into());
+            }
+        };
+    }
     if let Some(e) = spec.emulation {
         config = config.emulation(e);
     }
@@ -705,6 +721,7 @@ mod tests {
             time_limit: None,
             cleaner_threads: 0,
             alloc_batch: 1,
+            home_cache: None,
         }
     }
 

@@ -712,6 +712,7 @@ mod tests {
                 time_limit: None,
                 cleaner_threads: 0,
                 alloc_batch: 1,
+                home_cache: None,
             };
             let r = crate::run(&spec).unwrap();
             assert_eq!((r.engine.as_str(), r.config.as_str()), ("pmdk", "pmdk"));

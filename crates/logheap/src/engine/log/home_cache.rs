@@ -22,12 +22,16 @@
 //! moved past every transaction pinned when it was unlinked.
 //!
 //! **Budget.** [`LogOptions::home_cache`](super::LogOptions::home_cache) bytes of pages
-//! at most; a fill beyond it evicts the page cached longest ago (FIFO: a hit costs no
-//! bookkeeping, so reads stay a lookup and a copy).
+//! at most. Past it, one miss in 16 fills its page, evicting one that CLOCK chooses (a
+//! read sets its page's reference bit, only if clear; the hand gives a referenced page
+//! a second chance); the other misses read through the mapping. A working set larger
+//! than the budget thus does not churn the cache: a cache too small costs little more
+//! than none. Pages are whole 4 KiB of home space, so a budget holds the hot objects
+//! only as far as they share pages.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 use crossbeam_epoch::Guard;
 
@@ -41,8 +45,10 @@ use crate::sync::lock;
 pub(crate) const PAGE: u64 = 4096;
 const WORDS: usize = (PAGE / 8) as usize;
 
-/// One cached page of home space, as words (stored by commits while readers copy).
+/// One cached page of home space, as words (stored by commits while readers copy),
+/// and its reference bit (set by reads, cleared by the eviction's clock hand).
 pub(crate) struct Page {
+    referenced: AtomicBool,
     words: [AtomicU64; WORDS],
 }
 
@@ -50,6 +56,7 @@ impl Page {
     /// A page holding `bytes`.
     fn from_bytes(bytes: &[u8; PAGE as usize]) -> Box<Page> {
         let page = Box::new(Page {
+            referenced: AtomicBool::new(false),
             words: std::array::from_fn(|_| AtomicU64::new(0)),
         });
         page.store(0, bytes);
@@ -59,6 +66,10 @@ impl Page {
     /// Copies the bytes at `at..at + out.len()` of the page into `out`.
     #[inline]
     pub(crate) fn load(&self, at: usize, out: &mut [u8]) {
+        // A store only when the bit is clear: a hot page's line stays shared.
+        if !self.referenced.load(Ordering::Relaxed) {
+            self.referenced.store(true, Ordering::Relaxed);
+        }
         let mut done = 0;
         while done < out.len() {
             let k = (at + done) / 8;
@@ -125,6 +136,7 @@ pub(crate) struct HomeCache {
     /// The pages cached, oldest first (for eviction).
     cached: Mutex<VecDeque<u64>>,
     pages: AtomicU64,
+    full_misses: AtomicU64,
     fills: AtomicU64,
     evictions: AtomicU64,
     bypasses: AtomicU64,
@@ -139,6 +151,7 @@ impl HomeCache {
             budget: (budget_bytes / PAGE).max(1),
             cached: Mutex::default(),
             pages: AtomicU64::new(0),
+            full_misses: AtomicU64::new(0),
             fills: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             bypasses: AtomicU64::new(0),
@@ -160,10 +173,32 @@ impl HomeCache {
         self.pages.load(Ordering::Relaxed) >= self.budget
     }
 
-    /// The oldest cached page, taken off the eviction queue (the caller evicts it with
-    /// [`evict`](Self::evict) or hands it back with [`keep`](Self::keep)).
-    pub(crate) fn oldest(&self) -> Option<u64> {
-        lock(&self.cached).pop_front()
+    /// Whether a miss on a full cache may fill its page (evicting another): one miss
+    /// in [`ADMIT_WHEN_FULL`], so a working set larger than the budget does not churn
+    /// the cache on every miss (the others read through the mapping, as without a
+    /// cache: a cache too small costs little more than none).
+    pub(crate) fn admits_when_full(&self) -> bool {
+        self.full_misses
+            .fetch_add(1, Ordering::Relaxed)
+            .is_multiple_of(ADMIT_WHEN_FULL)
+    }
+
+    /// The next page the clock hand finds unreferenced, taken off the eviction queue
+    /// (the caller evicts it with [`evict`](Self::evict) or hands it back with
+    /// [`keep`](Self::keep)); referenced pages it passes lose their bit and go round
+    /// again (CLOCK's second chance).
+    pub(crate) fn victim(&self, guard: &Guard) -> Option<u64> {
+        let mut queue = lock(&self.cached);
+        for _ in 0..queue.len() {
+            let n = queue.pop_front()?;
+            match self.page(n, guard) {
+                Some(page) if page.referenced.swap(false, Ordering::Relaxed) => {
+                    queue.push_back(n);
+                }
+                _ => return Some(n),
+            }
+        }
+        queue.pop_front()
     }
 
     /// Puts page `n` back at the young end of the eviction queue.
@@ -276,6 +311,9 @@ impl HomeCache {
     }
 }
 
+/// A full cache fills one miss in this many (see [`HomeCache::admits_when_full`]).
+const ADMIT_WHEN_FULL: u64 = 16;
+
 /// How many cached pages a fill that finds the cache full tries to evict (each may be
 /// locked by a commit) before it reads through the mapping instead.
 const EVICTION_TRIES: usize = 4;
@@ -336,7 +374,7 @@ impl LogEngine {
     /// cache is full), under the locks of all its stripes; `None` when it cannot.
     #[cold]
     fn fill_page<'g>(&self, cache: &HomeCache, guard: &'g Guard, n: u64) -> Option<&'g Page> {
-        if cache.is_full() && !self.evict_oldest(cache, guard) {
+        if cache.is_full() && !(cache.admits_when_full() && self.evict_one(cache, guard)) {
             return None;
         }
         let held = self.lock_page(n)?;
@@ -347,10 +385,10 @@ impl LogEngine {
         Some(page)
     }
 
-    /// Evicts the page cached longest ago that no commit is changing; whether one was.
-    fn evict_oldest(&self, cache: &HomeCache, guard: &Guard) -> bool {
+    /// Evicts a page the clock hand chose that no commit is changing; whether one was.
+    fn evict_one(&self, cache: &HomeCache, guard: &Guard) -> bool {
         for _ in 0..EVICTION_TRIES {
-            let Some(victim) = cache.oldest() else {
+            let Some(victim) = cache.victim(guard) else {
                 return false;
             };
             match self.lock_page(victim) {
@@ -449,10 +487,14 @@ mod tests {
         assert!(!cache.is_full());
         cache.install(4, &[2; PAGE as usize], &guard);
         assert!(cache.is_full());
-        assert_eq!(cache.oldest(), Some(3));
+        // Page 3 was read (referenced), 4 not: the hand spares 3, clearing its bit, and
+        // takes 4; then, 3 unread since, 3.
+        assert_eq!(cache.victim(&guard), Some(4));
+        cache.evict(4, &guard);
+        assert!(cache.page(4, &guard).is_none());
+        assert_eq!(cache.victim(&guard), Some(3));
         cache.evict(3, &guard);
-        assert!(cache.page(3, &guard).is_none());
         let f = cache.figures();
-        assert_eq!((f.pages, f.fills, f.evictions), (1, 2, 1));
+        assert_eq!((f.pages, f.fills, f.evictions), (0, 2, 2));
     }
 }
