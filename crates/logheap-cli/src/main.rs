@@ -39,7 +39,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the paper's workloads on every mapping configuration and report.
-    Bench(bench::Args),
+    Bench(Box<bench::Args>),
     /// Measure fence, flush and non-temporal copy costs, and the NVM emulation's accuracy.
     Calibrate(calibrate::Args),
     /// Create an empty pool file.
