@@ -145,11 +145,12 @@ macro_rules! engines {
         }
 
         /// A transaction on an [`AnyEngine`]: the engine's driver and the
-        /// transaction's state.
+        /// transaction's state (boxed: a transaction moves a pointer, not its buffers,
+        /// between the thread's spare slot and the handle; `None` once it dropped).
         pub(crate) enum AnyTx<'p> {
             $(
                 #[doc = concat!("A transaction on `", stringify!($engine), "`.")]
-                $variant(&'p Stm<$engine>, TxState<<$engine as Engine>::Scratch>),
+                $variant(&'p Stm<$engine>, Option<Box<TxState<<$engine as Engine>::Scratch>>>),
             )+
         }
 
@@ -259,7 +260,7 @@ macro_rules! engines {
             /// Begins a transaction.
             pub(crate) fn begin(&self, read_only: bool) -> AnyTx<'_> {
                 match self {
-                    $(AnyEngine::$variant(stm) => AnyTx::$variant(stm, stm.begin(read_only)),)+
+                    $(AnyEngine::$variant(stm) => AnyTx::$variant(stm, Some(stm.begin(read_only))),)+
                 }
             }
         }
@@ -269,7 +270,8 @@ macro_rules! engines {
         macro_rules! on_tx {
             ($tx:expr, |$stm:ident, $state:ident| $body:expr) => {
                 match $tx {
-                    $(AnyTx::$variant($stm, $state) => $body,)+
+                    $(AnyTx::$variant($stm, Some($state)) => $body,)+
+                    _ => unreachable!("a transaction's state is taken only when it drops"),
                 }
             };
         }
@@ -277,7 +279,11 @@ macro_rules! engines {
         impl Drop for AnyTx<'_> {
             fn drop(&mut self) {
                 match self {
-                    $(AnyTx::$variant(_, state) => Stm::<$engine>::finish(std::mem::take(state)),)+
+                    $(AnyTx::$variant(_, state) => {
+                        if let Some(state) = state.take() {
+                            Stm::<$engine>::finish(state);
+                        }
+                    })+
                 }
             }
         }

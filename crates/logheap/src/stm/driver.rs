@@ -16,6 +16,10 @@ use super::{Domain, StripeLocks, WriteSet, is_locked, stripes, version_of};
 use crate::alloc::{TxAllocs, TxHeap};
 use crate::error::{Error, Result};
 
+/// A thread's slot for a finished transaction's state, kept for its next transaction
+/// (boxed: taking and giving it back moves a pointer, not the buffers).
+pub(crate) type SpareState<S> = std::cell::Cell<Option<Box<TxState<S>>>>;
+
 /// The state of one transaction attempt. Its buffers are reused from one transaction of
 /// a thread to the next ([`Stm::begin`], [`Stm::finish`]); `S` is the engine's own part.
 #[derive(Debug, Default)]
@@ -96,7 +100,7 @@ impl<E: Engine> Stm<E> {
 
     /// Starts a transaction (its first attempt), on the buffers the thread's last
     /// transaction left if there are any.
-    pub(crate) fn begin(&self, read_only: bool) -> TxState<E::Scratch> {
+    pub(crate) fn begin(&self, read_only: bool) -> Box<TxState<E::Scratch>> {
         let mut tx = E::spare().take().unwrap_or_default();
         self.engine.begin(&mut tx.scratch);
         if tx.id == 0 {
@@ -110,7 +114,7 @@ impl<E: Engine> Stm<E> {
     }
 
     /// Ends a transaction: keeps its buffers, emptied, for the thread's next one.
-    pub(crate) fn finish(mut tx: TxState<E::Scratch>) {
+    pub(crate) fn finish(mut tx: Box<TxState<E::Scratch>>) {
         tx.forget_attempt();
         tx.allocs.clear();
         E::end(&mut tx.scratch);

@@ -3,11 +3,11 @@
 //! It lives beside its consumer, the driver; engines implement it (as redb keeps its
 //! `StorageBackend` beside `Database`).
 
-use std::cell::Cell;
 use std::sync::Arc;
 use std::thread::LocalKey;
 
-use super::{Domain, TxState, WriteSet};
+use super::{Domain, SpareState, WriteSet};
+
 use crate::alloc::{TxAllocs, TxHeap};
 use crate::error::Result;
 use crate::media::Media;
@@ -52,7 +52,7 @@ pub(crate) trait Engine: Send + Sync + Sized + 'static {
     /// The thread-local slot keeping a finished transaction's state for the thread's
     /// next one (one per engine type: a `thread_local!` in generic code would be shared
     /// by every engine).
-    fn spare() -> &'static LocalKey<Cell<Option<TxState<Self::Scratch>>>>;
+    fn spare() -> &'static LocalKey<SpareState<Self::Scratch>>;
     /// The concurrency-control state (created by the engine when it opens, its clock
     /// above every version it recovered).
     fn shared(&self) -> &Arc<Domain>;

@@ -17,7 +17,7 @@ mod write_set;
 
 pub(crate) use clock::VersionClock;
 pub(crate) use domain::{Committing, Domain};
-pub(crate) use driver::{Stm, TxState};
+pub(crate) use driver::{SpareState, Stm, TxState};
 pub(crate) use engine::{CommitSet, Engine, Persisted};
 pub(crate) use locks::{LockTable, StripeLocks, is_locked, version_of};
 pub(crate) use write_set::{ResolveScratch, Span, WriteSet};

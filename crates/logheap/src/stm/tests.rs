@@ -7,7 +7,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::LocalKey;
 
-use super::{CommitSet, Domain, Engine, Persisted, Stm, TxState};
+use super::{CommitSet, Domain, Engine, Persisted, SpareState, Stm};
+
 use crate::alloc::TxHeap;
 use crate::error::Result;
 use crate::media::{Media, MediaConfig, SimConfig};
@@ -58,7 +59,7 @@ impl TxHeap for NoHeap {
 }
 
 thread_local! {
-    static SPARE: Cell<Option<TxState<()>>> = const { Cell::new(None) };
+    static SPARE: SpareState<()> = const { Cell::new(None) };
 }
 
 impl Model {
@@ -77,7 +78,7 @@ impl Engine for Model {
     type Heap = NoHeap;
     const FRESH_BLOCKS_READ_ZERO: bool = true;
 
-    fn spare() -> &'static LocalKey<Cell<Option<TxState<()>>>> {
+    fn spare() -> &'static LocalKey<SpareState<()>> {
         &SPARE
     }
     fn shared(&self) -> &Arc<Domain> {

@@ -31,14 +31,15 @@ use crate::engine::{EngineConfig, EngineFigures, EngineLifecycle, EngineStats};
 use crate::error::Result;
 use crate::file::EngineKind;
 use crate::media::Media;
-use crate::stm::{Committing, Domain, StripeLocks, TxState, stripes};
+use crate::stm::SpareState;
+use crate::stm::{Committing, Domain, StripeLocks, stripes};
 
 /// The `hoop` engine: the redo engine's logs and recovery, with [`Hoop`] as its home
 /// path.
 pub(crate) type HoopEngine = RedoLogging<Hoop>;
 
 thread_local! {
-    static SPARE_STATE: Cell<Option<TxState<RedoScratch>>> = const { Cell::new(None) };
+    static SPARE_STATE: SpareState<RedoScratch> = const { Cell::new(None) };
 }
 
 impl HomePath for Hoop {
@@ -46,7 +47,7 @@ impl HomePath for Hoop {
     const DEFERS_HOME: bool = true;
     type Collection = Collection;
 
-    fn spare() -> &'static LocalKey<Cell<Option<TxState<RedoScratch>>>> {
+    fn spare() -> &'static LocalKey<SpareState<RedoScratch>> {
         &SPARE_STATE
     }
 

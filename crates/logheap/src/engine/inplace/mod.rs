@@ -32,8 +32,7 @@
 /// work at begin and end, the core's range check, and a log lease before each commit.
 macro_rules! in_place_engine_common {
     ($scratch:ty, $spare:ident) => {
-        fn spare()
-        -> &'static std::thread::LocalKey<std::cell::Cell<Option<crate::stm::TxState<$scratch>>>> {
+        fn spare() -> &'static std::thread::LocalKey<crate::stm::SpareState<$scratch>> {
             &$spare
         }
 

@@ -63,8 +63,9 @@ use crate::engine::{EngineConfig, EngineFigures, EngineLifecycle, EngineStats};
 use crate::error::Result;
 use crate::file::EngineKind;
 use crate::media::{CACHE_LINE, Media};
+use crate::stm::SpareState;
 use crate::stm::{CommitSet, Engine, Persisted};
-use crate::stm::{ResolveScratch, Span, TxState};
+use crate::stm::{ResolveScratch, Span};
 
 /// The engine area's oop fields (see the layout in `inplace`): the link to the first
 /// slot chunk.
@@ -210,7 +211,7 @@ pub(crate) struct OopScratch {
 }
 
 thread_local! {
-    static SPARE_STATE: Cell<Option<TxState<OopScratch>>> = const { Cell::new(None) };
+    static SPARE_STATE: SpareState<OopScratch> = const { Cell::new(None) };
 }
 
 /// What the oop engine's recovery found.

@@ -49,8 +49,9 @@ use crate::error::Result;
 use crate::file::EngineKind;
 use crate::media::CACHE_LINE;
 use crate::media::Media;
+use crate::stm::SpareState;
 use crate::stm::{CommitSet, Domain, Engine, Persisted};
-use crate::stm::{ResolveScratch, Span, TxState};
+use crate::stm::{ResolveScratch, Span};
 
 /// Records are placed at cache-line boundaries, so no line is flushed for two records.
 const RECORD_ALIGN: u64 = 64;
@@ -88,7 +89,7 @@ pub(crate) trait HomePath: Debug + Send + Sync + Sized + 'static {
     /// A collection in progress (see [`collect_begin`](Self::collect_begin)).
     type Collection;
     /// The thread-local slot keeping a finished transaction's state (one per engine).
-    fn spare() -> &'static LocalKey<Cell<Option<TxState<RedoScratch>>>>;
+    fn spare() -> &'static LocalKey<SpareState<RedoScratch>>;
     /// Copies the committed bytes of `[home, home + buf.len())`.
     fn read(&self, media: &Media, home: u64, buf: &mut [u8]);
     /// Adds the transaction's resolved writes (`s.spans` over `bytes`) to its record
@@ -109,7 +110,7 @@ pub(crate) trait HomePath: Debug + Send + Sync + Sized + 'static {
 pub(crate) struct StoreHome;
 
 thread_local! {
-    static SPARE_STATE: Cell<Option<TxState<RedoScratch>>> = const { Cell::new(None) };
+    static SPARE_STATE: SpareState<RedoScratch> = const { Cell::new(None) };
 }
 
 impl HomePath for StoreHome {
@@ -117,7 +118,7 @@ impl HomePath for StoreHome {
     const DEFERS_HOME: bool = false;
     type Collection = ();
 
-    fn spare() -> &'static LocalKey<Cell<Option<TxState<RedoScratch>>>> {
+    fn spare() -> &'static LocalKey<SpareState<RedoScratch>> {
         &SPARE_STATE
     }
 
@@ -426,7 +427,7 @@ impl<P: HomePath> Engine for RedoLogging<P> {
 
     in_place_engine_common!(RedoScratch);
 
-    fn spare() -> &'static LocalKey<Cell<Option<TxState<RedoScratch>>>> {
+    fn spare() -> &'static LocalKey<SpareState<RedoScratch>> {
         P::spare()
     }
 

@@ -45,8 +45,9 @@ use super::{
 use crate::engine::{EngineConfig, EngineFigures, EngineLifecycle, EngineStats};
 use crate::error::Result;
 use crate::file::EngineKind;
+use crate::stm::SpareState;
 use crate::stm::{CommitSet, Engine, Persisted};
-use crate::stm::{ResolveScratch, Span, TxState};
+use crate::stm::{ResolveScratch, Span};
 
 /// The widest gap between two written ranges that are logged as one entry: an entry
 /// costs a 16-byte header and up to 7 bytes of padding, so logging up to 32 unwritten
@@ -71,7 +72,7 @@ pub(crate) struct UndoScratch {
 }
 
 thread_local! {
-    static SPARE_STATE: Cell<Option<TxState<UndoScratch>>> = const { Cell::new(None) };
+    static SPARE_STATE: SpareState<UndoScratch> = const { Cell::new(None) };
 }
 
 /// The undo engine (see the module docs).

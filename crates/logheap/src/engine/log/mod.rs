@@ -55,8 +55,9 @@ use crate::alloc::home::{HEAP_START, HomeHeap};
 use crate::error::{Error, Result};
 use crate::file::{Header, PoolFile, PoolLayout};
 use crate::media::Media;
+use crate::stm::Domain;
+use crate::stm::SpareState;
 use crate::stm::{CommitSet, Engine, Persisted};
-use crate::stm::{Domain, TxState};
 use crate::sync::lock;
 
 /// Home offset of the root object.
@@ -99,7 +100,7 @@ pub(crate) struct LogScratch {
 
 thread_local! {
     /// A finished transaction's state, kept for the thread's next transaction.
-    static SPARE_STATE: Cell<Option<TxState<LogScratch>>> = const { Cell::new(None) };
+    static SPARE_STATE: SpareState<LogScratch> = const { Cell::new(None) };
 }
 
 /// Figures of the log engine for [`Stats`](crate::Stats).
@@ -621,7 +622,7 @@ impl Engine for LogEngine {
     type Heap = HomeHeap;
     const FRESH_BLOCKS_READ_ZERO: bool = true;
 
-    fn spare() -> &'static LocalKey<Cell<Option<TxState<LogScratch>>>> {
+    fn spare() -> &'static LocalKey<SpareState<LogScratch>> {
         &SPARE_STATE
     }
 
