@@ -133,7 +133,7 @@ pub(crate) struct HomeCache {
     slots: Directory<Slot>,
     /// Most pages cached at once.
     budget: u64,
-    /// The pages cached, oldest first (for eviction).
+    /// The pages cached, in the order the clock hand visits them.
     cached: Mutex<VecDeque<u64>>,
     pages: AtomicU64,
     full_misses: AtomicU64,

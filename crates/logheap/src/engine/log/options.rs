@@ -48,9 +48,11 @@ pub struct LogOptions {
     /// Bytes of DRAM the home cache may hold (default 256 MiB; 0 turns it off): a
     /// copy of the home space, page by page, that reads copy from instead of walking
     /// the mapping and copying out of the log. Pages are filled from the log when a
-    /// read first meets them, kept up to date by commits, and evicted (oldest first,
-    /// never written back: the log holds the data) when the budget is full. Only the
-    /// pages read are held, so a pool whose data fits the budget is cached whole.
+    /// read first meets them, kept up to date by commits, and never written back (the
+    /// log holds the data). Past the budget one miss in 16 fills its page, evicting
+    /// one CLOCK chooses, and the others read through the mapping, so a budget smaller
+    /// than the data read costs little more than no cache. Only the pages read are
+    /// held, so a pool whose data fits the budget is cached whole.
     pub home_cache: u64,
 }
 
