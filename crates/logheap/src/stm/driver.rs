@@ -196,6 +196,10 @@ impl<E: Engine> Stm<E> {
                 words.push((i, w));
             }
             self.engine.read_committed(&tx.scratch, home, buf);
+            // The copy's loads happen before the re-check's (a seqlock reader's fence:
+            // an acquire load alone would not keep the earlier loads before it). Pairs
+            // with the committer's lock acquisition before its stores.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
             if words.iter().any(|&(i, w)| locks.load(i) != w) {
                 tx.stripe_words = words;
                 return Err(tx.conflict());

@@ -110,6 +110,10 @@ impl StripeLocks {
                 }
             }
         }
+        // The holder's stores come after its locks (a seqlock writer's fence): a reader
+        // whose copy saw one of them then sees a lock word changed (its acquire fence
+        // before the re-check pairs with this).
+        std::sync::atomic::fence(Ordering::Release);
         Ok(locks)
     }
 
@@ -138,6 +142,8 @@ impl StripeLocks {
             };
             locks.held.push((i, previous));
         }
+        // As in `acquire`: the holder's stores come after its locks.
+        std::sync::atomic::fence(Ordering::Release);
         locks
     }
 
