@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use logheap::{Config, EngineConfig, LogOptions, Pool};
+use logheap::{Config, EngineConfig, Pool};
 
 use crate::size::parse_size;
 
@@ -19,9 +19,10 @@ pub struct Args {
     /// oop or hoop (and the fast-log and persist-policy names of redo and undo).
     #[arg(long, default_value = "log")]
     engine: String,
-    /// Log chunk size of the log engine (a power of two, 4K to 64M).
-    #[arg(long, value_parser = parse_size, default_value = "32K")]
-    chunk_size: u64,
+    /// Log chunk size of the log engine (a power of two, 4K to 64M; default 32K).
+    /// Refused on the other engines, which have no chunks.
+    #[arg(long, value_parser = parse_size)]
+    chunk_size: Option<u64>,
     /// Make a sparse file instead of claiming the whole size from the file system now
     /// (space is then taken as the pool is written, and a full file system is found
     /// only then).
@@ -36,15 +37,16 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         .engine(engine)
         .size(args.size)
         .reserve_space(!args.sparse);
-    // The chunk size is the log engine's; another engine refuses one given explicitly.
-    if engine.kind() == logheap::EngineKind::Log
-        || args.chunk_size != LogOptions::default().chunk_size
-    {
-        config = config.chunk_size(args.chunk_size);
+    if let Some(bytes) = args.chunk_size {
+        config = config.chunk_size(bytes);
     }
     let pool = Pool::create(&args.path, &config)?;
-    let chunks = match pool.stats().log().cloned() {
-        Some(log) => format!(", {} chunks of {} bytes", log.chunks_total, args.chunk_size),
+    let chunks = match pool.stats().log() {
+        Some(log) => format!(
+            ", {} chunks of {} bytes",
+            log.chunks_total,
+            pool.header().chunk_size
+        ),
         None => String::new(),
     };
     pool.close()?;

@@ -328,7 +328,7 @@ impl LogEngine {
         while at < end {
             let n = at / PAGE;
             let stop = ((n + 1) * PAGE).min(end);
-            let out = &mut buf[(at - home) as usize..(stop - at) as usize + (at - home) as usize];
+            let out = &mut buf[(at - home) as usize..(stop - home) as usize];
             match cache
                 .page(n, guard)
                 .or_else(|| self.fill_page(cache, guard, n))
