@@ -4,6 +4,7 @@
 //! value with one of another length never moves a node. The left/right mirror cases of
 //! rebalancing are written once, over a direction.
 
+use bytemuck::Zeroable;
 use logheap::{Error, PPtr, Tx};
 
 use crate::{striped_count, value_object};
@@ -52,14 +53,68 @@ struct Ops<'a, 't> {
     tx: &'a mut Tx<'t>,
     header: PPtr<RbHeader>,
     nil: u64,
+    /// The nodes this operation read last, whole (see [`NodeCache`]).
+    nodes: NodeCache,
+}
+
+/// Nodes an operation has read, kept whole: a walk reads a node's key, then a child,
+/// and rebalancing reads the same few nodes' links and colours again and again; one
+/// transactional read of the whole node (one range check, one lock word, one copy)
+/// serves them all. Sound within one transaction: reading a node again would give the
+/// same bytes (its snapshot is one) or abort it, and the operation's own writes to a
+/// node are applied to its copy here as they are made.
+struct NodeCache {
+    entries: [(u64, Node); NODE_CACHE],
+    /// The entry the next new node replaces (round robin).
+    next: usize,
+}
+
+/// Nodes an operation keeps (a rebalancing step touches at most five or six).
+const NODE_CACHE: usize = 8;
+
+impl NodeCache {
+    fn new() -> NodeCache {
+        // Address 0 is never a node's (it is the null pointer).
+        NodeCache {
+            entries: [(0, Node::zeroed()); NODE_CACHE],
+            next: 0,
+        }
+    }
+
+    fn find(&mut self, n: u64) -> Option<&mut Node> {
+        self.entries
+            .iter_mut()
+            .find(|(at, _)| *at == n)
+            .map(|(_, node)| node)
+    }
+
+    fn keep(&mut self, n: u64, node: Node) {
+        self.entries[self.next] = (n, node);
+        self.next = (self.next + 1) % NODE_CACHE;
+    }
+}
+
+/// Field `field` (a byte offset, a multiple of 8) of `node`.
+fn field_of(node: &mut Node, field: u64) -> &mut u64 {
+    &mut bytemuck::cast_mut::<Node, [u64; 6]>(node)[(field / 8) as usize]
 }
 
 impl Ops<'_, '_> {
     fn get(&mut self, n: u64, field: u64) -> Result<u64, Error> {
-        self.tx.read(PPtr::<u64>::from_offset(n + field))
+        if let Some(node) = self.nodes.find(n) {
+            return Ok(*field_of(node, field));
+        }
+        let mut node: Node = self.tx.read(PPtr::from_offset(n))?;
+        let value = *field_of(&mut node, field);
+        self.nodes.keep(n, node);
+        Ok(value)
     }
     fn put(&mut self, n: u64, field: u64, v: u64) -> Result<(), Error> {
-        self.tx.write(PPtr::<u64>::from_offset(n + field), &v)
+        self.tx.write(PPtr::<u64>::from_offset(n + field), &v)?;
+        if let Some(node) = self.nodes.find(n) {
+            *field_of(node, field) = v;
+        }
+        Ok(())
     }
     fn child(&mut self, n: u64, d: Dir) -> Result<u64, Error> {
         self.get(n, CHILD + 8 * d as u64)
@@ -265,6 +320,7 @@ impl RbTree {
             tx,
             header: self.header,
             nil,
+            nodes: NodeCache::new(),
         })
     }
 

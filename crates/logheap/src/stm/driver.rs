@@ -173,6 +173,64 @@ impl<E: Engine> Stm<E> {
         if tx.conflicted {
             return Err(Error::Conflict);
         }
+        let span = stripes(home, buf.len() as u64);
+        if span.start() == span.end() {
+            self.read_in_stripe(tx, *span.start(), home, buf)
+        } else {
+            self.read_across_stripes(tx, home, buf)
+        }
+    }
+
+    /// [`read`](Self::read) of a range inside one stripe (most reads: a field, a small
+    /// object): its one lock word is kept in a register, not in `stripe_words`.
+    #[inline]
+    fn read_in_stripe(
+        &self,
+        tx: &mut TxState<E::Scratch>,
+        stripe: u64,
+        home: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        let locks = &self.shared.locks;
+        let i = locks.index(stripe);
+        loop {
+            let w = locks.load(i);
+            if is_locked(w) {
+                return Err(tx.conflict());
+            }
+            if version_of(w) > tx.rv {
+                // A read-only transaction keeps no read set, so it cannot extend its
+                // snapshot: it starts again at a new one.
+                if !tx.read_only && self.extend(tx) {
+                    continue;
+                }
+                return Err(tx.conflict());
+            }
+            self.engine.read_committed(&tx.scratch, home, buf);
+            // As in `read_across_stripes`: the copy's loads before the re-check's.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+            if locks.load(i) != w {
+                return Err(tx.conflict());
+            }
+            break;
+        }
+        if tx.read_only {
+            return Ok(());
+        }
+        if tx.reads.last() != Some(&(i as u32)) {
+            tx.reads.push(i as u32);
+        }
+        tx.writes.overlay(home, buf);
+        Ok(())
+    }
+
+    /// [`read`](Self::read) of a range over more than one stripe.
+    fn read_across_stripes(
+        &self,
+        tx: &mut TxState<E::Scratch>,
+        home: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
         let locks = &self.shared.locks;
         let mut words = std::mem::take(&mut tx.stripe_words);
         'attempt: loop {
@@ -185,8 +243,6 @@ impl<E: Engine> Stm<E> {
                     return Err(tx.conflict());
                 }
                 if version_of(w) > tx.rv {
-                    // A read-only transaction keeps no read set, so it cannot extend its
-                    // snapshot: it starts again at a new one.
                     if !tx.read_only && self.extend(tx) {
                         continue 'attempt;
                     }

@@ -120,8 +120,41 @@ impl Engine for Model {
 }
 
 /// Two words on different lock stripes, always written together (`x == y`).
-const X: u64 = 0;
-const Y: u64 = 4096;
+const X: u64 = 64;
+const Y: u64 = 4096 + 64;
+
+/// How a test reads a word: alone (in one stripe, the driver's one-lock-word path), or
+/// with the 8 bytes before it, which lie in the stripe before (its path over several).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    InStripe,
+    AcrossStripes,
+}
+
+impl Shape {
+    const BOTH: [Shape; 2] = [Shape::InStripe, Shape::AcrossStripes];
+
+    /// Where the read of the word at `home` starts, and the word's offset in it.
+    fn start(self, home: u64) -> (u64, usize) {
+        match self {
+            Shape::InStripe => (home, 0),
+            Shape::AcrossStripes => (home - 8, 8),
+        }
+    }
+}
+
+/// Reads the word at `home` in `tx`, as `shape` says.
+fn read_word(
+    stm: &Stm<Model>,
+    tx: &mut super::TxState<()>,
+    home: u64,
+    shape: Shape,
+) -> Result<u64> {
+    let (start, at) = shape.start(home);
+    let mut buf = [0u8; 16];
+    stm.read(tx, start, &mut buf[..at + 8])?;
+    Ok(u64::from_le_bytes(buf[at..at + 8].try_into().unwrap()))
+}
 
 fn model() -> Arc<Stm<Model>> {
     let media = Media::sim(4096, &MediaConfig::default(), SimConfig::default()).unwrap();
@@ -147,7 +180,7 @@ fn write_both(stm: &Stm<Model>, value: u64) {
 /// interrupted at `at` by a commit of another thread setting both to 1; retries on
 /// conflict as the pool does, and returns what the committed attempt read and how many
 /// attempts conflicted.
-fn read_both_interrupted(read_only: bool, home: u64, at: At) -> ((u64, u64), u32) {
+fn read_both_interrupted(read_only: bool, shape: Shape, home: u64, at: At) -> ((u64, u64), u32) {
     let stm = model();
     let (go, wait_go) = mpsc::channel::<()>();
     let (done, wait_done) = mpsc::channel::<()>();
@@ -160,7 +193,7 @@ fn read_both_interrupted(read_only: bool, home: u64, at: At) -> ((u64, u64), u32
         })
     };
     *stm.engine().hook.lock().unwrap() = Some((
-        home,
+        shape.start(home).0,
         at,
         Box::new(move || {
             go.send(()).unwrap();
@@ -170,14 +203,14 @@ fn read_both_interrupted(read_only: bool, home: u64, at: At) -> ((u64, u64), u32
     let mut conflicts = 0;
     let mut tx = stm.begin(read_only);
     let read = loop {
-        let mut x = [0u8; 8];
-        let mut y = [0u8; 8];
-        let attempt = stm
-            .read(&mut tx, X, &mut x)
-            .and_then(|()| stm.read(&mut tx, Y, &mut y))
-            .and_then(|()| stm.commit(&mut tx));
+        let attempt = (|| {
+            let x = read_word(&stm, &mut tx, X, shape)?;
+            let y = read_word(&stm, &mut tx, Y, shape)?;
+            stm.commit(&mut tx)?;
+            Ok((x, y))
+        })();
         match attempt {
-            Ok(()) => break (u64::from_le_bytes(x), u64::from_le_bytes(y)),
+            Ok(read) => break read,
             Err(crate::Error::Conflict) => {
                 conflicts += 1;
                 stm.abort(&mut tx);
@@ -193,23 +226,29 @@ fn read_both_interrupted(read_only: bool, home: u64, at: At) -> ((u64, u64), u32
 
 #[test]
 fn a_commit_during_a_read_is_caught_by_the_check_after_the_copy() {
-    for read_only in [true, false] {
+    for (read_only, shape) in [true, false]
+        .into_iter()
+        .flat_map(|r| Shape::BOTH.map(|s| (r, s)))
+    {
         // The read of Y passed its lock-word check and then copies Y = 1: only the
         // re-check of the lock word after the copy sees that X = 0 is stale.
-        let (read, conflicts) = read_both_interrupted(read_only, Y, At::BeforeCopy);
-        assert_eq!(read, (1, 1), "read-only: {read_only}");
-        assert_eq!(conflicts, 1, "read-only: {read_only}");
+        let (read, conflicts) = read_both_interrupted(read_only, shape, Y, At::BeforeCopy);
+        assert_eq!(read, (1, 1), "read-only: {read_only}, {shape:?}");
+        assert_eq!(conflicts, 1, "read-only: {read_only}, {shape:?}");
     }
 }
 
 #[test]
 fn a_commit_between_two_reads_is_caught_by_the_check_before_the_copy() {
-    for read_only in [true, false] {
+    for (read_only, shape) in [true, false]
+        .into_iter()
+        .flat_map(|r| Shape::BOTH.map(|s| (r, s)))
+    {
         // X = 0 was read; Y's lock word now has a version past the snapshot: only its
         // check before the copy (and, for a writer, the failed extension) sees it.
-        let (read, conflicts) = read_both_interrupted(read_only, Y, At::BeforeCheck);
-        assert_eq!(read, (1, 1), "read-only: {read_only}");
-        assert_eq!(conflicts, 1, "read-only: {read_only}");
+        let (read, conflicts) = read_both_interrupted(read_only, shape, Y, At::BeforeCheck);
+        assert_eq!(read, (1, 1), "read-only: {read_only}, {shape:?}");
+        assert_eq!(conflicts, 1, "read-only: {read_only}, {shape:?}");
     }
 }
 
@@ -217,22 +256,21 @@ fn a_commit_between_two_reads_is_caught_by_the_check_before_the_copy() {
 fn a_commit_of_nothing_read_lets_a_writer_extend_its_snapshot() {
     // A writer read X; another transaction then commits Y alone. Y is newer than the
     // snapshot, but X did not change: the snapshot extends and nothing conflicts.
-    let stm = model();
-    let mut tx = stm.begin(false);
-    let mut x = [0u8; 8];
-    stm.read(&mut tx, X, &mut x).unwrap();
-    let other = stm.clone();
-    std::thread::spawn(move || {
-        let mut t = other.begin(false);
-        other.write(&mut t, Y, &7u64.to_le_bytes()).unwrap();
-        other.commit(&mut t).unwrap();
-        Stm::<Model>::finish(t);
-    })
-    .join()
-    .unwrap();
-    let mut y = [0u8; 8];
-    stm.read(&mut tx, Y, &mut y).unwrap();
-    assert_eq!(u64::from_le_bytes(y), 7);
-    stm.commit(&mut tx).unwrap();
-    Stm::<Model>::finish(tx);
+    for shape in Shape::BOTH {
+        let stm = model();
+        let mut tx = stm.begin(false);
+        assert_eq!(read_word(&stm, &mut tx, X, shape).unwrap(), 0);
+        let other = stm.clone();
+        std::thread::spawn(move || {
+            let mut t = other.begin(false);
+            other.write(&mut t, Y, &7u64.to_le_bytes()).unwrap();
+            other.commit(&mut t).unwrap();
+            Stm::<Model>::finish(t);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(read_word(&stm, &mut tx, Y, shape).unwrap(), 7, "{shape:?}");
+        stm.commit(&mut tx).unwrap();
+        Stm::<Model>::finish(tx);
+    }
 }

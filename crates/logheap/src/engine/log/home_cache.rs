@@ -37,7 +37,7 @@ use crossbeam_epoch::Guard;
 
 use super::LogEngine;
 use super::commit_data::CommitBuffers;
-use super::mapping::{AddressMap, Directory, Extent};
+use super::mapping::{AddressMap, Extent};
 use crate::stm::{CommitSet, StripeLocks, stripes};
 use crate::sync::lock;
 
@@ -70,14 +70,26 @@ impl Page {
         if !self.referenced.load(Ordering::Relaxed) {
             self.referenced.store(true, Ordering::Relaxed);
         }
-        let mut done = 0;
-        while done < out.len() {
-            let k = (at + done) / 8;
-            let lo = (at + done) % 8;
-            let n = (8 - lo).min(out.len() - done);
-            let word = self.words[k].load(Ordering::Relaxed).to_le_bytes();
-            out[done..done + n].copy_from_slice(&word[lo..lo + n]);
-            done += n;
+        let word = |k: usize| self.words[k].load(Ordering::Relaxed).to_le_bytes();
+        // A partial first word, whole words (a fixed-size copy each), a partial last word.
+        let (mut k, skip) = (at / 8, at % 8);
+        let mut rest = out;
+        if skip != 0 {
+            let n = (8 - skip).min(rest.len());
+            let (head, tail) = rest.split_at_mut(n);
+            head.copy_from_slice(&word(k)[skip..skip + n]);
+            rest = tail;
+            k += 1;
+        }
+        let mut chunks = rest.chunks_exact_mut(8);
+        for chunk in &mut chunks {
+            chunk.copy_from_slice(&word(k));
+            k += 1;
+        }
+        let last = chunks.into_remainder();
+        if !last.is_empty() {
+            let n = last.len();
+            last.copy_from_slice(&word(k)[..n]);
         }
     }
 
@@ -107,10 +119,105 @@ impl Page {
     }
 }
 
-/// Where page `n`'s copy is (null: not cached).
-#[derive(Debug, Default)]
-struct Slot {
-    page: AtomicPtr<Page>,
+/// Where each cached page is: a two-level radix table of page pointers (null: not
+/// cached). Written by hand rather than on the mapping's [`Directory`], whose
+/// partitions are boxed and never freed: here a read finds its page in three dependent
+/// loads (the leaf pointer, the page pointer, the data), and a page is unlinked and
+/// freed through the epoch while its slot stays.
+struct PageTable {
+    /// One pointer per leaf of [`LEAF_PAGES`] pages, the leaf made when a page in it is
+    /// first installed.
+    leaves: Box<[AtomicPtr<Leaf>]>,
+}
+
+/// Pages per leaf of the [`PageTable`] (128 MiB of home space, 256 KiB of pointers).
+const LEAF_PAGES: usize = 1 << 15;
+
+/// A leaf of the [`PageTable`].
+struct Leaf {
+    pages: [AtomicPtr<Page>; LEAF_PAGES],
+}
+
+impl PageTable {
+    /// A table over `2^page_bits` pages.
+    fn new(page_bits: u32) -> PageTable {
+        let leaves = 1usize << page_bits.saturating_sub(LEAF_PAGES.trailing_zeros());
+        // Zeroed memory from the allocator, as the lock table's: only the parts that a
+        // page's leaf pointer is stored in are ever made resident.
+        let words = vec![0usize; leaves].into_boxed_slice();
+        // SAFETY: `AtomicPtr<Leaf>` has the size, alignment and bit validity of `usize`,
+        // and a zero word is a null pointer; the box keeps the same allocation.
+        let leaves = unsafe { Box::from_raw(Box::into_raw(words) as *mut [AtomicPtr<Leaf>]) };
+        PageTable { leaves }
+    }
+
+    /// Page `n`'s slot, if its leaf exists.
+    #[inline]
+    fn slot(&self, n: u64) -> Option<&AtomicPtr<Page>> {
+        let leaf = self.leaves[n as usize / LEAF_PAGES].load(Ordering::Acquire);
+        // SAFETY: a non-null leaf pointer was made by `slot_or_make` and is freed only
+        // when the table drops.
+        let leaf = (!leaf.is_null()).then(|| unsafe { &*leaf })?;
+        Some(&leaf.pages[n as usize % LEAF_PAGES])
+    }
+
+    /// Page `n`'s slot, its leaf made if need be.
+    fn slot_or_make(&self, n: u64) -> &AtomicPtr<Page> {
+        if let Some(slot) = self.slot(n) {
+            return slot;
+        }
+        let words = vec![0usize; LEAF_PAGES].into_boxed_slice();
+        // SAFETY: as in `new`, for a slice of `LEAF_PAGES` null page pointers, which has
+        // the layout of a `Leaf` (its one field is that array).
+        let fresh = Box::into_raw(words) as *mut AtomicPtr<Page> as *mut Leaf;
+        let at = &self.leaves[n as usize / LEAF_PAGES];
+        let raced = at
+            .compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire)
+            .is_err();
+        if raced {
+            // SAFETY: `fresh` was not published (another thread made the leaf first); it
+            // is the box made above.
+            drop(unsafe { Box::from_raw(fresh) });
+        }
+        self.slot(n).expect("the leaf was just made")
+    }
+
+    /// Leaves made.
+    fn leaves_made(&self) -> usize {
+        self.leaves
+            .iter()
+            .filter(|l| !l.load(Ordering::Relaxed).is_null())
+            .count()
+    }
+}
+
+impl std::fmt::Debug for PageTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageTable")
+            .field("leaves_made", &self.leaves_made())
+            .finish()
+    }
+}
+
+impl Drop for PageTable {
+    fn drop(&mut self) {
+        for leaf in self.leaves.iter() {
+            let leaf = leaf.swap(std::ptr::null_mut(), Ordering::AcqRel);
+            if leaf.is_null() {
+                continue;
+            }
+            // SAFETY: the table is going away with its pool: no transaction is left to
+            // read a page; leaves and pages were made with `Box::into_raw`.
+            let leaf = unsafe { Box::from_raw(leaf) };
+            for page in leaf.pages.iter() {
+                let p = page.swap(std::ptr::null_mut(), Ordering::AcqRel);
+                if !p.is_null() {
+                    // SAFETY: as above.
+                    drop(unsafe { Box::from_raw(p) });
+                }
+            }
+        }
+    }
 }
 
 /// Counters of the cache (see [`HomeCache::figures`]).
@@ -130,7 +237,7 @@ pub(crate) struct HomeCacheFigures {
 /// The home cache (see the module docs).
 #[derive(Debug)]
 pub(crate) struct HomeCache {
-    slots: Directory<Slot>,
+    table: PageTable,
     /// Most pages cached at once.
     budget: u64,
     /// The pages cached, in the order the clock hand visits them.
@@ -147,7 +254,7 @@ impl HomeCache {
     /// over a home space of `2^home_bits` bytes.
     pub(crate) fn new(budget_bytes: u64, home_bits: u32) -> HomeCache {
         HomeCache {
-            slots: Directory::new(home_bits - PAGE.trailing_zeros()),
+            table: PageTable::new(home_bits - PAGE.trailing_zeros()),
             budget: (budget_bytes / PAGE).max(1),
             cached: Mutex::default(),
             pages: AtomicU64::new(0),
@@ -162,7 +269,7 @@ impl HomeCache {
     /// epoch (an evicted page is freed only after that).
     #[inline]
     pub(crate) fn page<'g>(&self, n: u64, _guard: &'g Guard) -> Option<&'g Page> {
-        let p = self.slots.get(n)?.page.load(Ordering::Acquire);
+        let p = self.table.slot(n)?.load(Ordering::Acquire);
         // SAFETY: a non-null slot points to a page installed by `install` and freed only
         // through the epoch after it was unlinked, which `_guard` holds off.
         (!p.is_null()).then(|| unsafe { &*p })
@@ -214,14 +321,14 @@ impl HomeCache {
         bytes: &[u8; PAGE as usize],
         _guard: &'g Guard,
     ) -> &'g Page {
-        let slot = self.slots.get_or_make(n, Slot::default);
-        let existing = slot.page.load(Ordering::Acquire);
+        let slot = self.table.slot_or_make(n);
+        let existing = slot.load(Ordering::Acquire);
         if !existing.is_null() {
             // SAFETY: as in `page`; unlinking needs the stripe locks the caller holds.
             return unsafe { &*existing };
         }
         let fresh = Box::into_raw(Page::from_bytes(bytes));
-        slot.page.store(fresh, Ordering::Release);
+        slot.store(fresh, Ordering::Release);
         self.pages.fetch_add(1, Ordering::Relaxed);
         self.fills.fetch_add(1, Ordering::Relaxed);
         lock(&self.cached).push_back(n);
@@ -232,10 +339,10 @@ impl HomeCache {
     /// Unlinks page `n` (the caller holds the locks of all its stripes) and frees it
     /// once no transaction pinned now can still be copying from it.
     pub(crate) fn evict(&self, n: u64, guard: &Guard) {
-        let Some(slot) = self.slots.get(n) else {
+        let Some(slot) = self.table.slot(n) else {
             return;
         };
-        let p = slot.page.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        let p = slot.swap(std::ptr::null_mut(), Ordering::AcqRel);
         if p.is_null() {
             return;
         }
@@ -307,7 +414,8 @@ impl HomeCache {
     /// DRAM the cache holds: its pages, its directory and its queue.
     pub(crate) fn dram_bytes(&self) -> u64 {
         let pages = self.pages.load(Ordering::Relaxed);
-        pages * (PAGE + 16) + self.slots.dram_bytes() as u64
+        let leaves = self.table.leaves_made() as u64;
+        pages * (PAGE + 16) + leaves * std::mem::size_of::<Leaf>() as u64
     }
 }
 
@@ -418,19 +526,6 @@ impl LogEngine {
         for staged in buffers.logs.iter().flatten().filter(|e| !e.tombstone) {
             let entry = staged.entry(&buffers.staging);
             cache.write(entry.home, entry.data, guard);
-        }
-    }
-}
-
-impl Drop for HomeCache {
-    fn drop(&mut self) {
-        for slot in self.slots.partitions() {
-            let p = slot.page.swap(std::ptr::null_mut(), Ordering::AcqRel);
-            if !p.is_null() {
-                // SAFETY: the cache is going away with its pool: no transaction is left
-                // to read the page, and it was made by `install` with `Box::into_raw`.
-                drop(unsafe { Box::from_raw(p) });
-            }
         }
     }
 }
