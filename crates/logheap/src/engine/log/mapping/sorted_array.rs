@@ -67,6 +67,9 @@ pub(crate) trait Key: Send + Sync + 'static {
     /// Stores `(offset, length)` (relaxed). `length` is at least 1 and `offset + length`
     /// at most [`Key::MAX_PARTITION`].
     fn set(&self, off: u64, len: u64);
+    /// Copies `from`'s packed key into `self` as it is (relaxed): moving entries along
+    /// the array needs no unpacking.
+    fn copy_from(&self, from: &Self);
 }
 
 /// 4-byte keys, for partitions of up to 64 KiB: offset (16 bits) | (length − 1) << 16.
@@ -89,6 +92,11 @@ impl Key for Narrow {
         debug_assert!(len >= 1 && off + len <= Self::MAX_PARTITION);
         self.store((off | (len - 1) << 16) as u32, Ordering::Relaxed);
     }
+
+    #[inline]
+    fn copy_from(&self, from: &Self) {
+        self.store(from.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
 }
 
 impl Key for Wide {
@@ -105,6 +113,11 @@ impl Key for Wide {
     fn set(&self, off: u64, len: u64) {
         debug_assert!(off + len <= Self::MAX_PARTITION);
         self.store(off | len << 32, Ordering::Relaxed);
+    }
+
+    #[inline]
+    fn copy_from(&self, from: &Self) {
+        self.store(from.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 }
 
@@ -244,6 +257,13 @@ impl<'a, K: Key> Block<'a, K> {
     fn set(&self, i: usize, e: Entry) {
         self.keys[i].set(e.off, e.len);
         self.logs[i].store(e.log, Ordering::Relaxed);
+    }
+
+    /// Moves entry `from` to index `to`, packed as it is.
+    #[inline]
+    fn move_entry(&self, from: usize, to: usize) {
+        self.keys[to].copy_from(&self.keys[from]);
+        self.logs[to].store(self.logs[from].load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     /// Index of the first of the first `len` entries (sorted, non-overlapping) ending
@@ -609,11 +629,11 @@ impl<K: Key> ArrayWriter<'_, K> {
         // Shift the entries after the replaced ones, then write the new ones.
         if n > j - i {
             for k in (j..len).rev() {
-                block.set(k + n - (j - i), block.entry(k));
+                block.move_entry(k, k + n - (j - i));
             }
         } else if n < j - i {
             for k in j..len {
-                block.set(k + n - (j - i), block.entry(k));
+                block.move_entry(k, k + n - (j - i));
             }
         }
         for (k, x) in fresh[..n].iter().enumerate() {
