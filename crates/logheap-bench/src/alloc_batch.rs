@@ -164,6 +164,7 @@ fn result(
     let per_op = |x: u64| Some(x as f64 / block_ops.max(1) as f64);
     RunResult {
         ops: block_ops,
+        durability: None,
         emulated: spec.emulation.is_some(),
         seconds,
         tx_per_s: batches as f64 / seconds.max(1e-9),

@@ -99,6 +99,7 @@ pub fn run(spec: &RunSpec, phase: &dyn Fn(&str)) -> Result<RunResult, Box<dyn st
     let pool_size = (slots * MAX_SIZE * 2).max(64 << 20);
     let mut result = RunResult {
         ops: total,
+        durability: None,
         emulated: spec.emulation.is_some() && is_persistent_heap(&spec.engine),
         ..RunResult::unmeasured(&spec.engine, spec.workload, threads)
     };

@@ -125,6 +125,10 @@ pub struct RunResult {
     pub elements: u64,
     /// Value size.
     pub value_size: usize,
+    /// The durability mode the pool ran in and its medium (`pmem (memory medium)`:
+    /// what [`logheap::Durability::Auto`] chose); `None` where no logheap pool ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durability: Option<String>,
     /// Whether NVM emulation was on (never for `pmdk`).
     pub emulated: bool,
     /// Wall time of the measured phase.
@@ -205,6 +209,7 @@ impl RunResult {
             ops: 0,
             elements: 0,
             value_size: 0,
+            durability: None,
             emulated: false,
             seconds: 0.0,
             tx_per_s: 0.0,
@@ -520,6 +525,7 @@ pub fn run_reporting(
         ops: c.transactions,
         elements: spec.elements,
         value_size: spec.value_size,
+        durability: Some(format!("{} ({} medium)", after.durability, after.medium)),
         emulated: spec.emulation.is_some(),
         seconds,
         tx_per_s: c.transactions as f64 / seconds.max(1e-9),
@@ -660,6 +666,7 @@ fn run_fragmentation(
         elements: 0,
         value_size: 0,
         // Every engine with a pool (log, alloc) ran on the emulated media.
+        durability: None,
         emulated: out.pool_bytes.is_some() && spec.emulation.is_some(),
         seconds: out.seconds,
         tx_per_s: out.allocations as f64 / out.seconds.max(1e-9),

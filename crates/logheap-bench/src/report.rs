@@ -422,6 +422,7 @@ mod tests {
             ops: 1000,
             elements: 500,
             value_size: 128,
+            durability: None,
             emulated: false,
             seconds: 1000.0 / tx_per_s,
             tx_per_s,

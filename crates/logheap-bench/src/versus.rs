@@ -258,6 +258,7 @@ mod tests {
     fn run(engine: &str, workload: Workload, threads: usize, tx: f64, media: f64) -> RunResult {
         RunResult {
             tx_per_s: tx,
+            durability: None,
             emulated: true,
             media_bytes_per_tx: Some(media),
             dirty_bytes_per_tx: Some(media / 2.0),

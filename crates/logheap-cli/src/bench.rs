@@ -650,6 +650,7 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         batch: args.frag_batch,
         pool_size: args.frag_pool,
     };
+    let mut durability_shown: Option<String> = None;
     for (i, run) in runs.iter().enumerate() {
         let Planned {
             engine,
@@ -709,6 +710,12 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             Err(e) => return Err(format!("{what}: {e}").into()),
         };
         bar.inc(1);
+        if r.durability.is_some() && r.durability != durability_shown {
+            // Once, and again if it changes: what a commit survives in these runs.
+            durability_shown = r.durability.clone();
+            let mode = r.durability.as_deref().unwrap_or_default();
+            bar.suspend(|| eprintln!("pools run in {mode} durability mode"));
+        }
         bar.suspend(|| eprintln!("[{}/{}] {}", i + 1, runs.len(), summary(&r)));
         let line = serde_json::to_string(&r)?;
         writeln!(jsonl, "{line}")?;

@@ -1,10 +1,11 @@
 //! `logheap compact`: compacts a pool's log ([`logheap::Pool::compact`]) and closes it
-//! cleanly, so that the log holds little more than its live data. On a persistent-heap
-//! pool (engine `alloc`) it defragments instead
+//! cleanly, so that the log holds little more than its live data. On a pool of an
+//! in-place engine (redo, undo, oop, hoop) or a persistent-heap pool (engine `alloc`),
+//! which keep no log of data, it defragments the heap instead
 //! ([`PersistentHeap::defragment`](logheap::alloc::PersistentHeap::defragment)): every
 //! free page is punched out of the file, which keeps its size.
 
-use logheap::alloc::PersistentHeap;
+use logheap::alloc::{Defragmentation, PersistentHeap};
 use logheap::{EngineKind, Error, Pool};
 
 /// Options of `logheap compact`.
@@ -25,10 +26,23 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         .cloned()
         .unwrap_or_default()
         .live_log_bytes;
+    let engine = pool.header().engine;
     let c = pool.compact();
     pool.close()?;
+    if engine != EngineKind::Log && c.defragmentation.is_none() {
+        return Err(format!(
+            "{}: the {engine} engine keeps no log to compact, and this file system cannot punch its heap's free pages out",
+            args.path.display()
+        )
+        .into());
+    }
     if args.json {
         println!("{}", serde_json::to_string(&c)?);
+        return Ok(());
+    }
+    if let Some(d) = c.defragmentation {
+        // An in-place engine: its heap was defragmented.
+        print_defragmentation(args, &d);
         return Ok(());
     }
     let mib = |chunks: u64| (chunks * c.chunk_size) as f64 / (1 << 20) as f64;
@@ -62,6 +76,12 @@ fn defragment(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         println!("{}", serde_json::to_string(&d)?);
         return Ok(());
     }
+    print_defragmentation(args, &d);
+    Ok(())
+}
+
+/// Prints what a defragmentation did.
+fn print_defragmentation(args: &Args, d: &Defragmentation) {
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     println!("pool            {}", args.path.display());
     if d.files_removed > 0 {
@@ -83,5 +103,4 @@ fn defragment(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             mib(after)
         );
     }
-    Ok(())
 }

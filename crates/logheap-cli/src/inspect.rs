@@ -1,7 +1,7 @@
 //! `logheap inspect`: a pool file's header, state and logs.
 
-use logheap::PoolFile;
 use logheap::check::check;
+use logheap::{Medium, PoolFile};
 
 /// Options of `logheap inspect`.
 pub use crate::PoolArgs as Args;
@@ -12,10 +12,18 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let (header, state) = PoolFile::inspect(&args.path)?;
     // The logs are read only when no process has the pool open for writing.
     let logs = check(&args.path).ok();
+    // The mode an open with the default configuration would run in.
+    let medium = Medium::of_file(&std::fs::File::open(&args.path)?);
+    let durability = medium.auto_durability();
     if args.json {
         let value = serde_json::json!({
             "header": header,
             "state": state,
+            "durability": {
+                "mode": durability,
+                "medium": medium,
+                "survives": medium.survives(durability),
+            },
             "logs": logs.as_ref().map(|r| &r.logs),
             "live_log_bytes": logs.as_ref().map(|r| r.live_log_bytes),
             "allocations": logs.as_ref().map(|r| r.allocations),
@@ -29,11 +37,15 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     println!("uuid        {}", header.uuid);
     println!("format      {}", header.format_version);
     println!("engine      {}", header.engine);
-    println!("size        {} bytes", header.pool_size);
-    println!("chunk size  {} bytes", header.chunk_size);
+    println!("size        {}", bytes(header.pool_size));
+    println!("chunk size  {}", bytes(header.chunk_size));
     println!("root area   {}..{}", l.root.start, l.root.end);
     println!("data area   {}..{}", l.data.start, l.data.end);
     println!("created     {} (Unix seconds)", header.created_unix_secs);
+    println!(
+        "durability  {durability} by default ({medium} medium: a commit survives {})",
+        medium.survives(durability)
+    );
     match header.map_address {
         0 => println!("mapped at   anywhere (relocatable)"),
         at => println!("mapped at   {at:#x} (fixed)"),
@@ -72,4 +84,23 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     Ok(())
+}
+
+/// `n` bytes, and in binary units when that is shorter to read (`67108864 bytes (64 MiB)`).
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut unit = None;
+    let mut value = n as f64;
+    for u in UNITS {
+        if value < 1024.0 {
+            break;
+        }
+        value /= 1024.0;
+        unit = Some(u);
+    }
+    match unit {
+        None => format!("{n} bytes"),
+        Some(u) if value.fract() == 0.0 => format!("{n} bytes ({value:.0} {u})"),
+        Some(u) => format!("{n} bytes ({value:.1} {u})"),
+    }
 }

@@ -48,9 +48,12 @@ enum Command {
     /// Exits 0 when sound, 1 when damaged, 2 when the pool cannot be checked.
     Check(check::Args),
     /// Compact a pool's log (copy its live data into as few chunks as it fits) and
-    /// close it cleanly; on a persistent-heap pool, punch its free pages out of the file.
+    /// close it cleanly; on a pool of an in-place engine or a persistent-heap pool, punch
+    /// its heap's free pages out of the file.
     Compact(compact::Args),
-    /// Print a pool file's header, state and logs without opening it.
+    /// Print a pool file's header, state, logs and the durability mode an open would
+    /// use, without opening it (`info` is another name for it).
+    #[command(alias = "info")]
     Inspect(inspect::Args),
     /// Kill tests: kill a child running transactions on a pool file with SIGKILL, again
     /// and again, and check every acknowledged transaction survives.

@@ -316,7 +316,7 @@ fn measure(
         args.chunk_size
     );
     // A crash: the pool is dropped without its clean close.
-    drop(pool);
+    pool.abandon();
 
     let mut runs = Vec::new();
     for state in ["crashed", "clean"] {
@@ -366,7 +366,7 @@ fn measure(
                     pool.close()?;
                     run.close_seconds = Some(closing.elapsed().as_secs_f64());
                 } else {
-                    drop(pool);
+                    pool.abandon();
                 }
                 if args.json {
                     println!("{}", serde_json::to_string(&run)?);

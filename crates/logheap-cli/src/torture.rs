@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use logheap::{Config, Durability, Error, PPtr, Pool};
+use logheap::{Config, Durability, EngineConfig, Error, PPtr, Pool};
 use logheap_collections::HashMap;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -25,10 +25,17 @@ pub struct Args {
     /// for msync).
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// How the pool persists: pmem (flush and fence; on tmpfs) or msync (on an ordinary
-    /// file system).
-    #[arg(long, default_value = "pmem")]
+    /// How the pool persists: auto (chosen by the file system: pmem on tmpfs, msync on
+    /// an ordinary one), pmem (flush and fence) or msync.
+    #[arg(long, default_value = "auto")]
     durability: Durability,
+    /// Accept pmem on an ordinary file system, where it survives process crashes (what
+    /// this test makes) but not power loss.
+    #[arg(long)]
+    process_crash_only: bool,
+    /// The engine (log, redo, undo, oop, hoop, or any variant `bench --engine` names).
+    #[arg(long, default_value = "log")]
+    engine: EngineConfig,
     /// Seed of the kill moments.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -43,6 +50,10 @@ pub struct ChildArgs {
     pool: PathBuf,
     #[arg(long)]
     durability: Durability,
+    #[arg(long)]
+    process_crash_only: bool,
+    #[arg(long)]
+    engine: EngineConfig,
 }
 
 #[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
@@ -57,6 +68,7 @@ struct Root {
 /// The outcome.
 #[derive(Debug, serde::Serialize)]
 struct Outcome {
+    engine: String,
     durability: String,
     kills: u64,
     /// Kills that hit the child before its first acknowledgement (often in recovery).
@@ -97,15 +109,25 @@ fn model(n: u64) -> BTreeMap<u64, Vec<u8>> {
     m
 }
 
-fn config(durability: Durability) -> Config {
-    Config::default().size(64 << 20).durability(durability)
+fn config(engine: EngineConfig, durability: Durability, process_crash_only: bool) -> Config {
+    let config = Config::default()
+        .size(64 << 20)
+        .engine(engine)
+        .durability(durability);
+    if process_crash_only {
+        config.accept_process_crash_only()
+    } else {
+        config
+    }
 }
 
 /// Runs the kill test and prints its outcome.
 pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let base = match (&args.dir, args.durability) {
         (Some(d), _) => d.clone(),
-        (None, Durability::Pmem) if Path::new("/dev/shm").is_dir() => "/dev/shm".into(),
+        (None, Durability::Pmem | Durability::Auto) if Path::new("/dev/shm").is_dir() => {
+            "/dev/shm".into()
+        }
         (None, _) => std::env::temp_dir(),
     };
     let dir = tempfile::Builder::new()
@@ -113,8 +135,11 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         .tempdir_in(&base)
         .map_err(|e| format!("{}: {e}", base.display()))?;
     let path = dir.path().join("torture.pool");
-    {
-        let pool = Pool::create(&path, &config(args.durability))?;
+    let mode = {
+        let pool = Pool::create(
+            &path,
+            &config(args.engine, args.durability, args.process_crash_only),
+        )?;
         let root: PPtr<Root> = pool.root()?;
         pool.transaction(|tx| {
             let map = HashMap::create(tx, 257)?;
@@ -126,12 +151,15 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 },
             )
         })?;
+        let stats = pool.stats();
         pool.close()?;
-    }
+        format!("{} ({} medium)", stats.durability, stats.medium)
+    };
     let start = Instant::now();
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let mut out = Outcome {
-        durability: args.durability.to_string(),
+        engine: args.engine.to_string(),
+        durability: mode,
         kills: 0,
         kills_before_first_ack: 0,
         acknowledged: 0,
@@ -146,6 +174,9 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             .arg(&path)
             .arg("--durability")
             .arg(args.durability.name())
+            .arg("--engine")
+            .arg(args.engine.to_string())
+            .args(args.process_crash_only.then_some("--process-crash-only"))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()?;
@@ -175,8 +206,11 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             None => out.kills_before_first_ack += 1,
             Some(n) => out.acknowledged = out.acknowledged.max(n),
         }
-        let pool = Pool::open_with(&path, &config(args.durability))
-            .map_err(|e| format!("kill {k}: the pool does not reopen: {e}"))?;
+        let pool = Pool::open_with(
+            &path,
+            &config(args.engine, args.durability, args.process_crash_only),
+        )
+        .map_err(|e| format!("kill {k}: the pool does not reopen: {e}"))?;
         let count = verify(&pool).map_err(|e| format!("kill {k}: {e}"))?;
         if count < out.acknowledged {
             out.lost += out.acknowledged - count;
@@ -197,12 +231,13 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         println!("{}", serde_json::to_string(&out)?);
     } else {
         println!(
-            "kills={} acknowledged={} committed={} lost={} ({} s, {})",
+            "kills={} acknowledged={} committed={} lost={} ({} s, engine {}, {})",
             out.kills,
             out.acknowledged,
             out.committed,
             out.lost,
             out.seconds.round(),
+            out.engine,
             out.durability
         );
     }
@@ -249,7 +284,10 @@ fn verify(pool: &Pool) -> Result<u64, String> {
 
 /// The child: opens the pool and runs transactions, printing each acknowledged count.
 pub fn child(args: &ChildArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let pool = Pool::open_with(&args.pool, &config(args.durability))?;
+    let pool = Pool::open_with(
+        &args.pool,
+        &config(args.engine, args.durability, args.process_crash_only),
+    )?;
     let root: PPtr<Root> = pool.root()?;
     let mut stdout = std::io::stdout().lock();
     loop {

@@ -177,47 +177,62 @@ fn inspect_shows_the_logs() {
     );
 }
 
-/// Kill tests: a child running transactions on a pool file is killed with SIGKILL 150
-/// times (pmem on tmpfs, some of them during its recovery) and 60 times (msync on an
-/// ordinary file); every acknowledged transaction must be there after each kill.
+/// Runs `logheap torture` and checks its outcome: `kills` kills, none losing an
+/// acknowledged transaction.
+fn torture(engine: &str, durability: &str, kills: u64, place: &Path) {
+    let kills_arg = kills.to_string();
+    let out = logheap(
+        &[
+            "torture",
+            "--engine",
+            engine,
+            "--kills",
+            &kills_arg,
+            "--durability",
+            durability,
+            "--json",
+            "--dir",
+        ]
+        .map(std::ffi::OsStr::new)
+        .into_iter()
+        .chain([place.as_os_str()])
+        .collect::<Vec<_>>(),
+    );
+    assert!(
+        out.status.success(),
+        "{engine}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["engine"], engine, "{v}");
+    assert_eq!(v["kills"].as_u64(), Some(kills), "{v}");
+    assert_eq!(v["lost"], 0, "{v}");
+    assert!(v["acknowledged"].as_u64().unwrap() > 100, "{v}");
+    assert!(v["committed"].as_u64() >= v["acknowledged"].as_u64(), "{v}");
+    assert!(v["kills_before_first_ack"].as_u64().unwrap() > 0, "{v}");
+}
+
+/// Kill tests on the log engine: a child running transactions on a pool file is killed
+/// with SIGKILL 150 times (auto, which is pmem on tmpfs; some kills hit its recovery) and 60 times
+/// (msync on an ordinary file, on the disk the build runs on); every acknowledged
+/// transaction must be there after each kill.
 #[test]
 fn torture_loses_no_acknowledged_transaction() {
-    let dir = tempfile::tempdir().unwrap();
-    for (durability, kills, place) in [
-        ("pmem", "150", std::path::PathBuf::from("/dev/shm")),
-        ("msync", "60", dir.path().to_path_buf()),
-    ] {
-        let place = if place.is_dir() {
-            place
-        } else {
-            dir.path().to_path_buf()
-        };
-        let out = logheap(
-            &[
-                "torture",
-                "--kills",
-                kills,
-                "--durability",
-                durability,
-                "--json",
-                "--dir",
-            ]
-            .map(std::ffi::OsStr::new)
-            .into_iter()
-            .chain([place.as_os_str()])
-            .collect::<Vec<_>>(),
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(v["kills"].as_u64(), kills.parse().ok(), "{v}");
-        assert_eq!(v["lost"], 0, "{v}");
-        assert!(v["acknowledged"].as_u64().unwrap() > 100, "{v}");
-        assert!(v["committed"].as_u64() >= v["acknowledged"].as_u64(), "{v}");
-        assert!(v["kills_before_first_ack"].as_u64().unwrap() > 0, "{v}");
+    let shm = std::path::Path::new("/dev/shm");
+    let disk = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let memory = if shm.is_dir() { shm } else { disk.path() };
+    torture("log", "auto", 150, memory);
+    torture("log", "msync", 60, disk.path());
+}
+
+/// The same kill test on every in-place engine, 40 kills each (pmem on tmpfs).
+#[test]
+fn torture_loses_nothing_on_any_in_place_engine() {
+    let shm = std::path::Path::new("/dev/shm");
+    let disk = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let memory = if shm.is_dir() { shm } else { disk.path() };
+    for engine in ["redo", "undo", "oop", "hoop"] {
+        torture(engine, "auto", 40, memory);
     }
 }
 
@@ -316,7 +331,7 @@ fn compact_shrinks_a_pool_full_of_stale_data_and_keeps_its_objects() {
         let v = pool.read(|tx| tx.read(o)).unwrap();
         assert_eq!(v, [(last % 251) as u8; 200], "object {k}");
     }
-    drop(pool);
+    pool.abandon();
     let out = run(&["compact"], &path);
     assert!(out.status.success(), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("chunks in use"));
@@ -379,4 +394,44 @@ fn compact_punches_the_free_space_out_of_a_persistent_heap_and_keeps_its_blocks(
     let out = run(&["compact"], &path);
     assert!(out.status.success(), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("punched"));
+}
+
+#[test]
+fn info_names_the_durability_mode_an_open_would_choose() {
+    // On the disk the build runs on (an ordinary file system here): msync; in
+    // /dev/shm (tmpfs): pmem, which survives process crashes.
+    let disk = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let mut places = vec![(disk.path().to_path_buf(), None)];
+    let shm = std::path::Path::new("/dev/shm")
+        .is_dir()
+        .then(|| tempfile::tempdir_in("/dev/shm").unwrap());
+    if let Some(shm) = &shm {
+        places.push((shm.path().to_path_buf(), Some(("pmem", "memory"))));
+    }
+    for (dir, want) in places {
+        let path = dir.join("p.pool");
+        let made = run(&["create", "--size", "4M"], &path);
+        assert!(
+            made.status.success(),
+            "{}",
+            String::from_utf8_lossy(&made.stderr)
+        );
+        let file = std::fs::File::open(&path).unwrap();
+        let medium = logheap::Medium::of_file(&file);
+        let (mode, medium_name) = want.unwrap_or((medium.auto_durability().name(), medium.name()));
+        if want.is_none() && medium == logheap::Medium::PageCache {
+            assert_eq!(mode, "msync");
+        }
+        let text = String::from_utf8_lossy(&run(&["info"], &path).stdout).to_string();
+        assert!(
+            text.contains(&format!(
+                "durability  {mode} by default ({medium_name} medium"
+            )),
+            "{text}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_slice(&run(&["info", "--json"], &path).stdout).unwrap();
+        assert_eq!(json["durability"]["mode"], mode, "{json}");
+        assert_eq!(json["durability"]["medium"], medium_name, "{json}");
+    }
 }

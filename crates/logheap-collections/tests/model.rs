@@ -32,7 +32,7 @@ fn new_pool(engine: usize) -> Pool {
 /// A crash after the last commit: reopen the persisted image.
 fn crash(pool: Pool) -> Pool {
     let image = pool.media().crash_simulator().unwrap().persisted_image();
-    drop(pool);
+    pool.abandon();
     Pool::open_image(image, &Config::default(), SimConfig::default()).unwrap()
 }
 

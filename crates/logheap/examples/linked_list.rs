@@ -84,7 +84,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         tx.write(root, &r)
     })?;
     // A crash: drop without close, then reopen (recovery replays the log).
-    drop(pool);
+    pool.abandon();
     let pool = Pool::open(&path)?;
     let r = pool.read(|tx| tx.read(root))?;
     println!(

@@ -84,9 +84,18 @@ impl Config {
         self
     }
 
-    /// Sets the durability mode.
+    /// Sets the durability mode (the default, [`Durability::Auto`], chooses it from
+    /// the file system the pool lies on).
     pub fn durability(mut self, durability: Durability) -> Self {
         self.media.durability = durability;
+        self
+    }
+
+    /// Accepts [`Durability::Pmem`] on a file system on block storage, where it survives
+    /// process crashes but not power loss (refused otherwise): for tests and benchmarks
+    /// that measure the engines, not the disk.
+    pub fn accept_process_crash_only(mut self) -> Self {
+        self.media = self.media.accept_process_crash_only();
         self
     }
 

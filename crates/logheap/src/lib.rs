@@ -80,7 +80,9 @@ pub use file::{
     EngineKind, FORMAT_VERSION, HEADER_SIZE, Header, MAGIC, MapAddress, PoolFile, PoolLayout,
     PoolOptions, PoolState, STATE_OFFSET,
 };
-pub use media::{Durability, Emulation, FlushInstruction, Media, MediaConfig, MediaCounters};
+pub use media::{
+    Durability, Emulation, FlushInstruction, Media, MediaConfig, MediaCounters, MediaView, Medium,
+};
 pub use pool::{Pool, Stats};
 pub use ptr::PPtr;
 pub use tx::Tx;

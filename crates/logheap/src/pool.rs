@@ -1,7 +1,7 @@
 //! The public pool: create or open, root object, transactions, statistics, close.
 
+use std::mem::ManuallyDrop;
 use std::path::Path;
-use std::sync::Arc;
 
 use bytemuck::Pod;
 
@@ -9,12 +9,17 @@ use crate::config::Config;
 use crate::engine::{AnyEngine, Background, Compaction, EngineStats, NewPool};
 use crate::error::{Error, Result};
 use crate::file::{EngineKind, Header, PoolFile};
-use crate::media::{Media, MediaCounters, SimConfig};
+use crate::media::{MediaCounters, MediaView, SimConfig};
 use crate::ptr::PPtr;
 use crate::tx::Tx;
 
 /// An open pool: a memory-mapped file holding persistent objects changed by
 /// transactions. `Pool` is `Send + Sync`; any number of threads may run transactions.
+///
+/// Dropping a pool closes it cleanly, as [`close`](Pool::close) does, except while the
+/// thread panics (then, and after [`abandon`](Pool::abandon), the next open recovers
+/// as after a crash). [`close`](Pool::close) reports what drop cannot: an error while
+/// closing.
 ///
 /// ```
 /// use logheap::{Config, Pool, PPtr};
@@ -34,7 +39,8 @@ pub struct Pool {
     /// Dropped first: stops the engine's background work (the log engine's cleaners)
     /// before the engine goes.
     background: Option<Background>,
-    engine: AnyEngine,
+    /// Taken out only by `close`, `abandon` and `drop`, each the pool's last use.
+    engine: ManuallyDrop<AnyEngine>,
 }
 
 /// Counters and figures of a pool, from [`Pool::stats`].
@@ -61,12 +67,23 @@ pub struct Stats {
     pub pm_bytes_used: u64,
     /// The engine's own figures.
     pub engine_stats: EngineStats,
+    /// The durability mode in force: the one asked for, or what
+    /// [`Durability::Auto`](crate::Durability::Auto) chose from the medium.
+    pub durability: crate::Durability,
+    /// What the pool's file lies on (see [`Medium`](crate::media::Medium)).
+    pub medium: crate::media::Medium,
 }
 
 impl Stats {
     /// The log engine's own figures (`None` for other engines).
     pub fn log(&self) -> Option<&crate::engine::LogEngineStats> {
         self.engine_stats.log()
+    }
+
+    /// What a committed transaction survives in the mode in force on this medium, in a
+    /// few words ("power loss", "process crashes (the medium is memory)", ...).
+    pub fn survives(&self) -> &'static str {
+        self.medium.survives(self.durability)
     }
 }
 
@@ -125,7 +142,7 @@ impl Pool {
     fn start(engine: AnyEngine) -> Result<Pool> {
         Ok(Pool {
             background: engine.background(),
-            engine,
+            engine: ManuallyDrop::new(engine),
         })
     }
 
@@ -196,6 +213,7 @@ impl Pool {
 
     /// Counters and figures.
     pub fn stats(&self) -> Stats {
+        let (durability, medium) = (self.media().durability(), self.media().medium());
         let media = self.media().counters();
         let engine = self.file().header().engine;
         let fences_per_write_tx = if media.write_transactions == 0 {
@@ -215,6 +233,8 @@ impl Pool {
             dram_bytes: figures.dram_bytes,
             pm_bytes_used: figures.pm_bytes_used,
             engine_stats: figures.engine,
+            durability,
+            medium,
         }
     }
 
@@ -231,8 +251,12 @@ impl Pool {
     /// ([`Compaction::chunks_skipped`](crate::Compaction::chunks_skipped)). Crash-safe as
     /// the cleaner is: a crash during compaction loses nothing committed.
     ///
-    /// The in-place engines keep no log of data to compact: for them this does nothing
-    /// and returns an empty [`Compaction`].
+    /// The in-place engines keep no log of data to compact: for them this punches the
+    /// heap's free space out of the pool's files
+    /// ([`PersistentHeap::defragment`](crate::alloc::PersistentHeap::defragment): free
+    /// pages given back to the file system, empty extension files removed), reported
+    /// in [`Compaction::defragmentation`](crate::Compaction::defragmentation) (`None`
+    /// when the file system cannot punch holes).
     pub fn compact(&self) -> Compaction {
         self.engine.compact()
     }
@@ -245,9 +269,10 @@ impl Pool {
         self.engine.allocations()
     }
 
-    /// The pool's media (for counters and the crash simulator).
-    pub fn media(&self) -> &Arc<Media> {
-        self.engine.media()
+    /// The pool's media, read-only (counters, durability mode, the crash simulator):
+    /// stores go through transactions only.
+    pub fn media(&self) -> &MediaView {
+        MediaView::of(self.engine.media())
     }
 
     /// The pool header.
@@ -265,12 +290,43 @@ impl Pool {
         self.file().was_clean()
     }
 
-    /// Closes the pool cleanly. (Dropping it without closing is like a crash: the next
-    /// open runs recovery.)
+    /// Closes the pool cleanly: the next open needs no recovery. (Dropping the pool
+    /// does the same, but cannot report an error.)
     pub fn close(self) -> Result<()> {
-        let Pool { background, engine } = self;
-        drop(background);
-        engine.close()
+        self.into_engine().close()
+    }
+
+    /// Gives the pool up without closing it, as a crash would: the next open runs
+    /// recovery. For tests of recovery and for tools that must not write a clean
+    /// close.
+    pub fn abandon(self) {
+        drop(self.into_engine());
+    }
+
+    /// Stops the background work and takes the engine out of the pool, which is gone.
+    fn into_engine(self) -> AnyEngine {
+        let mut pool = ManuallyDrop::new(self);
+        drop(pool.background.take());
+        // SAFETY: `pool` is never dropped (it is in a `ManuallyDrop`), so this is the
+        // only take of its engine, and nothing uses the pool after it.
+        unsafe { ManuallyDrop::take(&mut pool.engine) }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        drop(self.background.take());
+        // SAFETY: `drop` runs once and last; `close` and `abandon` never let it run
+        // after their own take.
+        let engine = unsafe { ManuallyDrop::take(&mut self.engine) };
+        if std::thread::panicking() {
+            // A panic may have stopped an engine operation half-way: do not record a
+            // clean close over it; the next open recovers.
+            drop(engine);
+        } else {
+            // The error cannot be returned; the next open recovers instead.
+            let _ = engine.close();
+        }
     }
 }
 

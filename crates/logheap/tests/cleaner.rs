@@ -48,7 +48,7 @@ fn rewriting_one_object_runs_far_beyond_the_pool_size() {
     rewrite(&pool, obj, 20_000);
     assert_eq!(value(&pool, obj), 19_999);
     // Crash: drop without close.
-    drop(pool);
+    pool.abandon();
     let pool = Pool::open(&path).unwrap();
     assert_eq!(value(&pool, obj), 19_999);
     rewrite(&pool, obj, 5_000);
@@ -138,7 +138,7 @@ fn crash_images_while_cleaning(config: Config) {
                 rewrite_one(&p, objs[j as usize % OBJECTS], 1_000_000 + j);
             }
             let persisted = p.media().crash_simulator().unwrap().persisted_image();
-            drop(p);
+            p.abandon();
             let q = Pool::open_image(persisted, &config, Default::default()).unwrap();
             let s = state(&q, &objs);
             for (k, v) in s.iter().enumerate() {
@@ -183,7 +183,7 @@ fn three_million_rewrites_in_a_64_mib_pool() {
     assert!(stats.chunks_cleaned > 0);
     assert_eq!(value(&pool, obj), 2_999_999);
     // Crash: drop without close.
-    drop(pool);
+    pool.abandon();
     let started = std::time::Instant::now();
     let pool = Pool::open(&path).unwrap();
     eprintln!("crash reopen: {:?}", started.elapsed());
@@ -198,7 +198,7 @@ fn three_million_rewrites_in_a_64_mib_pool() {
     );
     assert_eq!(value(&pool, obj), 2_999_999);
     rewrite(&pool, obj, 100_000);
-    drop(pool);
+    pool.abandon();
     let pool = Pool::open(&path).unwrap();
     assert_eq!(value(&pool, obj), 99_999);
 }
@@ -251,7 +251,7 @@ fn a_million_random_updates_of_100k_objects_in_twice_their_payload() {
     };
     check(&pool);
     // Crash: drop without close.
-    drop(pool);
+    pool.abandon();
     let started = std::time::Instant::now();
     let pool = Pool::open(&path).unwrap();
     eprintln!("crash reopen: {:?}", started.elapsed());
@@ -354,7 +354,7 @@ fn random_updates_allocations_and_frees_across_reopens_match_a_model() {
         if i % 4_000 == 3_999 {
             cleaned += pool.stats().log().cloned().unwrap().chunks_cleaned;
             if (i / 4_000) % 2 == 0 {
-                drop(pool); // crash
+                pool.abandon(); // crash
             } else {
                 pool.close().unwrap();
             }
@@ -415,7 +415,7 @@ fn after_cleaning_and_a_crash_a_lost_chunk_header_in_a_log_is_refused() {
     }
     let expected = state(&pool, &objs);
     assert!(pool.stats().log().cloned().unwrap().chunks_cleaned > 20);
-    drop(pool); // crash
+    pool.abandon(); // crash
     let image = std::fs::read(&path).unwrap();
     let (headers, start) = chunk_headers(&image);
     let named: Vec<usize> = headers
@@ -480,7 +480,7 @@ fn background_cleaners_alone_keep_a_pool_running() {
     for &obj in &objs {
         assert_eq!(value(&pool, obj), 11_999);
     }
-    drop(pool); // crash
+    pool.abandon(); // crash
     let pool = Pool::open_with(&path, &config).unwrap();
     for &obj in &objs {
         assert_eq!(value(&pool, obj), 11_999);
@@ -542,7 +542,7 @@ fn allocation_churn_runs_far_beyond_the_pool_size_across_reopens() {
         if i % 10_000 == 9_999 {
             checkpoints += pool.stats().log().cloned().unwrap().allocation_checkpoints;
             if (i / 10_000) % 2 == 0 {
-                drop(pool); // crash
+                pool.abandon(); // crash
             } else {
                 pool.close().unwrap();
                 // `check` replays from the checkpoint as an open does (the data of
@@ -751,7 +751,7 @@ fn skewed_updates_across_crashes_never_bring_back_an_older_value() {
         }
         if i % 3_000 == 2_999 {
             cleaned += pool.stats().log().cloned().unwrap().chunks_cleaned;
-            drop(pool); // crash
+            pool.abandon(); // crash
             pool = Pool::open(&path).unwrap();
             check_model(&pool, &model);
         }
@@ -831,7 +831,7 @@ fn compaction_leaves_little_beyond_the_live_data_and_loses_nothing() {
     );
     assert!(c.chunks_after < c.chunks_before, "{c:?}");
     check_model(&pool, &model);
-    drop(pool); // crash
+    pool.abandon(); // crash
     let pool = Pool::open(&path).unwrap();
     check_model(&pool, &model);
     churn(&pool, &mut model, &mut rng, 2_000);

@@ -76,7 +76,7 @@ fn data_survives_clean_close_and_crash() {
         );
         pool.transaction(|tx| tx.write(logheap::pfield!(obj, Obj, a), &9u64))
             .unwrap();
-        drop(pool); // a crash: no clean close
+        pool.abandon(); // a crash: no clean close
 
         let pool = Pool::open_with(&path, &config).unwrap();
         assert!(!pool.was_clean());
@@ -135,7 +135,7 @@ fn large_objects_span_chunks_and_survive_reopen() {
             .unwrap();
         pool.transaction(|tx| tx.write_bytes(home + 70_000, &[0xee; 5000]))
             .unwrap();
-        drop(pool);
+        pool.abandon();
         let pool = Pool::open_with(&path, &config).unwrap();
         let mut back = vec![0u8; data.len()];
         pool.read(|tx| tx.read_bytes(home, &mut back)).unwrap();
@@ -223,7 +223,7 @@ fn a_full_pool_fails_the_transaction_and_stays_usable() {
                 .is_err()
         );
         assert_eq!(pool.allocations(), before);
-        drop(pool);
+        pool.abandon();
         let pool = Pool::open_with(&path, &config).unwrap();
         assert_eq!(pool.read(|tx| tx.read(root)).unwrap().big, last);
     });
@@ -390,7 +390,7 @@ fn stale_bytes_in_free_chunks_do_not_break_recovery() {
                 - pool.stats().log().cloned().unwrap().chunks_free
                 > 64
         );
-        drop(pool); // a crash, after the logs went through many chunks
+        pool.abandon(); // a crash, after the logs went through many chunks
         let pool = Pool::open_with(&path, &config).unwrap();
         assert_eq!(
             pool.stats()

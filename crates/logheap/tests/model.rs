@@ -165,7 +165,7 @@ fn run(ops: Vec<Op>, config: Config) -> Result<(), TestCaseError> {
             Op::Crash { image } => {
                 let sim = pool.media().crash_simulator().unwrap();
                 let image = sim.with_crash_point(|p| p.image(image % p.len()));
-                drop(pool);
+                pool.abandon();
                 pool = Pool::open_image(image, &config, SimConfig::default()).unwrap();
                 prop_assert!(!pool.was_clean());
                 check_all(&pool, &model)?;

@@ -240,7 +240,7 @@ fn a_snapshot_is_used_by_one_open_only() {
     // A crash after more work: recovery replays the log, and nothing is lost.
     let expected = run(&reopened, 100, 2);
     let crashed = media.crash_simulator().unwrap().persisted_image();
-    drop(reopened);
+    reopened.abandon();
     let recovered = open(crashed, &config);
     assert_eq!(
         recovered.stats().log().cloned().unwrap().recovery.snapshot,

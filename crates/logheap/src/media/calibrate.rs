@@ -72,8 +72,10 @@ pub fn calibrate(options: &CalibrationOptions) -> Result<Calibration, MediaError
         source,
     })?;
     let _ = std::fs::remove_file(&path);
+    // The instructions' cost is measured, whatever the medium: pmem mode anywhere.
     let config = MediaConfig {
         durability: Durability::Pmem,
+        process_crash_only: true,
         flush: options.flush,
         emulation: None,
     };

@@ -13,7 +13,10 @@ mod counters;
 mod cpu;
 mod emulation;
 mod file_mapping;
+mod medium;
 pub mod sim;
+mod view;
+mod word_copy;
 
 use std::cell::RefCell;
 use std::fmt;
@@ -31,7 +34,9 @@ pub use counters::MediaCounters;
 pub use cpu::{CACHE_LINE, FlushInstruction};
 pub use emulation::{Emulation, TscClock};
 pub use file_mapping::MapMode;
+pub use medium::Medium;
 pub use sim::{CrashPoint, CrashSimulator, FenceFilter, FenceGate, FenceHook, SimConfig};
+pub use view::MediaView;
 
 use counters::{CounterRegistry, ThreadCounters};
 use file_mapping::FileMapping;
@@ -40,8 +45,16 @@ use file_mapping::FileMapping;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Durability {
+    /// Chosen by the medium when the file is mapped (the default; see [`Medium`]):
+    /// `pmem` on DAX (mapped with `MAP_SYNC`) and on file systems in memory (tmpfs,
+    /// ramfs, hugetlbfs: there it survives process crashes, as nothing there survives a
+    /// power cut), `msync` on every other file system. [`Media::durability`] and
+    /// [`Media::medium`] tell what was chosen and why.
+    Auto,
     /// Cache-line flush + fence. Durable on DAX persistent memory; on DRAM or tmpfs this
-    /// is the usual emulation of persistent memory.
+    /// is the usual emulation of persistent memory. On a file system on block storage
+    /// (not DAX) it survives process crashes only, and is refused unless the
+    /// configuration accepts that ([`MediaConfig::accept_process_crash_only`]).
     Pmem,
     /// Flushed ranges are `msync`ed at each fence: durable on ordinary files on block
     /// storage, on any Linux machine.
@@ -52,11 +65,12 @@ pub enum Durability {
 
 impl Durability {
     /// Every mode.
-    pub const ALL: [Durability; 3] = [Self::Pmem, Self::Msync, Self::None];
+    pub const ALL: [Durability; 4] = [Self::Auto, Self::Pmem, Self::Msync, Self::None];
 
     /// The lower-case name used in configuration and on the command line.
     pub fn name(self) -> &'static str {
         match self {
+            Self::Auto => "auto",
             Self::Pmem => "pmem",
             Self::Msync => "msync",
             Self::None => "none",
@@ -77,7 +91,7 @@ impl FromStr for Durability {
         Self::ALL
             .into_iter()
             .find(|d| d.name() == s)
-            .ok_or_else(|| format!("unknown durability mode {s:?} (pmem, msync, none)"))
+            .ok_or_else(|| format!("unknown durability mode {s:?} (auto, pmem, msync, none)"))
     }
 }
 
@@ -86,6 +100,10 @@ impl FromStr for Durability {
 pub struct MediaConfig {
     /// What makes a store durable.
     pub durability: Durability,
+    /// Whether `pmem` mode is accepted on a file system on block storage, where it
+    /// survives process crashes but not power loss (refused otherwise).
+    #[serde(default)]
+    pub process_crash_only: bool,
     /// Force a flush instruction; `None` picks the best the CPU has.
     pub flush: Option<FlushInstruction>,
     /// Extra cost per fence to emulate NVM; `None` (the default) adds nothing.
@@ -95,7 +113,8 @@ pub struct MediaConfig {
 impl Default for MediaConfig {
     fn default() -> Self {
         MediaConfig {
-            durability: Durability::Pmem,
+            durability: Durability::Auto,
+            process_crash_only: false,
             flush: None,
             emulation: None,
         }
@@ -106,6 +125,14 @@ impl MediaConfig {
     /// Sets the durability mode.
     pub fn durability(mut self, durability: Durability) -> Self {
         self.durability = durability;
+        self
+    }
+
+    /// Accepts `pmem` mode on a file system on block storage, where it survives process
+    /// crashes but not power loss (for tests and benchmarks that measure the engines,
+    /// not the disk).
+    pub fn accept_process_crash_only(mut self) -> Self {
+        self.process_crash_only = true;
         self
     }
 
@@ -125,6 +152,17 @@ impl MediaConfig {
 /// The media of a configuration could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum MediaError {
+    /// `pmem` mode was asked for on a medium where flushes do not make stores durable,
+    /// without accepting process-crash durability.
+    #[error(
+        "pmem mode on a {medium} medium survives {survives}: use msync or auto, or accept process-crash durability (MediaConfig::accept_process_crash_only, --process-crash-only)"
+    )]
+    NotDurable {
+        /// The medium of the file.
+        medium: Medium,
+        /// What `pmem` mode survives there.
+        survives: &'static str,
+    },
     /// The forced flush instruction does not exist on this CPU.
     #[error("the CPU does not support the {0} instruction")]
     UnsupportedFlush(FlushInstruction),
@@ -165,7 +203,10 @@ pub struct Media {
     base: NonNull<u8>,
     len: usize,
     backing: Backing,
+    /// The mode in force (never `Auto`).
     durability: Durability,
+    medium: Medium,
+    process_crash_only: bool,
     flush: FlushInstruction,
     emulation: Option<Emulation>,
     counters: CounterRegistry,
@@ -185,6 +226,7 @@ impl fmt::Debug for Media {
             .field("len", &self.len)
             .field("map_mode", &self.map_mode())
             .field("durability", &self.durability)
+            .field("medium", &self.medium)
             .field("flush", &self.flush)
             .field("emulation", &self.emulation)
             .finish()
@@ -255,11 +297,20 @@ impl Media {
             }
             _ => MediaError::Map { len: span, source },
         })?;
+        // MAP_SYNC is the proof of DAX; a file that claims DAX but could not be mapped
+        // with it is written back like any page-cache file.
+        let medium = match (mapping.mode(), Medium::of_file(file)) {
+            (MapMode::Sync, _) => Medium::Dax,
+            (_, Medium::Dax) => Medium::PageCache,
+            (_, medium) => medium,
+        };
+        let durability = medium.resolve(config.durability, config.process_crash_only)?;
         Ok(Media::with_backing(
             mapping.ptr(),
             span,
             Backing::File(mapping),
             config,
+            (durability, medium),
             flush,
         ))
     }
@@ -352,6 +403,7 @@ impl Media {
     pub fn config(&self) -> MediaConfig {
         MediaConfig {
             durability: self.durability,
+            process_crash_only: self.process_crash_only,
             flush: Some(self.flush),
             emulation: self.emulation,
         }
@@ -363,17 +415,21 @@ impl Media {
         let mapping =
             FileMapping::read_only(file, len).map_err(|source| MediaError::Map { len, source })?;
         let config = MediaConfig::default();
+        // What an open of the file would choose (the tools report it); never used.
+        let medium = Medium::of_file(file);
         Ok(Media::with_backing(
             mapping.ptr(),
             len,
             Backing::ReadOnly(mapping),
             &config,
+            (medium.auto_durability(), medium),
             FlushInstruction::detect(),
         ))
     }
 
     /// Crash-simulation media of `len` bytes (rounded up to whole lines), zero-filled.
-    /// It persists like `pmem`; `config.durability` is ignored, emulation is honoured.
+    /// It persists like `pmem` (its medium is [`Medium::Simulated`]); `config.durability`
+    /// is ignored, emulation is honoured.
     pub fn sim(len: usize, config: &MediaConfig, sim: SimConfig) -> Result<Media, MediaError> {
         Media::sim_from_image(vec![0; len], config, sim)
     }
@@ -392,15 +448,12 @@ impl Media {
             len,
             source: std::io::Error::other("empty simulated media"),
         })?;
-        let config = MediaConfig {
-            durability: Durability::Pmem,
-            ..*config
-        };
         Ok(Media::with_backing(
             base,
             len,
             Backing::Sim(Box::new(simulator)),
-            &config,
+            config,
+            (Durability::Pmem, Medium::Simulated),
             flush,
         ))
     }
@@ -410,17 +463,25 @@ impl Media {
         len: usize,
         backing: Backing,
         config: &MediaConfig,
+        (durability, medium): (Durability, Medium),
         flush: FlushInstruction,
     ) -> Media {
         if config.emulation.is_some() {
             TscClock::get(); // calibrate now rather than inside the first fence
         }
+        // Word copies rely on it (see `copy_in`).
+        assert!(
+            (base.as_ptr() as usize).is_multiple_of(8),
+            "a media starts on a word"
+        );
         Media {
             id: next_media_id(),
             base,
             len,
             backing,
-            durability: config.durability,
+            durability,
+            medium,
+            process_crash_only: config.process_crash_only,
             flush,
             emulation: config.emulation,
             counters: CounterRegistry::default(),
@@ -444,9 +505,19 @@ impl Media {
         self.len == 0
     }
 
-    /// The durability mode.
+    /// The durability mode in force (never [`Durability::Auto`]: what it chose).
     pub fn durability(&self) -> Durability {
         self.durability
+    }
+
+    /// What the media's file lies on, which [`Durability::Auto`] chose the mode from.
+    pub fn medium(&self) -> Medium {
+        self.medium
+    }
+
+    /// What a store the media made durable survives, in a few words.
+    pub fn survives(&self) -> &'static str {
+        self.medium.survives(self.durability)
     }
 
     /// The flush instruction in use.
@@ -549,20 +620,17 @@ impl Media {
         self.count_stored(bytes.len());
     }
 
-    /// Copies `bytes` into the mapping at `offset` (a plain store, nothing counted). The
-    /// caller has checked the range with `check`.
+    /// Copies `bytes` into the mapping at `offset` (atomic word stores, nothing
+    /// counted). The caller has checked the range with `check`.
     #[inline]
     fn copy_in(&self, offset: usize, bytes: &[u8]) {
         debug_assert!(offset <= self.len && bytes.len() <= self.len - offset);
-        // SAFETY: the range is inside the media (the caller checked it); `bytes` is ordinary
-        // memory that cannot overlap the mapping through a shared reference we hold.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr(),
-                self.base.as_ptr().add(offset),
-                bytes.len(),
-            )
-        }
+        // SAFETY: the range is inside the media (the caller checked it), and the whole
+        // words around it are mapped: the base is word aligned, and the memory behind a
+        // media is whole pages (a file mapping) or whole lines (the simulator's), so a
+        // last word that runs past the media's length stays inside them. The media's
+        // every access to the mapping is an atomic word access.
+        unsafe { word_copy::store(self.base.as_ptr().add(offset), bytes) }
     }
 
     /// Counts `len` bytes stored by this thread (the dirty-bytes counter).
@@ -576,8 +644,8 @@ impl Media {
     /// Stores `len` copies of `byte` at `offset` through the cache.
     pub fn fill(&self, offset: usize, len: usize, byte: u8) {
         self.check(offset, len);
-        // SAFETY: the range is inside the media (checked above).
-        let store = || unsafe { std::ptr::write_bytes(self.base.as_ptr().add(offset), byte, len) };
+        // SAFETY: as in `copy_in`.
+        let store = || unsafe { word_copy::fill(self.base.as_ptr().add(offset), len, byte) };
         match &self.backing {
             Backing::Sim(s) => s.store(offset, len, 0, store),
             Backing::File(_) => store(),
@@ -618,9 +686,9 @@ impl Media {
         match &self.backing {
             Backing::Sim(s) => {
                 let me = thread_token();
-                // SAFETY: in bounds (checked above); no overlap with `bytes`.
+                // SAFETY: as in `copy_in`.
                 s.store(offset, bytes.len(), me, || unsafe {
-                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst.add(offset), bytes.len())
+                    word_copy::store(dst.add(offset), bytes)
                 });
                 self.with_slot(|slot| {
                     slot.counters.add_nt_bytes(bytes.len() as u64);
@@ -724,7 +792,7 @@ impl Media {
                 Durability::Msync => {
                     self.with_slot(|slot| add_dirty(&mut slot.dirty, offset..offset + len))
                 }
-                Durability::None => {}
+                Durability::None | Durability::Auto => {}
             },
         }
         self.with_slot(|slot| {
@@ -829,19 +897,14 @@ impl Media {
         self.fence();
     }
 
-    /// Copies `buf.len()` bytes at `offset` into `buf`.
+    /// Copies `buf.len()` bytes at `offset` into `buf`, as atomic word loads: another
+    /// thread may be storing them (an optimistic reader validates what it copied).
     #[inline]
     pub fn read(&self, offset: usize, buf: &mut [u8]) {
         self.check(offset, buf.len());
-        // SAFETY: the range is inside the media (checked above) and `buf` is distinct
-        // ordinary memory.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.base.as_ptr().add(offset),
-                buf.as_mut_ptr(),
-                buf.len(),
-            )
-        };
+        // SAFETY: as in `copy_in`: the words around the range are inside the media, and
+        // every store to the mapping is an atomic word store.
+        unsafe { word_copy::load(self.base.as_ptr().add(offset), buf) };
     }
 
     /// Reads `len` bytes at `offset` into a new vector.

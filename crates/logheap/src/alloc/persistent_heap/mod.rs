@@ -292,9 +292,14 @@ impl PersistentHeap {
         self.file.path()
     }
 
-    /// The media holding the heap (for its counters and, on simulation media, its crash
-    /// simulator).
-    pub fn media(&self) -> &Arc<Media> {
+    /// The media holding the heap, read-only (for its counters and, on simulation
+    /// media, its crash simulator): the heap's own calls are what store into it.
+    pub fn media(&self) -> &crate::media::MediaView {
+        crate::media::MediaView::of(&self.media)
+    }
+
+    /// The media holding the heap, for the engine that runs on it.
+    pub(crate) fn shared_media(&self) -> &Arc<Media> {
         &self.media
     }
 

@@ -347,7 +347,7 @@ impl InPlace {
         let root = heap_root.start + ENGINE_AREA..heap_root.end;
         let positions = std::mem::take(&mut recovered.positions);
         let logs = Arc::new(LogTable::new(positions));
-        let media = heap.media().clone();
+        let media = heap.shared_media().clone();
         let size = heap.pool_file().header().pool_size;
         let log_capacity = (size / 64)
             .checked_next_power_of_two()

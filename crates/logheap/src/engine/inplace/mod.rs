@@ -95,6 +95,15 @@ macro_rules! in_place_lifecycle_common {
         fn root(&self) -> std::ops::Range<u64> {
             self.core.root.clone()
         }
+
+        /// No log of data to compact: the heap's free space is punched out of the
+        /// pool's files instead (transactions may run meanwhile).
+        fn compact(&self) -> crate::engine::Compaction {
+            crate::engine::Compaction {
+                defragmentation: self.core.heap.heap.defragment(u64::MAX).ok(),
+                ..Default::default()
+            }
+        }
     };
 }
 

@@ -286,7 +286,8 @@ struct LivePiece {
 }
 
 /// What [`Pool::compact`](crate::Pool::compact) did: the log's chunks in use before and
-/// after, what it reclaimed and what it copied.
+/// after, what it reclaimed and what it copied; on the in-place engines, what their
+/// heap's defragmentation punched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct Compaction {
     /// Chunks in use (in any log, allocation checkpoints included) before.
@@ -302,6 +303,12 @@ pub struct Compaction {
     pub chunks_skipped: u64,
     /// Bytes per chunk.
     pub chunk_size: u64,
+    /// The in-place engines, which keep no log of data: the free space their heap
+    /// punched out of the pool's files instead
+    /// ([`PersistentHeap::defragment`](crate::alloc::PersistentHeap::defragment)).
+    /// `None` on the log engine, and when the file system cannot punch holes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub defragmentation: Option<crate::alloc::Defragmentation>,
 }
 
 /// How long [`LogEngine::compact`] waits for reclaimed chunks to come back when it has
@@ -483,6 +490,7 @@ impl LogEngine {
             bytes_moved: self.cleaner.bytes_moved.load(Ordering::Relaxed) - moved,
             chunks_skipped: skipped,
             chunk_size: self.geometry.size,
+            defragmentation: None,
         }
     }
 

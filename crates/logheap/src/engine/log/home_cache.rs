@@ -172,7 +172,12 @@ impl PageTable {
         let fresh = Box::into_raw(words) as *mut AtomicPtr<Page> as *mut Leaf;
         let at = &self.leaves[n as usize / LEAF_PAGES];
         let raced = at
-            .compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(
+                std::ptr::null_mut(),
+                fresh,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
             .is_err();
         if raced {
             // SAFETY: `fresh` was not published (another thread made the leaf first); it
