@@ -8,8 +8,10 @@ mod check;
 mod compact;
 mod crashtest;
 mod create;
+mod dump;
 mod inspect;
 mod recovery_bench;
+mod rm;
 mod size;
 mod torture;
 
@@ -55,6 +57,13 @@ enum Command {
     /// use, without opening it (`info` is another name for it).
     #[command(alias = "info")]
     Inspect(inspect::Args),
+    /// Print a pool's root area and every live allocation with their bytes (hex lines,
+    /// or JSON).
+    Dump(dump::Args),
+    /// Remove a pool file with its extension files (`<pool>.d/`); a file that is no pool
+    /// and a pool open in any process are refused and left as they are.
+    #[command(alias = "remove")]
+    Rm(rm::Args),
     /// Kill tests: kill a child running transactions on a pool file with SIGKILL, again
     /// and again, and check every acknowledged transaction survives.
     Torture(torture::Args),
@@ -77,6 +86,8 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run_bench(&args),
         Command::Calibrate(args) => calibrate::run(&args),
         Command::Inspect(args) => inspect::run(&args),
+        Command::Rm(args) => rm::run(&args),
+        Command::Dump(args) => dump::run(&args),
         Command::Crashtest(args) => crashtest::run(&args),
         Command::RecoveryBench(args) => recovery_bench::run(&args),
         Command::Torture(args) => torture::run(&args),

@@ -435,3 +435,71 @@ fn info_names_the_durability_mode_an_open_would_choose() {
         assert_eq!(json["durability"]["medium"], medium_name, "{json}");
     }
 }
+
+#[test]
+fn rm_removes_a_closed_pool_and_refuses_anything_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = pool_with_data(dir.path());
+    // Open in this process: refused.
+    let pool = Pool::open(&path).unwrap();
+    let out = run(&["rm"], &path);
+    assert!(!out.status.success());
+    assert!(path.exists());
+    pool.close().unwrap();
+    let out = run(&["rm", "--json"], &path);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["extension_files"], 0, "{v}");
+    assert!(!path.exists());
+    // A file that is no pool: refused, kept.
+    let other = dir.path().join("other");
+    std::fs::write(&other, vec![7u8; 8192]).unwrap();
+    let out = run(&["rm"], &other);
+    assert!(!out.status.success());
+    assert_eq!(std::fs::read(&other).unwrap(), vec![7u8; 8192]);
+}
+
+#[test]
+fn dump_shows_the_root_and_every_allocation_with_its_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = pool_with_data(dir.path());
+    let out = run(&["dump", "--json", "--bytes", "0"], &path);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The root counter is 50, little-endian.
+    assert!(
+        v["root"]["bytes"]
+            .as_str()
+            .unwrap()
+            .starts_with("3200000000000000"),
+        "{}",
+        v["root"]
+    );
+    let objects = v["allocations"].as_array().unwrap();
+    assert_eq!(objects.len(), 50);
+    let mut fills: Vec<u8> = objects
+        .iter()
+        .map(|o| {
+            assert_eq!(o["size"], 100, "{o}");
+            let hex = o["bytes"].as_str().unwrap();
+            assert_eq!(hex.len(), 200, "{o}");
+            let first = u8::from_str_radix(&hex[..2], 16).unwrap();
+            assert_eq!(hex, format!("{first:02x}").repeat(100), "{o}");
+            first
+        })
+        .collect();
+    fills.sort_unstable();
+    assert_eq!(fills, (0..50).collect::<Vec<u8>>());
+    // Text: a line per 16 bytes shown (64 by default).
+    let text = String::from_utf8_lossy(&run(&["dump"], &path).stdout).to_string();
+    assert!(text.contains("allocations 50"), "{text}");
+    assert_eq!(text.matches("object      ").count(), 50);
+}

@@ -78,7 +78,7 @@ pub use engine::{
 pub use error::{Error, Result};
 pub use file::{
     EngineKind, FORMAT_VERSION, HEADER_SIZE, Header, MAGIC, MapAddress, PoolFile, PoolLayout,
-    PoolOptions, PoolState, STATE_OFFSET,
+    PoolOptions, PoolState, Removal, STATE_OFFSET,
 };
 pub use media::{
     Durability, Emulation, FlushInstruction, Media, MediaConfig, MediaCounters, MediaView, Medium,

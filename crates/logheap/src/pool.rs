@@ -164,6 +164,11 @@ impl Pool {
         Ok(PPtr::from_offset(root.start))
     }
 
+    /// The home range of the root area (its size is [`Config::root_size`]).
+    pub fn root_range(&self) -> std::ops::Range<u64> {
+        self.engine.root()
+    }
+
     /// Runs `f` as one atomic, isolated, durable transaction and returns its result.
     ///
     /// `f` may run more than once (after a conflict with a concurrent transaction). An

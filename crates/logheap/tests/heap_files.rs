@@ -281,3 +281,38 @@ fn a_fixed_address_heap_maps_its_extension_files_in_its_range() {
         assert_eq!(heap.resolve(a).unwrap() as u64, p);
     }
 }
+
+#[test]
+fn remove_takes_the_pool_with_its_files_and_refuses_an_open_pool_or_a_foreign_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("heap");
+    let heap = PersistentHeap::create(&path, &options()).unwrap();
+    for i in 0..40 {
+        heap.allocate_into(slot(&heap, i), 300 << 10).unwrap();
+    }
+    let files = files_in(&path).len() as u64;
+    assert!(files >= 2);
+    // Open here: refused, nothing removed.
+    assert!(matches!(
+        logheap::PoolFile::remove(&path),
+        Err(Error::Locked { .. })
+    ));
+    assert!(path.exists());
+    assert_eq!(files_in(&path).len() as u64, files);
+    heap.close().unwrap();
+    let removal = logheap::PoolFile::remove(&path).unwrap();
+    assert_eq!(removal.extension_files, files);
+    assert_eq!(removal.left_in_directory, 0);
+    assert!(removal.bytes >= (files + 1) * 4 * MIB);
+    assert!(!path.exists());
+    assert!(!files_dir(&path).exists());
+    // A file that is no pool is refused and left as it is.
+    let other = dir.path().join("notes.txt");
+    std::fs::write(&other, b"not a pool").unwrap();
+    assert!(logheap::PoolFile::remove(&other).is_err());
+    assert_eq!(std::fs::read(&other).unwrap(), b"not a pool");
+    assert!(matches!(
+        logheap::PoolFile::remove(dir.path().join("missing")),
+        Err(Error::NotFound { .. })
+    ));
+}

@@ -251,6 +251,55 @@ impl PoolFile {
         })
     }
 
+    /// Removes the pool at `path` with its extension files (`<pool>.d/*.lhf`, a
+    /// multi-file heap's): a file that is no pool (its header does not validate) and a
+    /// pool open in any process (its lock is held) are refused and left as they are.
+    /// The `<pool>.d/` directory goes too when nothing else is left in it.
+    pub fn remove(path: impl AsRef<Path>) -> Result<Removal> {
+        let path = path.as_ref();
+        let file = match OpenOptions::new().read(true).write(true).open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::NotFound { path: path.into() });
+            }
+            Err(e) => return Err(Error::io(path, "open", e)),
+        };
+        read_header(&file, path)?;
+        // Held until the file is gone: no process opens it meanwhile.
+        lock(&file, path)?;
+        let mut removal = Removal {
+            bytes: file
+                .metadata()
+                .map_err(|e| Error::io(path, "stat", e))?
+                .len(),
+            ..Removal::default()
+        };
+        let mut dir = path.as_os_str().to_owned();
+        dir.push(".d");
+        let dir = std::path::PathBuf::from(dir);
+        if dir.is_dir() {
+            let entries = std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, "list", e))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| Error::io(&dir, "list", e))?;
+                let name = entry.path();
+                if name.extension().is_some_and(|x| x == "lhf") {
+                    let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
+                    std::fs::remove_file(&name).map_err(|e| Error::io(&name, "remove", e))?;
+                    removal.extension_files += 1;
+                    removal.bytes += len;
+                } else {
+                    removal.left_in_directory += 1;
+                }
+            }
+            if removal.left_in_directory == 0 {
+                std::fs::remove_dir(&dir).map_err(|e| Error::io(&dir, "remove", e))?;
+            }
+        }
+        std::fs::remove_file(path).map_err(|e| Error::io(path, "remove", e))?;
+        sync_parent(path);
+        Ok(removal)
+    }
+
     /// Reads and validates the header of the pool at `path` without opening the pool
     /// (no lock taken, nothing written): for inspection tools.
     pub fn inspect(path: impl AsRef<Path>) -> Result<(Header, PoolState)> {
@@ -401,6 +450,17 @@ impl PoolFile {
         }
         Ok(())
     }
+}
+
+/// What [`PoolFile::remove`] removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Removal {
+    /// Extension files removed from `<pool>.d/`.
+    pub extension_files: u64,
+    /// Bytes of the files removed (their lengths).
+    pub bytes: u64,
+    /// Files in `<pool>.d/` that are no extension files, left there (with the directory).
+    pub left_in_directory: u64,
 }
 
 impl Drop for PoolFile {
