@@ -78,6 +78,13 @@ fn print_report(r: &CheckReport) {
             }
         }
     }
+    if r.recovery.is_none() && r.header.is_some() {
+        // An in-place engine or a persistent heap: a copy was recovered in memory.
+        println!(
+            "heap          {} allocations, {} bytes",
+            r.allocations, r.allocated_bytes
+        );
+    }
     if r.problems.is_empty() {
         println!("result        sound");
     } else {

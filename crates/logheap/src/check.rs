@@ -8,6 +8,10 @@
 //! unfinished, that allocation records agree (no overlap, no free of something not
 //! allocated), and that the mapping the log implies is consistent. Unlike opening, it
 //! does not stop at the first problem.
+//!
+//! A pool of an in-place engine or a persistent heap is checked by recovering a copy of
+//! it in memory, as opening it would (the file is only read), then checking its live
+//! allocations (see [`check`]).
 
 use std::path::{Path, PathBuf};
 
@@ -98,12 +102,8 @@ fn examine(path: &Path, opened: Result<ReadOnlyPool>) -> Result<CheckReport> {
             return Ok(report);
         }
     };
-    if pool.header.engine == EngineKind::Alloc {
-        return Err(Error::WrongEngine {
-            path: path.into(),
-            found: EngineKind::Alloc,
-            expected: EngineKind::Log,
-        });
+    if pool.header.engine != EngineKind::Log {
+        return examine_by_recovering_a_copy(path, pool, report);
     }
     let found = AnyEngine::examine(pool.header.engine, &pool)?;
     report.header = Some(pool.header.clone());
@@ -114,5 +114,109 @@ fn examine(path: &Path, opened: Result<ReadOnlyPool>) -> Result<CheckReport> {
     report.allocated_bytes = found.allocated_bytes;
     report.live_log_bytes = found.live_log_bytes;
     report.problems = found.problems;
+    Ok(report)
+}
+
+/// The most address space a heap may span for [`examine_by_recovering_a_copy`] to copy
+/// it into memory.
+const MAX_CHECKED_SPAN: usize = 4 << 30;
+
+/// Checks a pool of an in-place engine (`redo`, `undo`, `oop`, `hoop`) or a persistent
+/// heap (`alloc`): the engine opens a copy of the file in memory (the file is only read)
+/// as it would open the pool, which validates everything it reads back (its engine area,
+/// each log record and its CRC, the allocator's metadata) and replays or rolls back what
+/// a crash left; then the live allocations are listed and checked for overlaps. The
+/// open stops at the first damage it meets, so a damaged pool lists one problem.
+///
+/// A pool with extension files (`<pool>.d/`), or one spanning more than 4 GiB, cannot be
+/// checked this way yet ([`Error::CannotCheck`]): the copy holds the pool file only.
+fn examine_by_recovering_a_copy(
+    path: &Path,
+    pool: ReadOnlyPool,
+    mut report: CheckReport,
+) -> Result<CheckReport> {
+    let kind = pool.header.engine;
+    let mut extension_dir = path.as_os_str().to_owned();
+    extension_dir.push(".d");
+    let has_extensions = std::fs::read_dir(&extension_dir).is_ok_and(|d| {
+        d.flatten()
+            .any(|e| e.path().extension().is_some_and(|x| x == "lhf"))
+    });
+    let cannot = |reason: &str| Error::CannotCheck {
+        path: path.into(),
+        reason: reason.into(),
+    };
+    if has_extensions {
+        return Err(cannot(
+            "the pool has extension files (<pool>.d/), which a check of the pool file alone does not cover",
+        ));
+    }
+    report.header = Some(pool.header.clone());
+    report.clean = Some(pool.state.clean);
+    let mut image = pool.media.read_vec(0, pool.media.len());
+    // A heap that may grow by extension files spans more address space than its first
+    // file: the copy is given that span (empty: no extension file exists).
+    let mut raw = [0u8; crate::alloc::layout::SUPERBLOCK_BYTES];
+    let at = crate::file::header::SUPERBLOCK.start as usize;
+    if let Some(bytes) = image.get(at..at + raw.len()) {
+        raw.copy_from_slice(bytes);
+        if let Ok(sb) =
+            crate::alloc::layout::Superblock::decode(&raw, pool.header.layout.data.clone())
+        {
+            let span = crate::alloc::persistent_heap::sim_len(&sb);
+            let span = usize::try_from(span).unwrap_or(usize::MAX);
+            if span > MAX_CHECKED_SPAN {
+                return Err(cannot(
+                    "the heap spans more address space than a check copies",
+                ));
+            }
+            image.resize(span.max(image.len()), 0);
+        }
+    }
+    drop(pool);
+    let sim = crate::media::SimConfig::default();
+    let opened = if kind == EngineKind::Alloc {
+        crate::alloc::PersistentHeap::open_image(image, &Default::default(), sim).and_then(|heap| {
+            let blocks = heap.blocks()?;
+            Ok(blocks
+                .into_iter()
+                .map(|b| (b.addr.raw(), b.size))
+                .collect::<Vec<_>>())
+        })
+    } else {
+        crate::Pool::open_image(image, &crate::Config::default(), sim).map(|p| {
+            let allocations = p.allocations();
+            p.abandon(); // nothing to write back: the copy goes
+            allocations
+        })
+    };
+    let mut allocations = match opened {
+        Ok(allocations) => allocations,
+        Err(e @ (Error::Io { .. } | Error::Media { .. })) => return Err(e),
+        Err(damaged) => {
+            let offset = match &damaged {
+                Error::Checksum { offset, .. } | Error::Corrupt { offset, .. } => *offset,
+                _ => 0,
+            };
+            report.problems.push(Damage {
+                offset,
+                log: None,
+                reason: damaged.to_string(),
+            });
+            return Ok(report);
+        }
+    };
+    allocations.sort_unstable();
+    for pair in allocations.windows(2) {
+        let ((a, a_len), (b, _)) = (pair[0], pair[1]);
+        if a + a_len > b {
+            report.problems.push(Damage::at(
+                b,
+                format!("the allocation at {b:#x} overlaps the one at {a:#x} ({a_len} bytes)"),
+            ));
+        }
+    }
+    report.allocations = allocations.len() as u64;
+    report.allocated_bytes = allocations.iter().map(|&(_, len)| len).sum();
     Ok(report)
 }

@@ -177,6 +177,15 @@ pub enum Error {
     #[non_exhaustive]
     #[error("transaction conflict (retried automatically)")]
     Conflict,
+    /// `check` cannot verify this pool (the reason says why); nothing was found wrong
+    /// with it.
+    #[error("{path}: cannot check: {reason}")]
+    CannotCheck {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// The engine recorded in the pool is not built into this version.
     #[error("engine {0} is not available in this build")]
     EngineUnavailable(crate::file::EngineKind),

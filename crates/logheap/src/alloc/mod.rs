@@ -18,9 +18,9 @@ mod big;
 mod defragment;
 mod files;
 pub(crate) mod home;
-mod layout;
+pub(crate) mod layout;
 mod metadata_log;
-mod persistent_heap;
+pub(crate) mod persistent_heap;
 mod small;
 
 pub use addr::{MAX_FILE_ID, MAX_OFFSET, OFFSET_BITS, PAddr};

@@ -56,6 +56,7 @@ use crate::media::{Media, MediaConfig, MediaCounters};
 
 mod access;
 mod open;
+pub(crate) use open::sim_len;
 mod reader;
 mod segments;
 mod state;

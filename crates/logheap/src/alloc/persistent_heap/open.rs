@@ -526,7 +526,7 @@ fn plan(options: &HeapOptions) -> Result<Superblock> {
 
 /// Bytes of simulation media a heap needs: its span, and the directory of its extension
 /// files after it.
-fn sim_len(sb: &Superblock) -> u64 {
+pub(crate) fn sim_len(sb: &Superblock) -> u64 {
     if sb.max_files == 0 {
         sb.span()
     } else {
