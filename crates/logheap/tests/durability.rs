@@ -74,7 +74,7 @@ fn pmem_on_the_page_cache_is_refused_unless_accepted() {
         other => panic!("expected NotDurable, got {other:?}"),
     }
     assert!(!path.exists(), "a refused create leaves no file behind");
-    let pool = Pool::create(&path, &pmem.clone().accept_process_crash_only()).unwrap();
+    let pool = Pool::create(&path, &pmem.accept_process_crash_only()).unwrap();
     assert_eq!(pool.stats().durability, Durability::Pmem);
     assert!(pool.stats().survives().contains("process crashes only"));
     pool.close().unwrap();

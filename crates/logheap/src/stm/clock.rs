@@ -1,6 +1,6 @@
 //! The global version clock.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use super::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 

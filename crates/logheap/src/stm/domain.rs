@@ -2,7 +2,8 @@
 //! versioned lock table, transaction ids, and the versions still committing).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 
@@ -11,7 +12,11 @@ use super::{LockTable, VersionClock};
 /// log2 of the number of versioned locks: one lock per 256 bytes of pool (live data is
 /// at most the pool, so at most four of its 64-byte stripes share a lock), within these
 /// bounds.
+#[cfg(not(loom))]
 const LOCK_BITS: std::ops::RangeInclusive<u32> = 12..=20;
+/// Under model checking, a few locks: each is an object loom tracks.
+#[cfg(loom)]
+const LOCK_BITS: std::ops::RangeInclusive<u32> = 4..=4;
 
 /// The concurrency domain of one open pool: what every transaction (and every engine
 /// thread that takes stripe locks, such as
@@ -30,14 +35,19 @@ pub(crate) struct Domain {
 }
 
 /// Slots for commits in flight (more than threads that commit at once, usually).
+#[cfg(not(loom))]
 const COMMIT_SLOTS: usize = 64;
+/// Under model checking: one, so that two committers meet on it.
+#[cfg(loom)]
+const COMMIT_SLOTS: usize = 1;
 
 /// Lock owner ids, unique in the process (a transaction takes one for its thread's
-/// transactions, an engine thread one for itself).
-static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
+/// transactions, an engine thread one for itself). Counters, not part of the protocol:
+/// std's atomics even under model checking.
+static NEXT_OWNER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// A number per thread, for spreading threads over the commit slots.
-static NEXT_THREAD: AtomicU64 = AtomicU64::new(0);
+static NEXT_THREAD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 thread_local! {
     static THREAD_NUMBER: Cell<u64> = const { Cell::new(u64::MAX) };
@@ -47,7 +57,7 @@ thread_local! {
 fn thread_number() -> u64 {
     THREAD_NUMBER.with(|n| {
         if n.get() == u64::MAX {
-            n.set(NEXT_THREAD.fetch_add(1, Ordering::Relaxed));
+            n.set(NEXT_THREAD.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         }
         n.get()
     })
@@ -84,7 +94,7 @@ impl Domain {
     /// unique in the process.
     #[inline]
     pub(crate) fn new_owner(&self) -> u64 {
-        NEXT_OWNER.fetch_add(1, Ordering::Relaxed)
+        NEXT_OWNER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Ticks the clock for a committing transaction and registers it as committing.
@@ -108,7 +118,10 @@ impl Domain {
             // whole round of busy slots, let the committers run).
             slot = (slot + 1) % n;
             if slot == home {
+                #[cfg(not(loom))]
                 std::thread::yield_now();
+                #[cfg(loom)]
+                loom::thread::yield_now();
             }
         }
         let version = self.clock.tick();

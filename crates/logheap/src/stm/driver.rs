@@ -208,7 +208,7 @@ impl<E: Engine> Stm<E> {
             }
             self.engine.read_committed(&tx.scratch, home, buf);
             // As in `read_across_stripes`: the copy's loads before the re-check's.
-            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+            super::atomic::fence(super::atomic::Ordering::Acquire);
             if locks.load(i) != w {
                 return Err(tx.conflict());
             }
@@ -255,7 +255,7 @@ impl<E: Engine> Stm<E> {
             // The copy's loads happen before the re-check's (a seqlock reader's fence:
             // an acquire load alone would not keep the earlier loads before it). Pairs
             // with the committer's lock acquisition before its stores.
-            std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+            super::atomic::fence(super::atomic::Ordering::Acquire);
             if words.iter().any(|&(i, w)| locks.load(i) != w) {
                 tx.stripe_words = words;
                 return Err(tx.conflict());

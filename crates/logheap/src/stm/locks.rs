@@ -7,7 +7,7 @@
 //! neighbouring locks: a read of a 128-byte object loads one line of lock words, not
 //! three scattered ones.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use super::atomic::{AtomicU64, Ordering};
 
 use super::Conflict;
 
@@ -24,10 +24,17 @@ impl LockTable {
         // `vec![0; n]` asks the allocator for zeroed memory, which for a large table is
         // fresh pages that are zero without being written (a collected iterator of
         // `AtomicU64::new(0)` writes all of them: 8 MiB per open pool).
-        let words = vec![0u64; 1usize << bits].into_boxed_slice();
-        // SAFETY: `AtomicU64` has the same size, alignment and bit validity as `u64`, so
-        // the slice may be reinterpreted, and the box still owns the same allocation.
-        let words = unsafe { Box::from_raw(Box::into_raw(words) as *mut [AtomicU64]) };
+        #[cfg(not(loom))]
+        let words = {
+            let words = vec![0u64; 1usize << bits].into_boxed_slice();
+            // SAFETY: `AtomicU64` has the same size, alignment and bit validity as `u64`,
+            // so the slice may be reinterpreted, and the box still owns the same
+            // allocation.
+            unsafe { Box::from_raw(Box::into_raw(words) as *mut [AtomicU64]) }
+        };
+        // Loom's atomics are objects of their own, made one by one.
+        #[cfg(loom)]
+        let words = (0..1usize << bits).map(|_| AtomicU64::new(0)).collect();
         LockTable { words, bits }
     }
 
@@ -113,7 +120,7 @@ impl StripeLocks {
         // The holder's stores come after its locks (a seqlock writer's fence): a reader
         // whose copy saw one of them then sees a lock word changed (its acquire fence
         // before the re-check pairs with this).
-        std::sync::atomic::fence(Ordering::Release);
+        super::atomic::fence(Ordering::Release);
         Ok(locks)
     }
 
@@ -143,7 +150,7 @@ impl StripeLocks {
             locks.held.push((i, previous));
         }
         // As in `acquire`: the holder's stores come after its locks.
-        std::sync::atomic::fence(Ordering::Release);
+        super::atomic::fence(Ordering::Release);
         locks
     }
 

@@ -6,12 +6,15 @@
 //!
 //! The commit version is the transaction's version in the log.
 
+mod atomic;
 mod clock;
 mod domain;
 mod driver;
 mod engine;
 mod locks;
-#[cfg(test)]
+#[cfg(all(test, loom))]
+mod loom_tests;
+#[cfg(all(test, not(loom)))]
 mod tests;
 mod write_set;
 
