@@ -171,6 +171,17 @@ fn crashtest_passes_in_every_mapping_configuration() {
 }
 
 #[test]
+fn crashtest_passes_on_every_in_place_engine() {
+    for engine in ["redo", "undo", "oop", "hoop"] {
+        let (ok, v) = crashtest_engine(engine, 40, &[]);
+        assert!(ok, "{engine}: {v}");
+        assert_eq!(v["engine"], engine);
+        assert_eq!(v["violations"], 0, "{v}");
+        assert!(v["images"].as_u64().unwrap() > 40, "{v}");
+    }
+}
+
+#[test]
 fn bench_runs_pmdk_beside_log_or_says_it_is_unavailable() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("results");

@@ -90,15 +90,7 @@ fn examine(path: &Path, opened: Result<ReadOnlyPool>) -> Result<CheckReport> {
             | Error::UnsupportedVersion { .. }),
         ) => return Err(e),
         Err(damaged) => {
-            let offset = match &damaged {
-                Error::Checksum { offset, .. } => *offset,
-                _ => 0,
-            };
-            report.problems.push(Damage {
-                offset,
-                log: None,
-                reason: damaged.to_string(),
-            });
+            report.problems.push(damage_of(&damaged));
             return Ok(report);
         }
     };
@@ -115,6 +107,22 @@ fn examine(path: &Path, opened: Result<ReadOnlyPool>) -> Result<CheckReport> {
     report.live_log_bytes = found.live_log_bytes;
     report.problems = found.problems;
     Ok(report)
+}
+
+/// A problem that stopped an open (or the header's validation), as damage at the offset
+/// the error names (0 when it names none).
+fn damage_of(damaged: &Error) -> Damage {
+    let offset = match damaged {
+        Error::Checksum { offset, .. }
+        | Error::Corrupt { offset, .. }
+        | Error::MetadataCorrupt { offset, .. } => *offset,
+        _ => 0,
+    };
+    Damage {
+        offset,
+        log: None,
+        reason: damaged.to_string(),
+    }
 }
 
 /// The most address space a heap may span for [`examine_by_recovering_a_copy`] to copy
@@ -194,15 +202,7 @@ fn examine_by_recovering_a_copy(
         Ok(allocations) => allocations,
         Err(e @ (Error::Io { .. } | Error::Media { .. })) => return Err(e),
         Err(damaged) => {
-            let offset = match &damaged {
-                Error::Checksum { offset, .. } | Error::Corrupt { offset, .. } => *offset,
-                _ => 0,
-            };
-            report.problems.push(Damage {
-                offset,
-                log: None,
-                reason: damaged.to_string(),
-            });
+            report.problems.push(damage_of(&damaged));
             return Ok(report);
         }
     };

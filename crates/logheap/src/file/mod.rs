@@ -200,13 +200,7 @@ impl PoolFile {
     /// Opens the pool at `path`, checking every part of its header before mapping it.
     pub fn open(path: impl AsRef<Path>, media: &MediaConfig) -> Result<PoolFile> {
         let path = path.as_ref();
-        let file = match OpenOptions::new().read(true).write(true).open(path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::NotFound { path: path.into() });
-            }
-            Err(e) => return Err(Error::io(path, "open", e)),
-        };
+        let file = open_existing(path, true)?;
         lock(&file, path)?;
         let (header, state) = read_header(&file, path)?;
         let media = map(&file, &header, media, path)?;
@@ -223,13 +217,7 @@ impl PoolFile {
     /// process that has it open for writing makes this fail with [`Error::Locked`]):
     /// for checking tools. Nothing is ever written through the returned media.
     pub(crate) fn open_read_only(path: &Path) -> Result<ReadOnlyPool> {
-        let file = match File::open(path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::NotFound { path: path.into() });
-            }
-            Err(e) => return Err(Error::io(path, "open", e)),
-        };
+        let file = open_existing(path, false)?;
         match file.try_lock_shared() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => return Err(Error::Locked { path: path.into() }),
@@ -257,13 +245,7 @@ impl PoolFile {
     /// The `<pool>.d/` directory goes too when nothing else is left in it.
     pub fn remove(path: impl AsRef<Path>) -> Result<Removal> {
         let path = path.as_ref();
-        let file = match OpenOptions::new().read(true).write(true).open(path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::NotFound { path: path.into() });
-            }
-            Err(e) => return Err(Error::io(path, "open", e)),
-        };
+        let file = open_existing(path, true)?;
         read_header(&file, path)?;
         // Held until the file is gone: no process opens it meanwhile.
         lock(&file, path)?;
@@ -304,13 +286,7 @@ impl PoolFile {
     /// (no lock taken, nothing written): for inspection tools.
     pub fn inspect(path: impl AsRef<Path>) -> Result<(Header, PoolState)> {
         let path = path.as_ref();
-        let file = match File::open(path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::NotFound { path: path.into() });
-            }
-            Err(e) => return Err(Error::io(path, "open", e)),
-        };
+        let file = open_existing(path, false)?;
         read_header(&file, path)
     }
 
@@ -551,6 +527,18 @@ fn write_header(media: &Media, header: &Header) {
 fn set_state(media: &Media, state: PoolState) {
     media.write_u64(STATE_OFFSET as usize, state.encode());
     media.persist(STATE_OFFSET as usize, 8);
+}
+
+/// Opens the existing file at `path`, for writing too when `write` (a missing file is
+/// [`Error::NotFound`]).
+fn open_existing(path: &Path, write: bool) -> Result<File> {
+    match OpenOptions::new().read(true).write(write).open(path) {
+        Ok(f) => Ok(f),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(Error::NotFound { path: path.into() })
+        }
+        Err(e) => Err(Error::io(path, "open", e)),
+    }
 }
 
 fn lock(file: &File, path: &Path) -> Result<()> {

@@ -14,6 +14,8 @@ mod engine;
 mod locks;
 #[cfg(all(test, loom))]
 mod loom_tests;
+#[cfg(test)]
+mod no_heap;
 #[cfg(all(test, not(loom)))]
 mod tests;
 mod write_set;

@@ -7,9 +7,9 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::LocalKey;
 
+use super::no_heap::NoHeap;
 use super::{CommitSet, Domain, Engine, Persisted, SpareState, Stm};
 
-use crate::alloc::TxHeap;
 use crate::error::Result;
 use crate::media::{Media, MediaConfig, SimConfig};
 
@@ -36,25 +36,6 @@ struct Model {
 impl std::fmt::Debug for Model {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Model")
-    }
-}
-
-struct NoHeap;
-
-impl TxHeap for NoHeap {
-    fn reserve(&self, _size: u64) -> Result<u64> {
-        Err(crate::Error::PoolFull)
-    }
-    fn size_of(&self, _home: u64) -> Option<u64> {
-        None
-    }
-    fn cancel(&self, _reserved: &[(u64, u64)]) {}
-    fn publish(&self, _allocs: &[(u64, u64)], _frees: &[(u64, u64)]) {}
-    fn allocations(&self) -> Vec<(u64, u64)> {
-        Vec::new()
-    }
-    fn live(&self) -> (u64, u64) {
-        (0, 0)
     }
 }
 
