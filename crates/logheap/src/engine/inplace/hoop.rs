@@ -18,6 +18,7 @@
 //! version order, so after an open every word is home and the table is empty.
 
 use std::cell::Cell;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::LocalKey;
 
@@ -33,6 +34,7 @@ use crate::file::EngineKind;
 use crate::media::Media;
 use crate::stm::SpareState;
 use crate::stm::{Committing, Domain, StripeLocks, stripes};
+use crate::sync::lock;
 
 /// The `hoop` engine: the redo engine's logs and recovery, with [`Hoop`] as its home
 /// path.
@@ -121,6 +123,18 @@ pub(crate) struct Hoop {
     pub collections: AtomicU64,
     /// Words written home by collections.
     pub migrated: AtomicU64,
+    /// The buffers of the last collection, for the next (a collection then allocates
+    /// nothing once they have grown to the table's size).
+    buffers: Mutex<CollectBuffers>,
+}
+
+/// What a collection works in (see [`Hoop::buffers`]).
+#[derive(Debug, Default)]
+struct CollectBuffers {
+    words: Vec<(u64, WordMap)>,
+    indices: Vec<usize>,
+    lines: Vec<u64>,
+    held: Vec<(usize, u64)>,
 }
 
 /// The locks and version of a collection in progress (see [`Hoop::collect_begin`]).
@@ -128,6 +142,8 @@ pub(crate) struct Collection {
     locks: StripeLocks,
     committing: Committing,
     words: Vec<(u64, WordMap)>,
+    indices: Vec<usize>,
+    lines: Vec<u64>,
 }
 
 impl Hoop {
@@ -136,6 +152,7 @@ impl Hoop {
             mapping: WordTable::new(),
             collections: AtomicU64::new(0),
             migrated: AtomicU64::new(0),
+            buffers: Mutex::default(),
         }
     }
 
@@ -216,16 +233,28 @@ impl Hoop {
     /// still committing when the caller's version was computed: its record is above
     /// that version, stays in the logs, and the word stays mapped.
     pub(crate) fn collect_begin(&self, shared: &Domain, media: &Media) -> Collection {
-        let mut words = Vec::with_capacity(self.mapping.len() as usize);
+        let CollectBuffers {
+            mut words,
+            mut indices,
+            mut lines,
+            mut held,
+        } = std::mem::take(&mut *lock(&self.buffers));
+        words.clear();
+        // One allocation at most, the first time the table is this large.
+        words.reserve(self.mapping.len() as usize);
         self.mapping.all(&mut words);
-        let mut indices: Vec<usize> = words
-            .iter()
-            .flat_map(|&(w, _)| stripes(w, WORD).map(|s| shared.locks.index(s)))
-            .collect();
+        indices.clear();
+        indices.reserve(2 * words.len());
+        indices.extend(
+            words
+                .iter()
+                .flat_map(|&(w, _)| stripes(w, WORD).map(|s| shared.locks.index(s))),
+        );
         indices.sort_unstable();
         indices.dedup();
-        let locks =
-            StripeLocks::acquire_waiting(&shared.locks, &indices, shared.new_owner(), Vec::new());
+        held.clear();
+        held.reserve(indices.len());
+        let locks = StripeLocks::acquire_waiting(&shared.locks, &indices, shared.new_owner(), held);
         // Under the locks these words' copies cannot move: read where they are now.
         let held = |w: u64| {
             stripes(w, WORD).all(|s| indices.binary_search(&shared.locks.index(s)).is_ok())
@@ -234,7 +263,8 @@ impl Hoop {
         self.mapping.all(&mut words);
         words.retain(|&(w, _)| held(w));
         let committing = shared.tick_committing();
-        let mut lines = Vec::with_capacity(words.len());
+        lines.clear();
+        lines.reserve(words.len());
         for &(w, m) in &words {
             let value = media.read_u64(m.slot as usize);
             media.write_u64(w as usize, value);
@@ -246,6 +276,8 @@ impl Hoop {
             locks,
             committing,
             words,
+            indices,
+            lines,
         }
     }
 
@@ -259,8 +291,14 @@ impl Hoop {
         self.migrated
             .fetch_add(c.words.len() as u64, Ordering::Relaxed);
         self.collections.fetch_add(1, Ordering::Relaxed);
-        c.locks.release(&shared.locks, c.committing.version);
+        let held = c.locks.release(&shared.locks, c.committing.version);
         shared.done_committing(c.committing);
+        *lock(&self.buffers) = CollectBuffers {
+            words: c.words,
+            indices: c.indices,
+            lines: c.lines,
+            held,
+        };
     }
 }
 
