@@ -272,7 +272,7 @@ impl AddressMap for Mapping {
 
     /// Calls `f` with every mapped piece (for checking tools).
     fn for_each_piece(&self, mut f: impl FnMut(Piece)) {
-        let _guard = self.epoch.pin();
+        let guard = self.epoch.pin();
         for (p, part) in self.partitions.numbered() {
             let _read = part.read_lock();
             let base = p << self.shift;
@@ -283,7 +283,7 @@ impl AddressMap for Mapping {
                 Index::Wide(array) => {
                     array.for_each(base, &mut |home, len, log| f(Piece { home, len, log }))
                 }
-                Index::Skip(list) => list.for_each_overlapping(0, u64::MAX, |_, v| {
+                Index::Skip(list) => list.for_each_overlapping(&guard, 0, u64::MAX, |_, v| {
                     f(Piece {
                         home: v.home,
                         len: v.len,
@@ -485,7 +485,7 @@ impl Mapping {
                 Index::Skip(list) => {
                     let mut first = true;
                     let mut pos = at;
-                    list.for_each_overlapping(at, stop, |node, v| {
+                    list.for_each_overlapping(guard, at, stop, |node, v| {
                         if first && let Some(c) = &cache {
                             if let Some((seq, sv)) = node.snapshot()
                                 && sv == v

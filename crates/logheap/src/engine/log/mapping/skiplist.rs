@@ -171,10 +171,13 @@ impl SkipList {
         preds
     }
 
-    /// Calls `f` with every node overlapping `[home, end)`, in order. The caller must
-    /// hold an epoch guard (or the list's writer lock) for the duration.
+    /// Calls `f` with every node overlapping `[home, end)`, in order, under `_guard`,
+    /// a pin of the pool's epoch (as crossbeam-skiplist's readers take one): removed
+    /// nodes are recycled only once every guard pinned before their removal is gone, so
+    /// the nodes the walk reaches stay nodes of this list's arena while it runs.
     pub(crate) fn for_each_overlapping(
         &self,
+        _guard: &crossbeam_epoch::Guard,
         home: u64,
         end: u64,
         mut f: impl FnMut(&Node, NodeView),
@@ -253,6 +256,11 @@ impl Writer<'_> {
         // its epoch); caches may read it concurrently, which the odd `seq` makes them
         // ignore until the final store below.
         let n = unsafe { &*p };
+        // A seqlock writer's fence: the odd stamp `retire` left comes before the new
+        // fields, so a reader that read the node's old, even sequence and then any new
+        // field finds the sequence changed when it checks again (the stamp's own
+        // release orders only what came before it).
+        fence(Ordering::Release);
         n.home.store(v.home, Ordering::Relaxed);
         n.len.store(v.len, Ordering::Relaxed);
         n.log.store(v.log, Ordering::Relaxed);
