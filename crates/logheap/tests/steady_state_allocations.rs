@@ -83,28 +83,32 @@ fn step(pool: &Pool, objects: &[PPtr<Object>], ring: &mut [PPtr<Object>], i: usi
     ring[slot] = fresh;
 }
 
+/// Heap allocations of 2,000 steps on a pool of `config` (64 MiB), after 3,000 that
+/// warm up: buffers, node caches, mapping partitions and allocator classes grow to their
+/// working sizes.
+fn steady_state_allocations(config: Config) -> u64 {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = Pool::create(dir.path().join("p.pool"), &config.size(64 << 20)).unwrap();
+    let objects: Vec<PPtr<Object>> = pool
+        .transaction(|tx| (0..256u64).map(|i| tx.alloc([i; 16])).collect())
+        .unwrap();
+    let mut ring: Vec<PPtr<Object>> = pool
+        .transaction(|tx| (0..64u64).map(|i| tx.alloc([i; 16])).collect())
+        .unwrap();
+    for i in 0..3000 {
+        step(&pool, &objects, &mut ring, i);
+    }
+    allocations_in(|| {
+        for i in 3000..5000 {
+            step(&pool, &objects, &mut ring, i);
+        }
+    })
+}
+
 #[test]
 fn steady_state_transactions_allocate_nothing() {
     for (name, mapping) in MappingConfig::NAMED {
-        let dir = tempfile::tempdir().unwrap();
-        let config = Config::default().size(64 << 20).mapping(mapping);
-        let pool = Pool::create(dir.path().join("p.pool"), &config).unwrap();
-        let objects: Vec<PPtr<Object>> = pool
-            .transaction(|tx| (0..256u64).map(|i| tx.alloc([i; 16])).collect())
-            .unwrap();
-        let mut ring: Vec<PPtr<Object>> = pool
-            .transaction(|tx| (0..64u64).map(|i| tx.alloc([i; 16])).collect())
-            .unwrap();
-        // Warm up: buffers, node caches, mapping partitions and allocator classes grow
-        // to their working sizes.
-        for i in 0..3000 {
-            step(&pool, &objects, &mut ring, i);
-        }
-        let calls = allocations_in(|| {
-            for i in 3000..5000 {
-                step(&pool, &objects, &mut ring, i);
-            }
-        });
+        let calls = steady_state_allocations(Config::default().mapping(mapping));
         if mapping.two_layer && mapping.index == PartitionIndex::SortedArray {
             assert_eq!(
                 calls, 0,
@@ -132,23 +136,7 @@ fn steady_state_transactions_allocate_nothing_on_the_in_place_engines() {
         logheap::EngineKind::Oop,
         logheap::EngineKind::Hoop,
     ] {
-        let dir = tempfile::tempdir().unwrap();
-        let config = Config::default().size(64 << 20).engine(engine);
-        let pool = Pool::create(dir.path().join("p.pool"), &config).unwrap();
-        let objects: Vec<PPtr<Object>> = pool
-            .transaction(|tx| (0..256u64).map(|i| tx.alloc([i; 16])).collect())
-            .unwrap();
-        let mut ring: Vec<PPtr<Object>> = pool
-            .transaction(|tx| (0..64u64).map(|i| tx.alloc([i; 16])).collect())
-            .unwrap();
-        for i in 0..3000 {
-            step(&pool, &objects, &mut ring, i);
-        }
-        let calls = allocations_in(|| {
-            for i in 3000..5000 {
-                step(&pool, &objects, &mut ring, i);
-            }
-        });
+        let calls = steady_state_allocations(Config::default().engine(engine));
         // hoop's collection (every few thousand transactions here) sizes its buffers
         // to the word table the first time it meets it: a few allocations, kept for
         // the later collections.
