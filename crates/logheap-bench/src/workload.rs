@@ -180,21 +180,19 @@ impl Workload {
 
     /// The workloads `logheap bench` runs when none is named: the paper's
     /// ([`ALL`](Self::ALL)), then the read-heavy ones ([`READ_HEAVY`](Self::READ_HEAVY)).
-    pub const DEFAULT_RUN: [Workload; 13] = [
-        Self::Sps,
-        Self::RbtreeIns,
-        Self::RbtreeUpd,
-        Self::BptreeIns,
-        Self::BptreeUpd,
-        Self::HashtableIns,
-        Self::HashtableUpd,
-        Self::KvstoreIns,
-        Self::KvstoreUpd,
-        Self::HashtableRead95,
-        Self::RbtreeRead95,
-        Self::HashtableLookup,
-        Self::RbtreeLookup,
-    ];
+    pub const DEFAULT_RUN: [Workload; 13] = {
+        let mut run = [Self::Sps; 13];
+        let mut i = 0;
+        while i < Self::ALL.len() {
+            run[i] = Self::ALL[i];
+            i += 1;
+        }
+        while i < run.len() {
+            run[i] = Self::READ_HEAVY[i - Self::ALL.len()];
+            i += 1;
+        }
+        run
+    };
 
     /// Whether this is one of [`READ_HEAVY`](Self::READ_HEAVY).
     pub fn is_read_heavy(self) -> bool {

@@ -16,7 +16,7 @@ mod file_mapping;
 mod medium;
 pub mod sim;
 mod view;
-mod word_copy;
+pub(crate) mod word_copy;
 
 use std::cell::RefCell;
 use std::fmt;

@@ -1,4 +1,5 @@
-//! Copies into and out of the mapping as atomic 8-byte word accesses.
+//! Copies into and out of the mapping (and the log engine's DRAM home cache pages) as
+//! atomic 8-byte word accesses.
 //!
 //! The mapping is shared memory that threads read optimistically while others store
 //! into it: an in-place engine's transaction copies an object's bytes while a committer

@@ -38,6 +38,7 @@ use crossbeam_epoch::Guard;
 use super::LogEngine;
 use super::commit_data::CommitBuffers;
 use super::mapping::{AddressMap, Extent};
+use crate::media::word_copy;
 use crate::stm::{CommitSet, StripeLocks, stripes};
 use crate::sync::lock;
 
@@ -70,52 +71,30 @@ impl Page {
         if !self.referenced.load(Ordering::Relaxed) {
             self.referenced.store(true, Ordering::Relaxed);
         }
-        let word = |k: usize| self.words[k].load(Ordering::Relaxed).to_le_bytes();
-        // A partial first word, whole words (a fixed-size copy each), a partial last word.
-        let (mut k, skip) = (at / 8, at % 8);
-        let mut rest = out;
-        if skip != 0 {
-            let n = (8 - skip).min(rest.len());
-            let (head, tail) = rest.split_at_mut(n);
-            head.copy_from_slice(&word(k)[skip..skip + n]);
-            rest = tail;
-            k += 1;
-        }
-        let mut chunks = rest.chunks_exact_mut(8);
-        for chunk in &mut chunks {
-            chunk.copy_from_slice(&word(k));
-            k += 1;
-        }
-        let last = chunks.into_remainder();
-        if !last.is_empty() {
-            let n = last.len();
-            last.copy_from_slice(&word(k)[..n]);
-        }
+        assert!(at + out.len() <= PAGE as usize, "a load past the page");
+        // SAFETY: the range is inside the page's words (checked above), which are only
+        // ever accessed as whole atomic words (here, `store` and `zero`).
+        unsafe { word_copy::load(self.base().add(at), out) }
     }
 
     /// Stores `bytes` at `at` (the caller holds the locks of their stripes, so no other
     /// thread stores into the words it changes).
     fn store(&self, at: usize, bytes: &[u8]) {
-        let mut done = 0;
-        while done < bytes.len() {
-            let k = (at + done) / 8;
-            let lo = (at + done) % 8;
-            let n = (8 - lo).min(bytes.len() - done);
-            let mut word = if n == 8 {
-                [0; 8]
-            } else {
-                self.words[k].load(Ordering::Relaxed).to_le_bytes()
-            };
-            word[lo..lo + n].copy_from_slice(&bytes[done..done + n]);
-            self.words[k].store(u64::from_le_bytes(word), Ordering::Relaxed);
-            done += n;
-        }
+        assert!(at + bytes.len() <= PAGE as usize, "a store past the page");
+        // SAFETY: as in `load`.
+        unsafe { word_copy::store(self.base().add(at), bytes) }
     }
 
     /// Stores zeros over `at..at + len`.
     fn zero(&self, at: usize, len: usize) {
-        const ZEROS: [u8; PAGE as usize] = [0; PAGE as usize];
-        self.store(at, &ZEROS[..len]);
+        assert!(at + len <= PAGE as usize, "a store past the page");
+        // SAFETY: as in `load`.
+        unsafe { word_copy::fill(self.base().add(at), len, 0) }
+    }
+
+    /// The page's first byte (its words, seen as bytes by the word copies).
+    fn base(&self) -> *mut u8 {
+        self.words.as_ptr() as *mut u8
     }
 }
 
