@@ -138,6 +138,11 @@ pub enum Error {
         "the pool is full: live data leaves no room for this (see Pool::stats for the live bytes)"
     )]
     PoolFull,
+    /// The engine's transaction versions are used up: the `oop` engine's update slots
+    /// hold versions below 2^48, so a pool that has committed that many write
+    /// transactions takes no more.
+    #[error("the engine's transaction versions are used up")]
+    VersionsExhausted,
     /// The home address space (2^47 bytes) is exhausted.
     #[error("the home address space is exhausted")]
     HomeSpaceFull,

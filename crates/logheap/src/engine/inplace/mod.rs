@@ -115,6 +115,7 @@ pub(crate) mod options;
 pub(crate) mod persist_policy;
 pub(crate) mod record;
 pub(crate) mod redo;
+mod slot_word;
 pub(crate) mod stats;
 pub(crate) mod undo;
 pub(crate) mod words;

@@ -20,8 +20,10 @@
 //! locations into whole 64-byte lines. Software has no side band, so:
 //! - a slot is 32 bytes: `{home, value, txid of the slot copy, txid of the home copy}`.
 //!   The home copy's id lives in the slot, so writing a word home also stores one
-//!   word in its slot's line. Two slots share a line, and a transaction's new slots are
-//!   taken in order, so the words of one transaction are packed two to a line;
+//!   word in its slot's line. Two slots share a line, and a transaction's new slots
+//!   are taken in order, so the words of one transaction are packed two to a line.
+//!   Each slot word recovery reads carries its own check (`slot_word`), so damage to
+//!   a slot is refused at recovery, never trusted;
 //! - a transaction's copies are made durable with one fence, then its *commit word*
 //!   (the newest committed version of its thread's slot, in the engine area) with a
 //!   second: a transaction id `version << 8 | thread slot` is committed when its
@@ -52,6 +54,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::record::{self, EntryKind, HEADER, RecordBuilder};
+use super::slot_word::{self, Home, VERSION_LIMIT};
 use super::stats::{LogAreaStats, OopStats};
 use super::words::{WORD, WordMap, WordTable, words_of};
 use super::{
@@ -89,7 +92,9 @@ const SLOT_TXID: u64 = 16;
 const SLOT_HOME_TXID: u64 = 24;
 /// Bytes of a slot chunk's header: magic, link to the next chunk, slots, !slots.
 const CHUNK_HEADER: u64 = 64;
-const CHUNK_MAGIC: u64 = u64::from_le_bytes(*b"OOPSLOT1");
+const CHUNK_MAGIC: u64 = u64::from_le_bytes(*b"OOPSLOT2");
+/// The magic of a slot chunk of the format before slot words carried checks.
+const UNCHECKED_CHUNK_MAGIC: u64 = u64::from_le_bytes(*b"OOPSLOT1");
 const CHUNK_LINK: u64 = 8;
 const THREAD_BITS: u32 = 8;
 const LINE: u64 = CACHE_LINE as u64;
@@ -436,6 +441,14 @@ fn recover(
             return Err(area.corrupt(link, format!("a slot-chunk link holds {raw:#x}")));
         }
         let media = area.media();
+        if media.read_u64(at as usize) == UNCHECKED_CHUNK_MAGIC {
+            return Err(area.corrupt(
+                at,
+                "a slot chunk of an earlier oop format (slot words without checks): \
+                 open the pool with the logheap release that wrote it"
+                    .into(),
+            ));
+        }
         if media.read_u64(at as usize) != CHUNK_MAGIC
             || media.read_u64(at as usize + 16) != chunk_slots
             || media.read_u64(at as usize + 24) != !chunk_slots
@@ -445,15 +458,34 @@ fn recover(
         for i in (0..chunk_slots).rev() {
             let slot = at + CHUNK_HEADER + i * SLOT;
             let media = area.media();
-            let home = media.read_u64((slot + SLOT_HOME) as usize);
-            if home == 0 {
-                found.free.push(slot);
-                continue;
-            }
-            let u = media.read_u64((slot + SLOT_TXID) as usize);
-            let h = media.read_u64((slot + SLOT_HOME_TXID) as usize);
+            let home_word = media.read_u64((slot + SLOT_HOME) as usize);
+            let value = media.read_u64((slot + SLOT_VALUE) as usize);
+            let sealed_u = media.read_u64((slot + SLOT_TXID) as usize);
+            let sealed_h = media.read_u64((slot + SLOT_HOME_TXID) as usize);
+            let (home, copy_intact) = match slot_word::open_home(home_word, value, sealed_u) {
+                Home::Free => {
+                    found.free.push(slot);
+                    continue;
+                }
+                Home::At { home, copy_intact } => (home, copy_intact),
+                Home::Damaged => {
+                    return Err(area.corrupt(slot, "an update slot's home word is damaged".into()));
+                }
+            };
+            let (Some(u), Some(h)) = (
+                slot_word::open_txid(sealed_u),
+                slot_word::open_txid(sealed_h),
+            ) else {
+                return Err(area.corrupt(slot, "an update slot's transaction id is damaged".into()));
+            };
             let slot_current = committed(u) && !(committed(h) && h > u);
             if slot_current {
+                if !copy_intact {
+                    return Err(area.corrupt(
+                        slot + SLOT_VALUE,
+                        format!("the current copy of the word at {home:#x} is damaged"),
+                    ));
+                }
                 if !home.is_multiple_of(WORD)
                     || !area.replay.in_heap(home, WORD)
                     || !homes.insert(home)
@@ -546,7 +578,11 @@ impl Engine for OopEngine {
         let media = &self.core.media;
         let lease = s.lease.as_ref().expect("leased before the commit");
         let k = lease.index;
-        let id = txid(set.version, k);
+        if set.version >= VERSION_LIMIT {
+            return Err(crate::Error::VersionsExhausted);
+        }
+        let unsealed_id = txid(set.version, k);
+        let id = slot_word::seal_txid(unsealed_id);
         words_of(&s.spans, set.writes.bytes(), &mut s.words, |w| {
             self.current_word(w)
         });
@@ -613,7 +649,8 @@ impl Engine for OopEngine {
                     media.write_u64((slot + SLOT_VALUE) as usize, value);
                     media.write_u64((slot + SLOT_TXID) as usize, id);
                     media.write_u64((slot + SLOT_HOME_TXID) as usize, 0);
-                    media.write_u64((slot + SLOT_HOME) as usize, w);
+                    let home = slot_word::seal_home(w, value, id);
+                    media.write_u64((slot + SLOT_HOME) as usize, home);
                     s.lines.push(slot);
                     s.changes.push((w, WordMap { slot, count: 1 }));
                 }
@@ -622,6 +659,9 @@ impl Engine for OopEngine {
                     if count % 2 == 1 {
                         media.write_u64((m.slot + SLOT_VALUE) as usize, value);
                         media.write_u64((m.slot + SLOT_TXID) as usize, id);
+                        // Last: the home word's check of the copy (see `slot_word`).
+                        let home = slot_word::seal_home(w, value, id);
+                        media.write_u64((m.slot + SLOT_HOME) as usize, home);
                     } else {
                         media.write_u64(w as usize, value);
                         media.write_u64((m.slot + SLOT_HOME_TXID) as usize, id);
@@ -648,7 +688,7 @@ impl Engine for OopEngine {
             }
         }
         if let Some(at) = record_at {
-            let rec = s.record.seal(id, OOP_MAGIC);
+            let rec = s.record.seal(unsealed_id, OOP_MAGIC);
             media.write(at as usize, rec);
             media.flush(at as usize, rec.len());
         }
