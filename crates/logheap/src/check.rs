@@ -133,8 +133,10 @@ const MAX_CHECKED_SPAN: usize = 4 << 30;
 /// heap (`alloc`): the engine opens a copy of the file in memory (the file is only read)
 /// as it would open the pool, which validates everything it reads back (its engine area,
 /// each log record and its CRC, the allocator's metadata) and replays or rolls back what
-/// a crash left; then the live allocations are listed and checked for overlaps. The
-/// open stops at the first damage it meets, so a damaged pool lists one problem.
+/// a crash left; then the live allocations are listed and checked for overlaps, and,
+/// when the pool keeps data checksums, every line of user data against its checksum
+/// (each damaged line is a problem). The open stops at the first damage to the
+/// engine's structures it meets, so such damage is one problem.
 ///
 /// A pool with extension files (`<pool>.d/`), or one spanning more than 4 GiB, cannot be
 /// checked this way yet ([`Error::CannotCheck`]): the copy holds the pool file only.
@@ -194,6 +196,14 @@ fn examine_by_recovering_a_copy(
     } else {
         crate::Pool::open_image(image, &crate::Config::default(), sim).map(|p| {
             let allocations = p.allocations();
+            for (line, stored, computed) in p.damaged_data() {
+                report.problems.push(Damage::at(
+                    line,
+                    format!(
+                        "user data does not match its data checksum (stored {stored:#010x}, computed {computed:#010x})"
+                    ),
+                ));
+            }
             p.abandon(); // nothing to write back: the copy goes
             allocations
         })

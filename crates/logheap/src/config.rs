@@ -29,6 +29,14 @@ pub struct Config {
     pub reserve_space: bool,
     /// The engine and its options (default: the log-structured engine).
     pub engine: EngineConfig,
+    /// Data checksums of the in-place engines (`redo`, `undo`, `oop`, `hoop`): a
+    /// CRC-32C of every 64-byte line of user data, kept at commit and verified on every
+    /// read and by `logheap check`, so damage to data stored at home is an error, never
+    /// a value. `None` (the default): a new pool has none, an opened pool keeps what it
+    /// has; `Some(true)` turns them on (at create, or at an open of a pool without
+    /// them), `Some(false)` turns them off. The log engine always checks its blocks:
+    /// `Some(true)` is refused there. Their cost is in docs/benchmarks.md.
+    pub data_checksums: Option<bool>,
     /// An option set that does not apply to the engine chosen: `(option, engine)`,
     /// refused at create and open.
     misapplied: Option<(&'static str, EngineKind)>,
@@ -45,6 +53,7 @@ impl Default for Config {
             media: MediaConfig::default(),
             reserve_space: true,
             engine: EngineConfig::default(),
+            data_checksums: None,
             misapplied: None,
             not_an_engine: None,
         }
@@ -172,6 +181,13 @@ impl Config {
         self
     }
 
+    /// Turns the in-place engines' data checksums on or off (see
+    /// [`Config::data_checksums`](#structfield.data_checksums)).
+    pub fn data_checksums(mut self, on: bool) -> Self {
+        self.data_checksums = Some(on);
+        self
+    }
+
     /// Sets whether `redo` and `undo` log to the fast log buffer (see
     /// [`RedoOptions::fast_log`](crate::RedoOptions::fast_log)).
     pub fn fast_log(mut self, fast: bool) -> Self {
@@ -214,6 +230,9 @@ impl Config {
         };
         if let Some((option, engine)) = self.misapplied {
             return Err(refuse(option, engine));
+        }
+        if kind == EngineKind::Log && self.data_checksums == Some(true) {
+            return Err(refuse("data_checksums", kind));
         }
         if let Some(kind) = self.not_an_engine {
             return Err(crate::Error::InvalidConfig(format!(

@@ -274,6 +274,13 @@ impl Pool {
         self.engine.allocations()
     }
 
+    /// Every line of user data (live allocations and the root) whose bytes do not
+    /// match its data checksum, `(offset, stored, computed)`; empty when the pool keeps
+    /// no data checksums (see [`Config::data_checksums`]).
+    pub fn damaged_data(&self) -> Vec<(u64, u32, u32)> {
+        self.engine.damaged_data()
+    }
+
     /// The pool's media, read-only (counters, durability mode, the crash simulator):
     /// stores go through transactions only.
     pub fn media(&self) -> &MediaView {

@@ -80,6 +80,12 @@ pub(crate) trait EngineLifecycle: Engine {
     fn compact(&self) -> Compaction {
         Compaction::default()
     }
+    /// Every line of user data whose data checksum fails, `(offset, stored,
+    /// computed)` (the in-place engines with data checksums on; see
+    /// [`Config::data_checksums`](crate::Config)).
+    fn damaged_data(&self) -> Vec<(u64, u32, u32)> {
+        Vec::new()
+    }
     /// Starts the work the engine runs beside the transactions, if any.
     fn background(_engine: &Arc<Self>) -> Option<Background> {
         None
@@ -238,6 +244,13 @@ macro_rules! engines {
             pub(crate) fn compact(&self) -> Compaction {
                 match self {
                     $(AnyEngine::$variant(stm) => stm.engine().compact(),)+
+                }
+            }
+
+            /// Every line of user data whose data checksum fails.
+            pub(crate) fn damaged_data(&self) -> Vec<(u64, u32, u32)> {
+                match self {
+                    $(AnyEngine::$variant(stm) => stm.engine().damaged_data(),)+
                 }
             }
 

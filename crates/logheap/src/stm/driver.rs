@@ -206,11 +206,14 @@ impl<E: Engine> Stm<E> {
                 }
                 return Err(tx.conflict());
             }
-            self.engine.read_committed(&tx.scratch, home, buf);
+            let intact = self.engine.read_committed(&tx.scratch, home, buf);
             // As in `read_across_stripes`: the copy's loads before the re-check's.
             super::atomic::fence(super::atomic::Ordering::Acquire);
             if locks.load(i) != w {
                 return Err(tx.conflict());
+            }
+            if !intact {
+                return Err(self.damaged(tx, home, buf.len()));
             }
             break;
         }
@@ -251,7 +254,7 @@ impl<E: Engine> Stm<E> {
                 }
                 words.push((i, w));
             }
-            self.engine.read_committed(&tx.scratch, home, buf);
+            let intact = self.engine.read_committed(&tx.scratch, home, buf);
             // The copy's loads happen before the re-check's (a seqlock reader's fence:
             // an acquire load alone would not keep the earlier loads before it). Pairs
             // with the committer's lock acquisition before its stores.
@@ -259,6 +262,10 @@ impl<E: Engine> Stm<E> {
             if words.iter().any(|&(i, w)| locks.load(i) != w) {
                 tx.stripe_words = words;
                 return Err(tx.conflict());
+            }
+            if !intact {
+                tx.stripe_words = words;
+                return Err(self.damaged(tx, home, buf.len()));
             }
             break;
         }
@@ -276,6 +283,16 @@ impl<E: Engine> Stm<E> {
         }
         tx.writes.overlay(home, buf);
         Ok(())
+    }
+
+    /// A validated read whose engine check failed: the engine's error for it (a
+    /// `Conflict` marks the transaction conflicted, so it retries).
+    #[cold]
+    fn damaged(&self, tx: &mut TxState<E::Scratch>, home: u64, len: usize) -> Error {
+        match self.engine.read_damage(home, len as u64) {
+            Error::Conflict => tx.conflict(),
+            e => e,
+        }
     }
 
     /// Buffers a write.

@@ -67,8 +67,18 @@ pub(crate) trait Engine: Send + Sync + Sized + 'static {
     /// Whether `[home, home + len)` may be read and written by transactions.
     fn check_range(&self, home: u64, len: u64) -> Result<()>;
     /// Copies the committed bytes of `[home, home + buf.len())` (not empty); bytes never
-    /// written are zero. The driver validates around it.
-    fn read_committed(&self, scratch: &Self::Scratch, home: u64, buf: &mut [u8]);
+    /// written are zero. The driver validates around it. Returns false when the bytes
+    /// fail a check of the engine's own (the in-place engines' data checksums): once
+    /// the driver's validation says the copy was not torn by a commit, the read fails
+    /// with [`read_damage`](Self::read_damage).
+    fn read_committed(&self, scratch: &Self::Scratch, home: u64, buf: &mut [u8]) -> bool;
+    /// The error of a read of `[home, home + len)` whose check failed
+    /// ([`read_committed`](Self::read_committed) returned false); `Conflict` makes the
+    /// transaction retry.
+    fn read_damage(&self, home: u64, len: u64) -> crate::Error {
+        let _ = (home, len);
+        crate::Error::Conflict
+    }
     /// A transaction that wrote is about to commit (no locks held).
     fn before_commit(&self, scratch: &mut Self::Scratch);
     /// Makes the commit set durable (under the commit's locks, after validation). On

@@ -66,9 +66,10 @@ impl Engine for Model {
         assert!(home.is_multiple_of(8) && len == 8 && (home / 8) < WORDS as u64);
         Ok(())
     }
-    fn read_committed(&self, _: &(), home: u64, buf: &mut [u8]) {
+    fn read_committed(&self, _: &(), home: u64, buf: &mut [u8]) -> bool {
         let word = self.words[home as usize / 8].load(Ordering::Relaxed);
         buf.copy_from_slice(&word.to_le_bytes());
+        true
     }
     fn before_commit(&self, _: &mut ()) {}
     fn persist(&self, set: &CommitSet<'_>, _: &mut ()) -> Result<Persisted> {

@@ -78,11 +78,12 @@ impl Engine for Model {
         self.run_hook(home, At::BeforeCheck);
         Ok(())
     }
-    fn read_committed(&self, _: &(), home: u64, buf: &mut [u8]) {
+    fn read_committed(&self, _: &(), home: u64, buf: &mut [u8]) -> bool {
         self.run_hook(home, At::BeforeCopy);
         let bytes = self.bytes.lock().unwrap();
         buf.copy_from_slice(&bytes[home as usize..home as usize + buf.len()]);
         drop(bytes);
+        true
     }
     fn before_commit(&self, _: &mut ()) {}
     fn persist(&self, set: &CommitSet<'_>, _: &mut ()) -> Result<Persisted> {

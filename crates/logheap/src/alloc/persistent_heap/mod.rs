@@ -288,6 +288,11 @@ impl PersistentHeap {
         self.root.end - self.root.start
     }
 
+    /// The end of the pool file's regions (see `Replay::data_end`).
+    pub(crate) fn data_end(&self) -> u64 {
+        self.sb.region_offset(self.sb.local_regions)
+    }
+
     /// The pool file's path.
     pub fn path(&self) -> &Path {
         self.file.path()

@@ -60,6 +60,13 @@ impl Replay<'_> {
         self.reader.root.clone()
     }
 
+    /// The end of the pool file's regions: every byte a transaction may store lies
+    /// below it.
+    pub(crate) fn data_end(&self) -> u64 {
+        let sb = self.reader.sb;
+        sb.region_offset(sb.local_regions)
+    }
+
     /// Whether `[offset, offset + len)` (not empty) lies in the root area or in the
     /// regions of the pool file: where a logged write may go.
     pub(crate) fn in_heap(&self, offset: u64, len: u64) -> bool {

@@ -7,6 +7,7 @@ use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
+use super::data_checksums::{self, DataChecksums};
 use super::log_areas::{LOG_HEADER, LogLease, LogPosition, LogTable, MAX_LOGS};
 use super::stats::LogAreaStats;
 use crate::alloc::{HeapOptions, MetadataPolicy, PAddr, PersistentHeap, Replay, TxHeap};
@@ -90,6 +91,16 @@ pub(crate) struct EngineHeap {
     /// Frees of huge blocks are given back by the engine, later (the redo engine:
     /// once no log record names them).
     defer_huge_frees: bool,
+    /// Other heap blocks of the engine's own (the data checksums' pages and
+    /// directory), sorted: no allocation of the user's.
+    internal: std::sync::RwLock<Vec<u64>>,
+}
+
+impl EngineHeap {
+    fn is_internal(&self, home: u64) -> bool {
+        let internal = self.internal.read().unwrap_or_else(|e| e.into_inner());
+        internal.binary_search(&home).is_ok()
+    }
 }
 
 impl TxHeap for EngineHeap {
@@ -98,7 +109,7 @@ impl TxHeap for EngineHeap {
     }
 
     fn size_of(&self, home: u64) -> Option<u64> {
-        if self.logs.is_area(home) {
+        if self.logs.is_area(home) || self.is_internal(home) {
             return None;
         }
         self.heap.tx_size_of(home)
@@ -120,7 +131,7 @@ impl TxHeap for EngineHeap {
 
     fn allocations(&self) -> Vec<(u64, u64)> {
         let mut blocks = self.heap.tx_blocks().unwrap_or_default();
-        blocks.retain(|&(home, _)| !self.logs.is_area(home));
+        blocks.retain(|&(home, _)| !self.logs.is_area(home) && !self.is_internal(home));
         blocks
     }
 
@@ -146,6 +157,8 @@ pub(crate) struct InPlace {
     pub heap_root: Range<u64>,
     /// Capacity of a new log area.
     log_capacity: u64,
+    /// The data checksums, when they are on.
+    pub checksums: Option<DataChecksums>,
 }
 
 /// What an engine's recovery found, handed back from inside the heap's open.
@@ -167,6 +180,10 @@ pub(crate) struct EngineArea<'a, 'r> {
     /// Offset of the engine area (the start of the heap's root area).
     pub base: u64,
     path: &'a Path,
+    /// The data checksums, when they are on: recovery keeps those of what it stores.
+    pub checksums: Option<DataChecksums>,
+    /// Whether the pool was closed cleanly (nothing was in flight).
+    pub clean: bool,
 }
 
 impl EngineArea<'_, '_> {
@@ -183,6 +200,19 @@ impl EngineArea<'_, '_> {
     /// Stores the retired version durably.
     pub(crate) fn set_retired(&self, version: u64) {
         store_retired(self.media(), self.base, version);
+    }
+
+    /// Stores `data` at `home` and flushes it, with its lines' data checksums.
+    pub(crate) fn store_home(&self, home: u64, data: &[u8]) {
+        write_flushed(self.media(), home, data);
+        self.seal(home, data.len() as u64);
+    }
+
+    /// Stores the data checksums of `[home, home + len)` as its bytes are now.
+    pub(crate) fn seal(&self, home: u64, len: u64) {
+        if let Some(sums) = &self.checksums {
+            sums.seal(self.media(), home, len, |_| {});
+        }
     }
 
     /// An error naming a damaged place of the pool.
@@ -296,9 +326,12 @@ impl InPlace {
         let options = heap_options(config);
         let creating = !matches!(how, Start::Open(_));
         let mut recovered = None;
+        let mut loaded_checksums = None;
         let mut path_buf = std::path::PathBuf::new();
+        let mut clean = true;
         if let Start::Open(file) = &how {
             path_buf = file.path().to_path_buf();
+            clean = file.was_clean();
         }
         let mut hook = |replay: &mut Replay<'_>| -> Result<()> {
             let base = replay.root().start;
@@ -325,12 +358,25 @@ impl InPlace {
                     reason: format!("the engine area's magic is {magic:#x}"),
                 });
             }
+            let span = replay.data_end();
+            let checksums = {
+                let in_heap = |at: u64, len: u64| replay.in_heap(at, len);
+                let corrupt = |offset: u64, reason: String| Error::MetadataCorrupt {
+                    path: path_buf.clone(),
+                    offset,
+                    reason,
+                };
+                DataChecksums::load(replay.media(), base, span, &in_heap, &corrupt)?
+            };
             let mut area = EngineArea {
                 replay,
                 base,
                 path: &path_buf,
+                checksums,
+                clean,
             };
             recovered = Some(recover(&mut area)?);
+            loaded_checksums = area.checksums.take();
             Ok(())
         };
         let heap = match how {
@@ -344,6 +390,7 @@ impl InPlace {
         };
         let mut recovered = recovered.unwrap_or_default();
         let heap_root = heap.root().offset()..heap.root().offset() + heap.root_size();
+        let checksums = Self::choose_checksums(&heap, heap_root.start, config, loaded_checksums)?;
         let root = heap_root.start + ENGINE_AREA..heap_root.end;
         let positions = std::mem::take(&mut recovered.positions);
         let logs = Arc::new(LogTable::new(positions));
@@ -355,21 +402,125 @@ impl InPlace {
             .clamp(16 << 10, 1 << 20)
             - LOG_HEADER;
         let shared = Arc::new(Domain::new(size, recovered.last_version));
+        let internal: Vec<u64> = checksums.iter().flat_map(|c| c.own_blocks()).collect();
         Ok((
             InPlace {
                 heap: EngineHeap {
                     heap,
                     logs,
                     defer_huge_frees,
+                    internal: std::sync::RwLock::new({
+                        let mut internal = internal;
+                        internal.sort_unstable();
+                        internal
+                    }),
                 },
                 media,
                 shared,
                 root,
                 heap_root,
                 log_capacity,
+                checksums,
             },
             recovered,
         ))
+    }
+
+    /// Turns the data checksums on or off as `config` asks (`None`: as the pool has
+    /// them), at open, before any transaction.
+    fn choose_checksums(
+        heap: &PersistentHeap,
+        base: u64,
+        config: &Config,
+        loaded: Option<DataChecksums>,
+    ) -> Result<Option<DataChecksums>> {
+        let media = heap.shared_media();
+        let span = heap.data_end();
+        let path = heap.path().to_path_buf();
+        let corrupt = |offset: u64, reason: String| Error::MetadataCorrupt {
+            path: path.clone(),
+            offset,
+            reason,
+        };
+        match (config.data_checksums, loaded) {
+            (Some(true), None) => {
+                data_checksums::turn_on(heap, media, base, span, &corrupt).map(Some)
+            }
+            (Some(false), Some(_)) => {
+                data_checksums::turn_off(heap, media, base, span, &corrupt).map(|()| None)
+            }
+            (_, loaded) => Ok(loaded),
+        }
+    }
+
+    /// Stores the data checksums of `[home, home + len)` as its bytes are now (flushed;
+    /// the caller fences), when they are on.
+    #[inline]
+    pub(crate) fn seal(&self, home: u64, len: u64) {
+        if let Some(sums) = &self.checksums {
+            sums.seal(&self.media, home, len, |_| {});
+        }
+    }
+
+    /// [`seal`](Self::seal), pushing each checksum stored to `flushed` as
+    /// `(offset, 4)` (for a fence another thread may have to give).
+    pub(crate) fn seal_tracked(&self, home: u64, len: u64, flushed: &mut Vec<(u64, u64)>) {
+        if let Some(sums) = &self.checksums {
+            sums.seal(&self.media, home, len, |at| flushed.push((at, 4)));
+        }
+    }
+
+    /// Stores the data checksums of every block in `blocks` `(home, size)`: blocks a
+    /// transaction allocates are checksummed whole (their bytes were no user's).
+    pub(crate) fn seal_blocks(&self, blocks: &[(u64, u64)]) {
+        if self.checksums.is_some() {
+            for &(home, size) in blocks {
+                self.seal(home, size);
+            }
+        }
+    }
+
+    /// The error for a read of `[home, home + len)` whose data checksum failed, or
+    /// `Conflict` when its lines match again (a store since: the read retries).
+    pub(crate) fn read_damage(&self, home: u64, len: u64) -> Error {
+        let found = self
+            .checksums
+            .as_ref()
+            .and_then(|sums| sums.first_damaged(&self.media, home, len));
+        match found {
+            Some((line, stored, computed)) => Error::Checksum {
+                path: self.file().path().to_path_buf(),
+                what: "user data (line)",
+                offset: line,
+                stored,
+                computed,
+            },
+            None => Error::Conflict,
+        }
+    }
+
+    /// Every line of the live allocations and the root whose bytes do not match its
+    /// data checksum: `(line, stored, computed)` (for `logheap check`).
+    pub(crate) fn damaged_lines(&self) -> Vec<(u64, u32, u32)> {
+        let Some(sums) = &self.checksums else {
+            return Vec::new();
+        };
+        let mut ranges = self.heap.allocations();
+        ranges.push((self.root.start, self.root.end - self.root.start));
+        let mut found = Vec::new();
+        for (home, len) in ranges {
+            let mut at = home;
+            while let Some(d) = sums.first_damaged(&self.media, at, home + len - at) {
+                found.push(d);
+                at = d.0 + data_checksums::LINE;
+                if at >= home + len {
+                    break;
+                }
+            }
+        }
+        found.sort_unstable();
+        found.dedup();
+        found
     }
 
     /// The pool's size in bytes.
@@ -442,10 +593,17 @@ impl InPlace {
         }
     }
 
-    /// Copies the committed bytes at `home` (they are at home).
+    /// Copies the committed bytes at `home` (they are at home); returns whether they
+    /// match their data checksums (always, when those are off).
     #[inline]
-    pub(crate) fn read(&self, home: u64, buf: &mut [u8]) {
-        self.media.read(home as usize, buf);
+    pub(crate) fn read(&self, home: u64, buf: &mut [u8]) -> bool {
+        match &self.checksums {
+            None => {
+                self.media.read(home as usize, buf);
+                true
+            }
+            Some(sums) => sums.read_verified(&self.media, home, buf),
+        }
     }
 
     /// Gives `position` an area of at least `needed` bytes of records, empty: a new

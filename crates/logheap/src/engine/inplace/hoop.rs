@@ -54,8 +54,8 @@ impl HomePath for Hoop {
     }
 
     #[inline]
-    fn read(&self, media: &Media, home: u64, buf: &mut [u8]) {
-        Hoop::read(self, media, home, buf);
+    fn overlay(&self, media: &Media, home: u64, buf: &mut [u8]) {
+        self.mapping.overlay(media, home, buf, |m| Some(m.slot));
     }
 
     fn record(&self, media: &Media, bytes: &[u8], s: &mut RedoScratch) -> u64 {
@@ -71,8 +71,13 @@ impl HomePath for Hoop {
         Hoop::publish(self, s.record_at, &s.locs, frees, &mut s.mapped);
     }
 
-    fn collect_begin(&self, shared: &Domain, media: &Media) -> Option<Collection> {
-        Some(Hoop::collect_begin(self, shared, media))
+    fn collect_begin(
+        &self,
+        shared: &Domain,
+        media: &Media,
+        seal: &dyn Fn(u64, u64),
+    ) -> Option<Collection> {
+        Some(Hoop::collect_begin(self, shared, media, seal))
     }
 
     fn collect_end(&self, shared: &Domain, collection: Option<Collection>) {
@@ -162,12 +167,6 @@ impl Hoop {
         media.read_u64(at as usize)
     }
 
-    /// Copies the committed bytes of `[home, home + buf.len())`.
-    pub(crate) fn read(&self, media: &Media, home: u64, buf: &mut [u8]) {
-        media.read(home as usize, buf);
-        self.mapping.overlay(media, home, buf, |m| Some(m.slot));
-    }
-
     /// Adds `words` (sorted, whole words) to the record as data entries, one per run of
     /// consecutive words, and records in `locs` each word's offset in the record.
     pub(crate) fn record_words(
@@ -232,7 +231,12 @@ impl Hoop {
     /// A word mapped after the table was read here was published by a transaction
     /// still committing when the caller's version was computed: its record is above
     /// that version, stays in the logs, and the word stays mapped.
-    pub(crate) fn collect_begin(&self, shared: &Domain, media: &Media) -> Collection {
+    pub(crate) fn collect_begin(
+        &self,
+        shared: &Domain,
+        media: &Media,
+        seal: &dyn Fn(u64, u64),
+    ) -> Collection {
         let CollectBuffers {
             mut words,
             mut indices,
@@ -268,6 +272,7 @@ impl Hoop {
         for &(w, m) in &words {
             let value = media.read_u64(m.slot as usize);
             media.write_u64(w as usize, value);
+            seal(w, WORD);
             lines.push(w);
         }
         // Words of one line go back together (HOOP packs them too).

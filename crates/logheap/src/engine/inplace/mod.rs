@@ -96,6 +96,10 @@ macro_rules! in_place_lifecycle_common {
             self.core.root.clone()
         }
 
+        fn damaged_data(&self) -> Vec<(u64, u32, u32)> {
+            self.core.damaged_lines()
+        }
+
         /// No log of data to compact: the heap's free space is punched out of the
         /// pool's files instead (transactions may run meanwhile).
         fn compact(&self) -> crate::engine::Compaction {
@@ -108,6 +112,7 @@ macro_rules! in_place_lifecycle_common {
 }
 
 mod base;
+pub(crate) mod data_checksums;
 pub(crate) mod hoop;
 mod log_areas;
 pub(crate) mod oop;

@@ -500,6 +500,11 @@ fn recover(
                     media.write_u64((slot + SLOT_HOME_TXID) as usize, 0);
                     media.flush((slot + SLOT_HOME_TXID) as usize, 8);
                 }
+                // A transaction a crash cut short may have stored this word's home
+                // copy (stale: the slot's is current) but not its line's checksum.
+                if !area.clean {
+                    area.seal(home, WORD);
+                }
                 found.mapped.push((home, slot));
             } else {
                 let media = area.media();
@@ -552,11 +557,18 @@ impl Engine for OopEngine {
     in_place_engine_common!(OopScratch, SPARE_STATE);
 
     #[inline]
-    fn read_committed(&self, _s: &OopScratch, home: u64, buf: &mut [u8]) {
-        self.core.read(home, buf);
+    fn read_committed(&self, _s: &OopScratch, home: u64, buf: &mut [u8]) -> bool {
+        // The home bytes are checked whether or not a slot holds the current copy of
+        // some of their words: a line's checksum is of its home bytes as stored.
+        let intact = self.core.read(home, buf);
         self.mapping.overlay(&self.core.media, home, buf, |m| {
             (m.count % 2 == 1).then_some(m.slot + SLOT_VALUE)
         });
+        intact
+    }
+
+    fn read_damage(&self, home: u64, len: u64) -> crate::Error {
+        self.core.read_damage(home, len)
     }
 
     /// Copies out of place (fence), marks (fence, when the transaction allocates or
@@ -641,6 +653,7 @@ impl Engine for OopEngine {
         for (&(w, value), &found) in s.words.iter().zip(&s.found) {
             match found {
                 None if in_blocks(&allocs.allocs, w) => {
+                    // Its data checksum is stored with the block's, below.
                     media.write_u64(w as usize, value);
                     s.lines.push(w);
                 }
@@ -665,6 +678,7 @@ impl Engine for OopEngine {
                     } else {
                         media.write_u64(w as usize, value);
                         media.write_u64((m.slot + SLOT_HOME_TXID) as usize, id);
+                        self.core.seal(w, WORD);
                         s.lines.push(w);
                     }
                     s.lines.push(m.slot);
@@ -681,6 +695,7 @@ impl Engine for OopEngine {
         // A freed word whose current copy is its slot: the home copy is made the newer
         // one by this transaction, so once it commits the slot is stale (and may be
         // dropped) whatever later reuses the block's space.
+        self.core.seal_blocks(&allocs.allocs);
         for &(_, m) in &s.released {
             if m.count % 2 == 1 {
                 media.write_u64((m.slot + SLOT_HOME_TXID) as usize, id);

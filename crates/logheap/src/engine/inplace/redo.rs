@@ -90,8 +90,9 @@ pub(crate) trait HomePath: Debug + Send + Sync + Sized + 'static {
     type Collection;
     /// The thread-local slot keeping a finished transaction's state (one per engine).
     fn spare() -> &'static LocalKey<SpareState<RedoScratch>>;
-    /// Copies the committed bytes of `[home, home + buf.len())`.
-    fn read(&self, media: &Media, home: u64, buf: &mut [u8]);
+    /// Replaces in `buf`, a copy of the home bytes of `[home, home + buf.len())`, the
+    /// bytes whose committed copy is elsewhere.
+    fn overlay(&self, media: &Media, home: u64, buf: &mut [u8]);
     /// Adds the transaction's resolved writes (`s.spans` over `bytes`) to its record
     /// (`s.record`) and returns the payload bytes.
     fn record(&self, media: &Media, bytes: &[u8], s: &mut RedoScratch) -> u64;
@@ -100,7 +101,13 @@ pub(crate) trait HomePath: Debug + Send + Sync + Sized + 'static {
     fn publish(&self, media: &Media, bytes: &[u8], frees: &[(u64, u64)], s: &mut RedoScratch);
     /// Before a truncation retires the logs (no stripe lock held): whatever of them is
     /// not home yet goes home, flushed; the truncation fences.
-    fn collect_begin(&self, shared: &Domain, media: &Media) -> Option<Self::Collection>;
+    /// `seal` keeps the data checksums of the home bytes it stores.
+    fn collect_begin(
+        &self,
+        shared: &Domain,
+        media: &Media,
+        seal: &dyn Fn(u64, u64),
+    ) -> Option<Self::Collection>;
     /// After the truncation stored the retired version.
     fn collect_end(&self, shared: &Domain, collection: Option<Self::Collection>);
 }
@@ -123,9 +130,7 @@ impl HomePath for StoreHome {
     }
 
     #[inline]
-    fn read(&self, media: &Media, home: u64, buf: &mut [u8]) {
-        media.read(home as usize, buf);
-    }
+    fn overlay(&self, _media: &Media, _home: u64, _buf: &mut [u8]) {}
 
     fn record(&self, _media: &Media, bytes: &[u8], s: &mut RedoScratch) -> u64 {
         let mut payload = 0;
@@ -144,7 +149,7 @@ impl HomePath for StoreHome {
         }
     }
 
-    fn collect_begin(&self, _: &Domain, _: &Media) -> Option<()> {
+    fn collect_begin(&self, _: &Domain, _: &Media, _: &dyn Fn(u64, u64)) -> Option<()> {
         None
     }
 
@@ -202,7 +207,11 @@ impl<P: HomePath> RedoLogging<P> {
         let me = std::thread::current().id();
         // hoop: every mapped word's newest copy goes home first (no record at or below
         // the target may be needed once it is retired).
-        let collection = self.path.collect_begin(&self.core.shared, media);
+        let collection = self
+            .path
+            .collect_begin(&self.core.shared, media, &|home, len| {
+                self.core.seal(home, len)
+            });
         for log in self.core.logs().logs.iter() {
             let mut u = lock(&log.unfenced);
             // This thread's own flushes need only its fence.
@@ -378,8 +387,12 @@ fn recover(area: &mut EngineArea<'_, '_>) -> Result<Recovered> {
                     } else {
                         write_flushed(area.media(), e.home, data);
                     }
+                    area.seal(e.home, e.len);
                 }
-                EntryKind::Alloc => area.replay.mark(e.home, e.len, true),
+                EntryKind::Alloc => {
+                    area.replay.mark(e.home, e.len, true);
+                    area.seal(e.home, e.len);
+                }
                 EntryKind::Free => area.replay.mark(e.home, e.len, false),
             }
         }
@@ -432,8 +445,14 @@ impl<P: HomePath> Engine for RedoLogging<P> {
     }
 
     #[inline]
-    fn read_committed(&self, _s: &RedoScratch, home: u64, buf: &mut [u8]) {
-        self.path.read(&self.core.media, home, buf);
+    fn read_committed(&self, _s: &RedoScratch, home: u64, buf: &mut [u8]) -> bool {
+        let intact = self.core.read(home, buf);
+        self.path.overlay(&self.core.media, home, buf);
+        intact
+    }
+
+    fn read_damage(&self, home: u64, len: u64) -> crate::Error {
+        self.core.read_damage(home, len)
     }
 
     /// Appends the redo record and fences: the commit point.
@@ -517,6 +536,18 @@ impl<P: HomePath> Engine for RedoLogging<P> {
         let bytes = set.writes.bytes();
         s.flushed.clear();
         self.path.publish(media, bytes, &set.allocs.frees, s);
+        if self.core.checksums.is_some() {
+            // The lines stored home (none for hoop, whose stores wait for a
+            // collection), and the blocks allocated, whole.
+            if !P::DEFERS_HOME {
+                for sp in &s.spans {
+                    self.core.seal_tracked(sp.home, sp.len, &mut s.flushed);
+                }
+            }
+            for &(home, size) in &set.allocs.allocs {
+                self.core.seal_tracked(home, size, &mut s.flushed);
+            }
+        }
         s.marks.clear();
         for &(home, size) in &set.allocs.allocs {
             s.marks.extend(heap.tx_mark(home, size, true));

@@ -39,8 +39,7 @@ use super::persist_policy::HomeStores;
 use super::record::{self, EntryKind, HEADER, MAGIC_WORD, RecordBuilder, UNDO_MAGIC};
 use super::stats::UndoStats;
 use super::{
-    EngineArea, EngineHeap, InPlace, LOG_HEADER, LogLease, Recovered, Start, flush_lines_once,
-    lock, write_flushed,
+    EngineArea, EngineHeap, InPlace, LOG_HEADER, LogLease, Recovered, Start, flush_lines_once, lock,
 };
 use crate::engine::{EngineConfig, EngineFigures, EngineLifecycle, EngineStats};
 use crate::error::Result;
@@ -177,11 +176,7 @@ fn recover(area: &mut EngineArea<'_, '_>) -> Result<Recovered> {
                             ),
                         ));
                     }
-                    write_flushed(
-                        area.media(),
-                        e.home,
-                        &bytes[e.data..e.data + e.len as usize],
-                    );
+                    area.store_home(e.home, &bytes[e.data..e.data + e.len as usize]);
                 }
                 EntryKind::Alloc => area.replay.mark(e.home, e.len, false),
                 EntryKind::Free => area.replay.mark(e.home, e.len, true),
@@ -208,8 +203,12 @@ impl Engine for UndoEngine {
     in_place_engine_common!(UndoScratch, SPARE_STATE);
 
     #[inline]
-    fn read_committed(&self, _s: &UndoScratch, home: u64, buf: &mut [u8]) {
-        self.core.read(home, buf);
+    fn read_committed(&self, _s: &UndoScratch, home: u64, buf: &mut [u8]) -> bool {
+        self.core.read(home, buf)
+    }
+
+    fn read_damage(&self, home: u64, len: u64) -> crate::Error {
+        self.core.read_damage(home, len)
     }
 
     /// Undo log (fence), in place (fence), invalidate (fence).
@@ -261,6 +260,10 @@ impl Engine for UndoEngine {
             );
             payload += sp.len;
         }
+        for sp in &s.spans {
+            self.core.seal(sp.home, sp.len);
+        }
+        self.core.seal_blocks(&allocs.allocs);
         let heap = &self.core.heap.heap;
         for &(home, size) in &allocs.allocs {
             s.marks.extend(heap.tx_mark(home, size, true));
