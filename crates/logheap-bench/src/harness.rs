@@ -56,6 +56,9 @@ pub struct RunSpec {
     /// The home cache's budget in bytes on the log engines that have one (`None`: the
     /// engine name's default; refused on an engine without the cache).
     pub home_cache: Option<u64>,
+    /// Data checksums on the in-place engines ([`logheap::Config::data_checksums`];
+    /// refused on the log engines).
+    pub data_checksums: bool,
 }
 
 /// Sizes of the fragmentation workloads ([`crate::fragmentation`]).
@@ -421,6 +424,9 @@ pub fn run_reporting(
             }
         };
     }
+    if spec.data_checksums {
+        config = config.data_checksums(true);
+    }
     if let Some(e) = spec.emulation {
         config = config.emulation(e);
     }
@@ -729,6 +735,7 @@ mod tests {
             cleaner_threads: 0,
             alloc_batch: 1,
             home_cache: None,
+            data_checksums: false,
         }
     }
 

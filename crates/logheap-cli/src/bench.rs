@@ -84,6 +84,11 @@ pub struct Args {
     /// the cache.
     #[arg(long, value_parser = parse_size)]
     home_cache: Option<u64>,
+    /// Data checksums on the in-place engines (redo, undo, oop, hoop and their
+    /// variants): every line of user data checked on read (refused on the log
+    /// engines, whose blocks carry CRCs anyway).
+    #[arg(long)]
+    data_checksums: bool,
     /// Fragmentation workloads: live bytes at most (e.g. 16M).
     #[arg(long, value_parser = parse_size, default_value = "16M")]
     frag_live: u64,
@@ -679,6 +684,7 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             cleaner_threads: args.cleaner_threads,
             alloc_batch: *batch,
             home_cache: args.home_cache,
+            data_checksums: args.data_checksums,
         };
         let mut what = format!("{engine} {workload} ({threads} thread(s)");
         if !workload.is_fragmentation() && args.value_sizes.len() > 1 {
@@ -686,6 +692,9 @@ pub fn run_bench(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         }
         if let Some(u) = utilisation {
             what.push_str(&format!(", {:.0}% utilisation", 100.0 * u));
+        }
+        if args.data_checksums {
+            what.push_str(", data checksums");
         }
         if *workload == Workload::AllocBatch {
             what.push_str(&format!(", {batch} per transaction"));
