@@ -138,8 +138,9 @@ const MAX_CHECKED_SPAN: usize = 4 << 30;
 /// (each damaged line is a problem). The open stops at the first damage to the
 /// engine's structures it meets, so such damage is one problem.
 ///
-/// A pool with extension files (`<pool>.d/`), or one spanning more than 4 GiB, cannot be
-/// checked this way yet ([`Error::CannotCheck`]): the copy holds the pool file only.
+/// A pool with extension files (`<pool>.d/`) is copied to a temporary directory with
+/// its files instead, and the copy opened there (then removed). A heap spanning more
+/// than 4 GiB without extension files cannot be checked ([`Error::CannotCheck`]).
 fn examine_by_recovering_a_copy(
     path: &Path,
     pool: ReadOnlyPool,
@@ -156,13 +157,15 @@ fn examine_by_recovering_a_copy(
         path: path.into(),
         reason: reason.into(),
     };
-    if has_extensions {
-        return Err(cannot(
-            "the pool has extension files (<pool>.d/), which a check of the pool file alone does not cover",
-        ));
-    }
     report.header = Some(pool.header.clone());
     report.clean = Some(pool.state.clean);
+    if has_extensions {
+        drop(pool);
+        let copy = CopyOnDisk::make(path, Path::new(&extension_dir))?;
+        let opened = open_and_list(kind, OpenFrom::Path(&copy.pool));
+        drop(copy);
+        return finish(report, opened);
+    }
     let mut image = pool.media.read_vec(0, pool.media.len());
     // A heap that may grow by extension files spans more address space than its first
     // file: the copy is given that span (empty: no extension file exists).
@@ -184,38 +187,71 @@ fn examine_by_recovering_a_copy(
         }
     }
     drop(pool);
+    let opened = open_and_list(kind, OpenFrom::Image(image));
+    finish(report, opened)
+}
+
+/// Where [`open_and_list`] opens a pool's copy.
+enum OpenFrom<'a> {
+    /// An image in memory (simulation media).
+    Image(Vec<u8>),
+    /// A copy on disk, with its extension files.
+    Path(&'a Path),
+}
+
+/// What a recovered copy holds: its live allocations, and each damaged line of user
+/// data `(line, stored, computed)`.
+type Listed = (Vec<(u64, u64)>, Vec<(u64, u32, u32)>);
+
+/// Opens a copy of a pool of engine `kind` as opening the pool would (recovering it)
+/// and lists what it holds.
+fn open_and_list(kind: EngineKind, from: OpenFrom<'_>) -> Result<Listed> {
     let sim = crate::media::SimConfig::default();
-    let opened = if kind == EngineKind::Alloc {
-        crate::alloc::PersistentHeap::open_image(image, &Default::default(), sim).and_then(|heap| {
-            let blocks = heap.blocks()?;
-            Ok(blocks
-                .into_iter()
-                .map(|b| (b.addr.raw(), b.size))
-                .collect::<Vec<_>>())
-        })
-    } else {
-        crate::Pool::open_image(image, &crate::Config::default(), sim).map(|p| {
-            let allocations = p.allocations();
-            for (line, stored, computed) in p.damaged_data() {
-                report.problems.push(Damage::at(
-                    line,
-                    format!(
-                        "user data does not match its data checksum (stored {stored:#010x}, computed {computed:#010x})"
-                    ),
-                ));
+    if kind == EngineKind::Alloc {
+        let heap = match from {
+            OpenFrom::Image(image) => {
+                crate::alloc::PersistentHeap::open_image(image, &Default::default(), sim)?
             }
-            p.abandon(); // nothing to write back: the copy goes
-            allocations
-        })
+            OpenFrom::Path(path) => crate::alloc::PersistentHeap::open(path)?,
+        };
+        let blocks = heap.blocks()?;
+        let allocations = blocks.into_iter().map(|b| (b.addr.raw(), b.size)).collect();
+        // A copy: whatever closing writes goes with it.
+        let _ = heap.close();
+        return Ok((allocations, Vec::new()));
+    }
+    let config = crate::Config::default();
+    let pool = match from {
+        OpenFrom::Image(image) => crate::Pool::open_image(image, &config, sim)?,
+        OpenFrom::Path(path) => crate::Pool::open_with(path, &config)?,
     };
-    let mut allocations = match opened {
-        Ok(allocations) => allocations,
-        Err(e @ (Error::Io { .. } | Error::Media { .. })) => return Err(e),
+    let listed = (pool.allocations(), pool.damaged_data());
+    pool.abandon(); // nothing to write back: the copy goes
+    Ok(listed)
+}
+
+/// Fills `report` from what a recovered copy held: each damaged line of user data and
+/// each pair of overlapping allocations is a problem, as is damage that stopped the
+/// copy's open.
+fn finish(mut report: CheckReport, opened: Result<Listed>) -> Result<CheckReport> {
+    let (mut allocations, damaged_lines) = match opened {
+        Ok(listed) => listed,
+        Err(e @ (Error::Io { .. } | Error::Media { .. } | Error::NoSpace { .. })) => {
+            return Err(e);
+        }
         Err(damaged) => {
             report.problems.push(damage_of(&damaged));
             return Ok(report);
         }
     };
+    for (line, stored, computed) in damaged_lines {
+        report.problems.push(Damage::at(
+            line,
+            format!(
+                "user data does not match its data checksum (stored {stored:#010x}, computed {computed:#010x})"
+            ),
+        ));
+    }
     allocations.sort_unstable();
     for pair in allocations.windows(2) {
         let ((a, a_len), (b, _)) = (pair[0], pair[1]);
@@ -229,4 +265,47 @@ fn examine_by_recovering_a_copy(
     report.allocations = allocations.len() as u64;
     report.allocated_bytes = allocations.iter().map(|&(_, len)| len).sum();
     Ok(report)
+}
+
+/// A copy of a pool file and its extension files in a directory of the system's
+/// temporary directory, removed when dropped.
+struct CopyOnDisk {
+    dir: PathBuf,
+    pool: PathBuf,
+}
+
+impl CopyOnDisk {
+    fn make(path: &Path, extensions: &Path) -> Result<CopyOnDisk> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let dir =
+            std::env::temp_dir().join(format!("logheap-check-{}-{nanos}", std::process::id()));
+        std::fs::create_dir(&dir).map_err(|e| Error::io(&dir, "create", e))?;
+        let copy = CopyOnDisk {
+            pool: dir.join("pool"),
+            dir,
+        };
+        std::fs::copy(path, &copy.pool).map_err(|e| Error::io(path, "copy", e))?;
+        let copied_extensions = copy.dir.join("pool.d");
+        std::fs::create_dir(&copied_extensions)
+            .map_err(|e| Error::io(&copied_extensions, "create", e))?;
+        let entries =
+            std::fs::read_dir(extensions).map_err(|e| Error::io(extensions, "list", e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io(extensions, "list", e))?;
+            let name = entry.path();
+            if name.extension().is_some_and(|x| x == "lhf") {
+                std::fs::copy(&name, copied_extensions.join(entry.file_name()))
+                    .map_err(|e| Error::io(&name, "copy", e))?;
+            }
+        }
+        Ok(copy)
+    }
+}
+
+impl Drop for CopyOnDisk {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }

@@ -322,9 +322,7 @@ fn with_data_checksums_every_crash_image_reads_back() {
         let images = sink.clone();
         let sim = pool.media().crash_simulator().unwrap();
         sim.set_fence_hook(Box::new(move |p| {
-            sink.lock()
-                .unwrap()
-                .extend(p.images().into_iter().step_by(5).take(4))
+            sink.lock().unwrap().extend(p.images().step_by(5).take(4))
         }));
         let model = run(&pool, 60, 8);
         sim.take_fence_hook();
