@@ -1,18 +1,42 @@
-//! `logheap check`: verifies a pool read-only and lists every problem found.
+//! `logheap check`: verifies a pool read-only and lists every problem found; with
+//! `--repair`, makes a damaged pool sound again (after a backup) and says what it
+//! dropped.
 //!
-//! Exit status: 0 when the pool is sound, 1 when it is damaged, 2 when it cannot be
-//! checked (no such file, in use by another process, a format this build cannot read)
-//! or the command line is wrong.
+//! Exit status: 0 when the pool is sound (after the repair, with `--repair`), 1 when it
+//! is damaged, 2 when it cannot be checked or repaired (no such file, in use by another
+//! process, a format this build cannot read, damage a repair cannot drop, a backup
+//! path that exists) or the command line is wrong.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use logheap::check::{CheckReport, check};
+use logheap::check::{CheckReport, RepairReport, check, repair};
 
 /// Options of `logheap check`.
-pub use crate::PoolArgs as Args;
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The pool file.
+    path: PathBuf,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Make a damaged pool sound again, dropping exactly what cannot be trusted: on the
+    /// log engine, every transaction from the first one the damage hides (the pool as
+    /// it was before the damage); on an in-place engine with data checksums, each
+    /// damaged line of user data (zeroed). The pool is copied first (see --backup).
+    #[arg(long)]
+    repair: bool,
+    /// Where --repair copies the pool (and its extension files, to <FILE>.d/) before
+    /// changing it; refused when it exists. Default: <pool>.backup.
+    #[arg(long, requires = "repair", value_name = "FILE")]
+    backup: Option<PathBuf>,
+}
 
-/// Checks the pool and prints what was found.
+/// Checks (or repairs) the pool and prints what was found.
 pub fn run(args: &Args) -> ExitCode {
+    if args.repair {
+        return run_repair(args);
+    }
     let report = match check(&args.path) {
         Ok(report) => report,
         Err(e) => {
@@ -93,4 +117,57 @@ fn print_report(r: &CheckReport) {
             println!("  {p}");
         }
     }
+}
+
+/// `check --repair`.
+fn run_repair(args: &Args) -> ExitCode {
+    let backup = args.backup.clone().unwrap_or_else(|| {
+        let mut name = args.path.as_os_str().to_owned();
+        name.push(".backup");
+        name.into()
+    });
+    let report = match repair(&args.path, &backup) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("logheap: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.json {
+        match serde_json::to_string(&report) {
+            Ok(line) => println!("{line}"),
+            Err(e) => {
+                eprintln!("logheap: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        print_repair(&report);
+    }
+    if report.after.is_sound() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn print_repair(r: &RepairReport) {
+    let Some(backup) = &r.backup else {
+        print_report(&r.after);
+        println!("repair        nothing to do: the pool is sound");
+        return;
+    };
+    println!("before        {} problem(s)", r.before.problems.len());
+    for p in &r.before.problems {
+        println!("  {p}");
+    }
+    println!("backup        {}", backup.display());
+    if r.dropped.is_empty() {
+        println!("dropped       nothing");
+    }
+    for d in &r.dropped {
+        println!("dropped       {d}");
+    }
+    println!("after:");
+    print_report(&r.after);
 }

@@ -132,6 +132,61 @@ fn check_finds_damage_lists_it_and_exits_1() {
 }
 
 #[test]
+fn check_repair_drops_what_damage_hides_after_a_backup() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = pool_with_data(dir.path());
+    let backup = dir.path().join("saved.pool");
+    // Sound: nothing to do, no backup.
+    let out = run(
+        &["check", "--repair", "--backup", backup.to_str().unwrap()],
+        &path,
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to do"));
+    assert!(!backup.exists());
+    // A damaged block: the log is cut back to before it.
+    flip(&path, 8192 + 300);
+    let damaged = std::fs::read(&path).unwrap();
+    assert_eq!(run(&["check"], &path).status.code(), Some(1));
+    let out = run(
+        &["check", "--repair", "--backup", backup.to_str().unwrap()],
+        &path,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("dropped") && text.contains("transaction"),
+        "{text}"
+    );
+    assert_eq!(std::fs::read(&backup).unwrap(), damaged);
+    assert_eq!(run(&["check"], &path).status.code(), Some(0));
+    let pool = Pool::open(&path).unwrap();
+    let root: PPtr<u64> = pool.root().unwrap();
+    let counter = pool.read(|tx| tx.read(root)).unwrap();
+    assert!(
+        counter < 50,
+        "the transactions from the damage on are dropped"
+    );
+    pool.close().unwrap();
+    // The default backup name, and damage a repair cannot drop (the pool header).
+    flip(&path, 10);
+    let out = run(&["check", "--repair"], &path);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot repair"));
+    let out = run(&["check", "--backup", "x"], &path);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "--backup without --repair is refused"
+    );
+}
+
+#[test]
 fn check_of_what_cannot_be_checked_exits_2() {
     let dir = tempfile::tempdir().unwrap();
     let missing = run(&["check"], &dir.path().join("missing.pool"));

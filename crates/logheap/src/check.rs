@@ -309,3 +309,138 @@ impl Drop for CopyOnDisk {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// What [`repair`] did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RepairReport {
+    /// The check before the repair.
+    pub before: CheckReport,
+    /// Where the pool was copied before it was changed (with its extension files in
+    /// `<backup>.d/`); `None` when it was sound and nothing was done.
+    pub backup: Option<PathBuf>,
+    /// What the repair dropped, one line each.
+    pub dropped: Vec<String>,
+    /// The check after the repair.
+    pub after: CheckReport,
+}
+
+/// Makes the damaged pool at `path` sound again, dropping exactly what cannot be
+/// trusted, after copying it to `backup` (refused when `backup` exists). A sound pool
+/// is left as it is (and not copied).
+///
+/// - **Log engine:** the log is cut back to before its first damage: every transaction
+///   from the first one that damage hides is dropped (a later one may have read what it
+///   wrote, so only a prefix of the history can be trusted), the damaged and emptied
+///   chunks go back to the free pool, and the pool is closed cleanly. The report says
+///   from which version on, and how many transactions were dropped.
+/// - **In-place engines with data checksums:** each 64-byte line of user data whose
+///   bytes do not match their checksum is zeroed, with a new checksum.
+///
+/// Damage this cannot drop (a pool header, a superblock, an in-place engine's own
+/// structures or a persistent heap's metadata, damage older than the log engine's
+/// allocation checkpoint) is [`Error::CannotRepair`], with the pool unchanged (the
+/// backup is still written first).
+pub fn repair(path: impl AsRef<Path>, backup: impl AsRef<Path>) -> Result<RepairReport> {
+    let (path, backup) = (path.as_ref(), backup.as_ref());
+    let before = check(path)?;
+    if before.is_sound() {
+        return Ok(RepairReport {
+            after: before.clone(),
+            before,
+            backup: None,
+            dropped: Vec::new(),
+        });
+    }
+    let cannot = |reason: String| Error::CannotRepair {
+        path: path.into(),
+        reason,
+    };
+    let Some(header) = before.header.clone() else {
+        return Err(cannot(format!(
+            "the pool header is damaged ({})",
+            before.problems[0]
+        )));
+    };
+    copy_pool(path, backup)?;
+    let mut dropped = Vec::new();
+    match header.engine {
+        EngineKind::Log => {
+            let mut config = crate::Config::default();
+            config.salvage = true;
+            let pool = crate::Pool::open_with(path, &config).map_err(|e| cannot(e.to_string()))?;
+            if let Some(log) = pool.stats().log() {
+                let r = &log.recovery;
+                if let Some(cut) = r.salvaged_from {
+                    dropped.push(format!(
+                        "{} transaction(s) of version {cut} or newer: the pool is as it was before its first damage",
+                        r.dropped_transactions
+                    ));
+                }
+                if r.chunks_reclaimed > 0 {
+                    dropped.push(format!(
+                        "{} chunk(s) of the log, damaged or holding only what was dropped, returned to the free pool",
+                        r.chunks_reclaimed
+                    ));
+                }
+            }
+            pool.close()?;
+        }
+        EngineKind::Alloc => {
+            return Err(cannot(format!(
+                "a persistent heap's metadata is damaged ({}); repair does not rebuild it",
+                before.problems[0]
+            )));
+        }
+        _ => {
+            let pool = crate::Pool::open_with(path, &crate::Config::default()).map_err(|e| {
+                cannot(format!(
+                    "{e}: repair does not rebuild an in-place engine's own structures"
+                ))
+            })?;
+            for line in pool.scrub_damaged_data() {
+                dropped.push(format!(
+                    "the 64 bytes of user data at offset {line} (they did not match their data checksum), now zeros"
+                ));
+            }
+            pool.close()?;
+        }
+    }
+    let after = check(path)?;
+    Ok(RepairReport {
+        before,
+        backup: Some(backup.into()),
+        dropped,
+        after,
+    })
+}
+
+/// Copies the pool file at `path` to `to` (refused when it exists), with its extension
+/// files into `<to>.d/`, durably.
+fn copy_pool(path: &Path, to: &Path) -> Result<()> {
+    if to.exists() {
+        return Err(Error::AlreadyExists { path: to.into() });
+    }
+    let copy = |from: &Path, into: &Path| -> Result<()> {
+        std::fs::copy(from, into).map_err(|e| Error::io(into, "copy", e))?;
+        std::fs::File::open(into)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| Error::io(into, "fsync", e))
+    };
+    copy(path, to)?;
+    let mut dir = path.as_os_str().to_owned();
+    dir.push(".d");
+    let dir = PathBuf::from(dir);
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        let mut into = to.as_os_str().to_owned();
+        into.push(".d");
+        let into = PathBuf::from(into);
+        std::fs::create_dir_all(&into).map_err(|e| Error::io(&into, "create", e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io(&dir, "list", e))?;
+            if entry.path().extension().is_some_and(|x| x == "lhf") {
+                copy(&entry.path(), &into.join(entry.file_name()))?;
+            }
+        }
+    }
+    Ok(())
+}

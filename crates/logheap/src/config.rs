@@ -43,6 +43,9 @@ pub struct Config {
     /// A kind chosen that is no transaction engine ([`EngineKind::Alloc`]), refused at
     /// create.
     not_an_engine: Option<EngineKind>,
+    /// Open to repair ([`check::repair`](crate::check::repair)): a damaged log is cut
+    /// back to before its first damage instead of being refused.
+    pub(crate) salvage: bool,
 }
 
 impl Default for Config {
@@ -56,6 +59,7 @@ impl Default for Config {
             data_checksums: None,
             misapplied: None,
             not_an_engine: None,
+            salvage: false,
         }
     }
 }

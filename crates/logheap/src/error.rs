@@ -138,6 +138,15 @@ pub enum Error {
         "the pool is full: live data leaves no room for this (see Pool::stats for the live bytes)"
     )]
     PoolFull,
+    /// `logheap check --repair` cannot make this pool sound (see
+    /// [`check::repair`](crate::check::repair)); the pool was not changed.
+    #[error("{path}: cannot repair: {reason}")]
+    CannotRepair {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// The engine's transaction versions are used up: the `oop` engine's update slots
     /// hold versions below 2^48, so a pool that has committed that many write
     /// transactions takes no more.

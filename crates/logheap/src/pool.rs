@@ -281,6 +281,12 @@ impl Pool {
         self.engine.damaged_data()
     }
 
+    /// Zeroes every line of user data whose data checksum fails, with its new checksum,
+    /// durably, and returns the lines (for [`check::repair`](crate::check::repair)).
+    pub(crate) fn scrub_damaged_data(&self) -> Vec<u64> {
+        self.engine.scrub_damaged_data()
+    }
+
     /// The pool's media, read-only (counters, durability mode, the crash simulator):
     /// stores go through transactions only.
     pub fn media(&self) -> &MediaView {

@@ -86,6 +86,11 @@ pub(crate) trait EngineLifecycle: Engine {
     fn damaged_data(&self) -> Vec<(u64, u32, u32)> {
         Vec::new()
     }
+    /// Zeroes every line of user data whose data checksum fails, with a new checksum,
+    /// durably, and returns the lines (for a repair, with no transaction running).
+    fn scrub_damaged_data(&self) -> Vec<u64> {
+        Vec::new()
+    }
     /// Starts the work the engine runs beside the transactions, if any.
     fn background(_engine: &Arc<Self>) -> Option<Background> {
         None
@@ -251,6 +256,13 @@ macro_rules! engines {
             pub(crate) fn damaged_data(&self) -> Vec<(u64, u32, u32)> {
                 match self {
                     $(AnyEngine::$variant(stm) => stm.engine().damaged_data(),)+
+                }
+            }
+
+            /// Zeroes the lines of user data whose data checksum fails.
+            pub(crate) fn scrub_damaged_data(&self) -> Vec<u64> {
+                match self {
+                    $(AnyEngine::$variant(stm) => stm.engine().scrub_damaged_data(),)+
                 }
             }
 

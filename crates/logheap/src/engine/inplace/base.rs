@@ -499,6 +499,20 @@ impl InPlace {
         }
     }
 
+    /// Zeroes each line [`damaged_lines`](Self::damaged_lines) finds and stores its new
+    /// checksum, durably; returns the lines. For a repair: no transaction runs.
+    pub(crate) fn scrub_damaged_lines(&self) -> Vec<u64> {
+        let lines: Vec<u64> = self.damaged_lines().into_iter().map(|d| d.0).collect();
+        for &line in &lines {
+            write_flushed(&self.media, line, &[0u8; CACHE_LINE]);
+            self.seal(line, CACHE_LINE as u64);
+        }
+        if !lines.is_empty() {
+            self.media.fence();
+        }
+        lines
+    }
+
     /// Every line of the live allocations and the root whose bytes do not match its
     /// data checksum: `(line, stored, computed)` (for `logheap check`).
     pub(crate) fn damaged_lines(&self) -> Vec<(u64, u32, u32)> {

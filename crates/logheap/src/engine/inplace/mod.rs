@@ -100,6 +100,10 @@ macro_rules! in_place_lifecycle_common {
             self.core.damaged_lines()
         }
 
+        fn scrub_damaged_data(&self) -> Vec<u64> {
+            self.core.scrub_damaged_lines()
+        }
+
         /// No log of data to compact: the heap's free space is punched out of the
         /// pool's files instead (transactions may run meanwhile).
         fn compact(&self) -> crate::engine::Compaction {

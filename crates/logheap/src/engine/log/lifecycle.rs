@@ -41,7 +41,7 @@ impl EngineLifecycle for LogEngine {
         <LogEngine as EngineLifecycle>::open(file, config, options)
     }
 
-    fn open(file: PoolFile, _config: &Config, options: LogOptions) -> Result<LogEngine> {
+    fn open(file: PoolFile, config: &Config, options: LogOptions) -> Result<LogEngine> {
         LogEngine::open(
             file,
             options.mapping,
@@ -53,6 +53,7 @@ impl EngineLifecycle for LogEngine {
                 every: options.clean_every,
             },
             options.home_cache,
+            config.salvage,
         )
     }
 

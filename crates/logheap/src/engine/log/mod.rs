@@ -236,13 +236,16 @@ impl LogEngine {
     /// superblock and hands out generations below it.
     ///
     /// `recovery_threads` recover the log (0: one per core, see
-    /// [`Config::recovery_threads`](crate::Config::recovery_threads)).
+    /// [`Config::recovery_threads`](crate::Config::recovery_threads)). `salvage` (a
+    /// repair): a damaged log is cut back to before its first damage instead of being
+    /// refused (see `recovery::rules::salvage_cut`).
     pub(crate) fn open(
         file: PoolFile,
         mapping: MappingConfig,
         recovery_threads: usize,
         cleaning: CleanerSettings,
         home_cache_bytes: u64,
+        salvage: bool,
     ) -> Result<LogEngine> {
         mapping.check().map_err(Error::InvalidConfig)?;
         let media = file.media().clone();
@@ -286,7 +289,7 @@ impl LogEngine {
             close,
             snapshot,
             &mapping,
-            (threads, seed),
+            (threads, seed, salvage),
         )
         .map_err(corrupt)?;
 

@@ -67,7 +67,7 @@ fn recover_with(
         close,
         Ok(None),
         &mapping,
-        (threads, None),
+        (threads, None, false),
     )?;
     Ok(Outcome {
         pieces: pieces(&mapping),

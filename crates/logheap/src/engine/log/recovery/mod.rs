@@ -131,6 +131,10 @@ pub struct RecoveryReport {
     pub max_version: u64,
     /// Whether the mapping and the allocator were loaded from the clean-close snapshot.
     pub snapshot: SnapshotUse,
+    /// A repair ([`check::repair`](crate::check::repair)) dropped every transaction of
+    /// this version or newer, so that the pool is as it was before its first damage;
+    /// `dropped_transactions` counts them.
+    pub salvaged_from: Option<u64>,
 }
 
 /// Whether an open loaded the clean-close snapshot.
@@ -226,16 +230,31 @@ pub(crate) struct Examination {
 impl RecoveryReport {
     /// The report of what `scan` read and `verdict` judged (no chunk reclaimed yet).
     fn of(was_clean: bool, scan: &scan::Scan, verdict: &rules::Verdict) -> RecoveryReport {
+        let dropped_transactions = match verdict.salvage_cut {
+            None => verdict.dropped.len() as u64,
+            Some(cut) => {
+                let mut dropped: Vec<u64> = scan
+                    .chunks
+                    .iter()
+                    .flat_map(|c| c.blocks.iter().map(|b| b.version))
+                    .filter(|&v| v >= cut)
+                    .collect();
+                dropped.sort_unstable();
+                dropped.dedup();
+                dropped.len() as u64
+            }
+        };
         RecoveryReport {
             was_clean,
             chunks_in_use: scan.chunks.len() as u64,
             blocks: verdict.blocks,
             transactions: verdict.transactions,
-            dropped_transactions: verdict.dropped.len() as u64,
+            dropped_transactions,
             dropped: verdict.dropped.clone(),
             chunks_reclaimed: 0,
             max_version: verdict.max_version,
             snapshot: SnapshotUse::None,
+            salvaged_from: verdict.salvage_cut,
         }
     }
 }
@@ -295,8 +314,14 @@ pub(crate) fn recover(
     close: Option<CloseRecord>,
     snapshot: Result<Option<SnapshotLocator>, String>,
     mapping: &Mapping,
-    (threads, seed): (usize, Option<&Seed>),
+    (threads, seed, salvage): (usize, Option<&Seed>, bool),
 ) -> Result<Recovery, Vec<Damage>> {
+    // A salvaging open replays the log (the snapshot describes what it drops) on one
+    // thread.
+    let (snapshot, threads) = match salvage {
+        true => (Ok(None), 1),
+        false => (snapshot, threads),
+    };
     let mut snapshot_use = SnapshotUse::None;
     let mut loaded = None;
     let mut summary = None;
@@ -336,10 +361,21 @@ pub(crate) fn recover(
             marks,
             close.as_ref(),
             mapping,
-            (threads, seed),
+            (threads, seed, salvage),
             false,
         )
     });
+    if let (Some(cut), Some(seed)) = (verdict.salvage_cut, seed)
+        && cut <= seed.checkpoint.version
+    {
+        return Err(vec![Damage::at(
+            geometry.start,
+            format!(
+                "the damage lies before the allocation checkpoint (version {}): dropping from version {cut} on cannot be done without it",
+                seed.checkpoint.version
+            ),
+        )]);
+    }
     let Some(replayed) = replayed.filter(|_| problems.is_empty()) else {
         return Err(problems);
     };
@@ -354,6 +390,10 @@ pub(crate) fn recover(
     let mut erase = Vec::new();
     let mut reclaim: Vec<u32> = scan.torn_headers.iter().map(|t| t.index).collect();
     reclaim.extend(verdict.orphans.iter().map(|&ci| scan.chunks[ci].index));
+    if verdict.salvage_cut.is_some() {
+        // A damaged header: the chunk is in no log any more.
+        reclaim.extend(&scan.damaged_headers);
+    }
     let mut tails = Vec::new();
     let mut chains = Vec::new();
     for log in &verdict.logs {
@@ -491,7 +531,7 @@ pub(crate) fn examine(
         marks,
         close.as_ref(),
         mapping,
-        (threads, seed),
+        (threads, seed, false),
         true,
     );
     let replayed = replayed.expect("replayed whatever the problems");
@@ -698,12 +738,12 @@ fn read_judge_and_prepare(
     if threads < 2 {
         return (
             prepare(),
-            read_judge(media, geometry, marks, Some(close), 1),
+            read_judge(media, geometry, marks, Some(close), 1, false),
         );
     }
     std::thread::scope(|s| {
         let preparing = s.spawn(prepare);
-        let judged = read_judge(media, geometry, marks, Some(close), threads - 1);
+        let judged = read_judge(media, geometry, marks, Some(close), threads - 1, false);
         let prepared = preparing
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -747,6 +787,7 @@ fn read_judge(
     marks: Marks,
     close: Option<&CloseRecord>,
     threads: usize,
+    salvage: bool,
 ) -> Judged {
     let mut scan = if threads > 1 {
         let batches = scan::Batches::new(geometry, marks.formatted, threads);
@@ -761,7 +802,7 @@ fn read_judge(
         scan::scan(media, geometry, marks.formatted)
     };
     let scan_problems = std::mem::take(&mut scan.problems);
-    let (verdict, problems) = judge(geometry, marks, close, &scan, scan_problems);
+    let (verdict, problems) = judge(geometry, marks, close, &scan, scan_problems, salvage);
     (scan, verdict, problems)
 }
 
@@ -792,7 +833,7 @@ fn read_judge_replay(
     marks: Marks,
     close: Option<&CloseRecord>,
     mapping: &Mapping,
-    (threads, seed): (usize, Option<&Seed>),
+    (threads, seed, salvage): (usize, Option<&Seed>, bool),
     replay_anyway: bool,
 ) -> (
     scan::Scan,
@@ -800,10 +841,10 @@ fn read_judge_replay(
     Vec<Damage>,
     Option<replay::Replayed>,
 ) {
-    let judged = |scan: &scan::Scan, problems| judge(geometry, marks, close, scan, problems);
+    let judged = |scan: &scan::Scan, problems| judge(geometry, marks, close, scan, problems, false);
     // With an allocation checkpoint the replay is sequential (the parallel one does not
     // start from one yet).
-    if threads > 1 && seed.is_none() {
+    if threads > 1 && seed.is_none() && !salvage {
         return parallel::recover(
             media,
             geometry,
@@ -814,7 +855,7 @@ fn read_judge_replay(
             replay_anyway,
         );
     }
-    let (scan, mut verdict, mut problems) = read_judge(media, geometry, marks, close, 1);
+    let (scan, mut verdict, mut problems) = read_judge(media, geometry, marks, close, 1, salvage);
     verdict.seed = seed.map(|s| s.checkpoint.clone());
     let mut replayed = (replay_anyway || problems.is_empty())
         .then(|| replay::replay(media, geometry, &scan, &verdict, mapping, &mut problems));
@@ -833,6 +874,7 @@ fn judge(
     close: Option<&CloseRecord>,
     scan: &scan::Scan,
     mut scan_problems: Vec<Damage>,
+    salvage: bool,
 ) -> (rules::Verdict, Vec<Damage>) {
     let mut problems = Vec::new();
     if marks.formatted > geometry.count {
@@ -844,8 +886,18 @@ fn judge(
             ),
         ));
     }
-    problems.append(&mut scan_problems);
     let mut verdict = rules::judge(scan, geometry, close, marks.cleaned);
+    if salvage && !(scan_problems.is_empty() && verdict.problems.is_empty()) {
+        let mut found = scan_problems.clone();
+        found.extend(verdict.problems.iter().cloned());
+        if let Some(cut) = rules::salvage_cut(scan, geometry, &verdict, &found) {
+            verdict = rules::judge_with(scan, geometry, close, marks.cleaned, Some(cut));
+            verdict.salvage_cut = Some(cut);
+            // The chunks with damaged headers are reclaimed.
+            scan_problems.clear();
+        }
+    }
+    problems.append(&mut scan_problems);
     problems.append(&mut verdict.problems);
     let limit = |what: &str, value: u64, max: u64| {
         (value > max).then(|| {
@@ -933,7 +985,7 @@ mod tests {
             None,
             Ok(None),
             &Mapping::new(MappingConfig::FULL),
-            (1, None),
+            (1, None, false),
         );
         (recovered, media)
     }

@@ -65,6 +65,9 @@ pub(crate) struct Verdict {
     /// The allocation checkpoint replay starts from, if the pool has one (its records
     /// at or below its version are in it, not replayed).
     pub seed: Option<std::sync::Arc<crate::engine::log::checkpoint::Checkpoint>>,
+    /// A salvaging open's cut ([`salvage_cut`]): every transaction of this version or
+    /// newer is dropped.
+    pub salvage_cut: Option<u64>,
 }
 
 impl Verdict {
@@ -83,7 +86,22 @@ pub(crate) fn judge(
     close: Option<&CloseRecord>,
     cleaned: u64,
 ) -> Verdict {
-    let clean = close.is_some();
+    judge_with(scan, geometry, close, cleaned, None)
+}
+
+/// [`judge`], salvaging (for `logheap check --repair`) when `cut` is given: every
+/// transaction of version `cut` or above is taken as not committed, and each log's
+/// tail region, dropped as after a crash, may then hold more than one of them; the
+/// rules that only a crash's single interrupted transaction obeys (one per log set,
+/// where its blocks point, the clean-close record) are not applied.
+pub(crate) fn judge_with(
+    scan: &Scan,
+    geometry: &ChunkGeometry,
+    close: Option<&CloseRecord>,
+    cleaned: u64,
+    cut: Option<u64>,
+) -> Verdict {
+    let clean = close.is_some() && cut.is_none();
     let mut v = Verdict::default();
     let block_at = |ci: usize, offset: u32| geometry.offset(scan.chunks[ci].index) + offset as u64;
 
@@ -120,6 +138,10 @@ pub(crate) fn judge(
             v.blocks += 1;
             v.max_version = v.max_version.max(b.version);
             versions.push(b.version);
+            if cut.is_some_and(|cut| b.version >= cut) {
+                v.uncommitted.insert(b.version);
+                continue;
+            }
             if version_at(b.peer) == Some(b.version) {
                 continue;
             }
@@ -207,7 +229,7 @@ pub(crate) fn judge(
         entry.1 = entry.1.min(at);
     }
     for (owner, set) in &versions_of_set {
-        if set.len() > 1 {
+        if set.len() > 1 && cut.is_none() {
             let mut list: Vec<u64> = set.iter().copied().collect();
             list.sort_unstable();
             let at = unfinished.get(owner).map_or(geometry.start, |e| e.1);
@@ -223,7 +245,7 @@ pub(crate) fn judge(
             e.0 = Some(version);
         }
     }
-    if !clean {
+    if !clean && cut.is_none() {
         let mut found = check_unfinished_peers(scan, geometry, &v);
         v.problems.append(&mut found);
         let mut found = check_unfinished_extent(scan, geometry, &v, &unfinished);
@@ -258,7 +280,7 @@ pub(crate) fn judge(
         }
     }
 
-    if let Some(close) = close {
+    if let Some(close) = close.filter(|_| cut.is_none()) {
         let found = CloseRecord {
             max_version: v.max_version,
             transactions: v.transactions,
@@ -275,6 +297,82 @@ pub(crate) fn judge(
         }
     }
     v
+}
+
+/// The version from which a salvaging open drops every transaction, so that what stays
+/// is the pool as it was before its first damage: a prefix of its history, which no
+/// dropped transaction can have changed. For each problem inside a log: one more than
+/// the newest version written to that log before it (the damaged transaction, whose
+/// version may be unreadable, came after it), and no more than the oldest version
+/// read after it. A damaged chunk header hides its log and its blocks: one more than
+/// the newest version of the log that ends earliest. `None` when no problem lies in a
+/// log (then salvaging cannot help).
+pub(crate) fn salvage_cut(
+    scan: &Scan,
+    geometry: &ChunkGeometry,
+    first: &Verdict,
+    problems: &[Damage],
+) -> Option<u64> {
+    // (log, position in the log, offset in the chunk) of each chunk that is in a log.
+    let mut place: HashMap<u32, (usize, usize)> = HashMap::new();
+    for (li, log) in first.logs.iter().enumerate() {
+        for (pos, &ci) in log.chunks.iter().enumerate() {
+            place.insert(scan.chunks[ci].index, (li, pos));
+        }
+    }
+    /// Each block of `log`: ((position in the log, offset in its chunk), version).
+    fn blocks_of<'a>(
+        scan: &'a Scan,
+        log: &'a LogChain,
+    ) -> impl Iterator<Item = ((usize, u32), u64)> + 'a {
+        log.chunks.iter().enumerate().flat_map(move |(pos, &ci)| {
+            scan.chunks[ci]
+                .blocks
+                .iter()
+                .map(move |b| ((pos, b.offset), b.version))
+        })
+    }
+    let mut cut: Option<u64> = None;
+    for p in problems {
+        let Some(chunk) = p
+            .offset
+            .checked_sub(geometry.start)
+            .map(|o| o / geometry.size)
+        else {
+            continue;
+        };
+        let Some(&(li, pos)) = u32::try_from(chunk).ok().and_then(|c| place.get(&c)) else {
+            continue;
+        };
+        let log = &first.logs[li];
+        let at = (
+            pos,
+            (p.offset - geometry.offset(scan.chunks[log.chunks[pos]].index)) as u32,
+        );
+        let before = blocks_of(scan, log)
+            .filter(|&(place, _)| place < at)
+            .map(|(_, v)| v)
+            .max()
+            .unwrap_or(0);
+        let after = blocks_of(scan, log)
+            .filter(|&(place, _)| place >= at)
+            .map(|(_, v)| v)
+            .min()
+            .unwrap_or(u64::MAX);
+        let here = before.saturating_add(1).min(after);
+        cut = Some(cut.map_or(here, |c| c.min(here)));
+    }
+    if !scan.damaged_headers.is_empty() {
+        let earliest_end = first
+            .logs
+            .iter()
+            .map(|log| blocks_of(scan, log).map(|(_, v)| v).max().unwrap_or(0))
+            .min()
+            .unwrap_or(0);
+        let here = earliest_end.saturating_add(1);
+        cut = Some(cut.map_or(here, |c| c.min(here)));
+    }
+    cut
 }
 
 /// The chunks of one log (positions in `scan.chunks`, in sequence order) that the

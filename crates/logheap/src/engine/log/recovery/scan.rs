@@ -62,6 +62,8 @@ pub(crate) struct Scan {
     pub torn_headers: Vec<TornHeader>,
     /// Chunk headers that are damaged.
     pub problems: Vec<Damage>,
+    /// The chunks whose headers are damaged (a salvaging open reclaims them).
+    pub damaged_headers: Vec<u32>,
 }
 
 /// Reads the first `formatted` chunks.
@@ -129,6 +131,7 @@ impl Batches {
             out.free.append(&mut part.free);
             out.torn_headers.append(&mut part.torn_headers);
             out.problems.append(&mut part.problems);
+            out.damaged_headers.append(&mut part.damaged_headers);
         }
         out
     }
@@ -150,10 +153,13 @@ fn scan_range(
         match HeaderState::of(&head) {
             HeaderState::Free => out.free.push(c),
             HeaderState::Torn { owner } => out.torn_headers.push(TornHeader { index: c, owner }),
-            HeaderState::Damaged => out.problems.push(Damage::at(
-                at,
-                format!("the header of chunk {c} is damaged"),
-            )),
+            HeaderState::Damaged => {
+                out.problems.push(Damage::at(
+                    at,
+                    format!("the header of chunk {c} is damaged"),
+                ));
+                out.damaged_headers.push(c);
+            }
             HeaderState::Valid(header) => {
                 media.read(at as usize, buf);
                 out.chunks.push(scan_chunk(buf, c, header));
