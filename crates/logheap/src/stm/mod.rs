@@ -6,7 +6,7 @@
 //!
 //! The commit version is the transaction's version in the log.
 
-mod atomic;
+pub(crate) mod atomic;
 mod clock;
 mod domain;
 mod driver;

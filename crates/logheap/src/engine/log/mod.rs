@@ -22,7 +22,7 @@ mod home_cache;
 mod layout;
 mod lifecycle;
 mod log_writer;
-mod mapping;
+pub(crate) mod mapping;
 mod options;
 mod recovery;
 mod snapshot;

@@ -32,6 +32,7 @@
 
 mod directory;
 mod node_cache;
+pub(crate) mod seqlock;
 mod skiplist;
 mod sorted_array;
 

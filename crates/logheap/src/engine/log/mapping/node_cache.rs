@@ -18,6 +18,7 @@ use std::sync::{Arc, Weak};
 use crossbeam_utils::CachePadded;
 
 use super::Piece;
+use crate::stm::atomic::AtomicU64 as SeqWord;
 
 const SET_BITS: u32 = 11;
 const WAYS: usize = 4;
@@ -26,7 +27,9 @@ pub(crate) const CACHE_BYTES: usize = (1 << SET_BITS) * (WAYS * std::mem::size_o
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
-    word: *const AtomicU64,
+    /// A sequence word (the STM protocol's atomic type, as the partitions' seqlocks
+    /// have it).
+    word: *const SeqWord,
     seq: u64,
     range: Piece,
 }
@@ -115,7 +118,7 @@ impl CacheHandle<'_> {
                 }
                 // SAFETY: cached words belong to type-stable nodes or to partitions of
                 // this mapping, which is alive (we were called through it).
-                let seq = unsafe { &*e.word }.load(Ordering::Acquire);
+                let seq = unsafe { &*e.word }.load(crate::stm::atomic::Ordering::Acquire);
                 if seq == e.seq {
                     bump(&c.counters.hits);
                     return Some(e.range);
@@ -128,7 +131,7 @@ impl CacheHandle<'_> {
 
     /// Caches `range`, valid while `word` holds `seq`, for the neighbourhood of `addr`
     /// (FIFO).
-    pub(crate) fn put(&self, addr: u64, word: &AtomicU64, seq: u64, range: Piece) {
+    pub(crate) fn put(&self, addr: u64, word: &SeqWord, seq: u64, range: Piece) {
         with_cache(self.id, self.alive, self.register, |c| {
             let set = set_of(addr);
             let way = c.next_way[set] as usize % WAYS;

@@ -27,7 +27,8 @@ const MAX_SLAB: usize = 1024;
 /// `seq` is even while the node is live and odd once it is removed.
 #[derive(Debug, Default)]
 pub(crate) struct Node {
-    seq: AtomicU64,
+    /// The STM protocol's atomic type, as node caches keep it (see `node_cache`).
+    seq: crate::stm::atomic::AtomicU64,
     home: AtomicU64,
     len: AtomicU64,
     log: AtomicU64,
@@ -70,7 +71,7 @@ impl Node {
     }
 
     /// The sequence word: unchanged exactly as long as the node maps the same range.
-    pub(crate) fn seq_word(&self) -> &AtomicU64 {
+    pub(crate) fn seq_word(&self) -> &crate::stm::atomic::AtomicU64 {
         &self.seq
     }
 

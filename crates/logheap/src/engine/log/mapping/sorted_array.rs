@@ -46,7 +46,9 @@
 
 use std::alloc::Layout;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+use super::seqlock::SeqLock;
 
 use crossbeam_epoch::Guard;
 
@@ -291,7 +293,7 @@ impl<'a, K: Key> Block<'a, K> {
 #[derive(Debug)]
 pub(crate) struct SortedArray<K: Key> {
     /// Even while the entries are stable, odd while the writer changes them.
-    seq: AtomicU64,
+    seq: SeqLock,
     /// The entry block, or null while the partition has never held an entry.
     block: AtomicPtr<AtomicU64>,
     keys: PhantomData<K>,
@@ -314,7 +316,7 @@ impl<K: Key> SortedArray<K> {
     /// An empty index (it allocates nothing until its first insert).
     pub(crate) fn new() -> SortedArray<K> {
         SortedArray {
-            seq: AtomicU64::new(0),
+            seq: SeqLock::new(),
             block: AtomicPtr::new(std::ptr::null_mut()),
             keys: PhantomData,
         }
@@ -322,8 +324,8 @@ impl<K: Key> SortedArray<K> {
 
     /// The sequence word, whose value is unchanged exactly as long as the entries are
     /// (for node caches).
-    pub(crate) fn seq_word(&self) -> &AtomicU64 {
-        &self.seq
+    pub(crate) fn seq_word(&self) -> &crate::stm::atomic::AtomicU64 {
+        self.seq.word()
     }
 
     /// The current block. The caller must hold a guard of the pool's epoch or be the
@@ -365,11 +367,10 @@ impl<K: Key> SortedArray<K> {
         let mut batch = [Extent::default(); READ_BATCH];
         let mut first_reported = false;
         while at < stop {
-            let s1 = self.seq.load(Ordering::Acquire);
-            if s1 & 1 == 1 {
+            let Some(s1) = self.seq.read_begin() else {
                 std::hint::spin_loop();
                 continue;
-            }
+            };
             let block = self.block();
             let len = block.len();
             let mut i = block.first_ending_after(len, at);
@@ -409,8 +410,7 @@ impl<K: Key> SortedArray<K> {
                 pos += batch[n].len.max(1);
                 n += 1;
             }
-            fence(Ordering::Acquire);
-            if self.seq.load(Ordering::Relaxed) != s1 {
+            if !self.seq.read_valid(s1) {
                 continue;
             }
             if !first_reported && let Some(w) = whole {
@@ -444,23 +444,11 @@ impl<K: Key> SortedArray<K> {
     /// lock (the odd sequence). Blocks it replaces are freed through `epoch`, the
     /// pool's.
     pub(crate) fn writer<'a>(&'a self, base: u64, epoch: &'a PoolEpoch) -> ArrayWriter<'a, K> {
-        loop {
-            let s = self.seq.load(Ordering::Relaxed);
-            if s & 1 == 0
-                && self
-                    .seq
-                    .compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            {
-                // Entry stores must not be seen before the odd sequence.
-                fence(Ordering::Release);
-                return ArrayWriter {
-                    array: self,
-                    base,
-                    epoch,
-                };
-            }
-            std::hint::spin_loop();
+        self.seq.write_lock();
+        ArrayWriter {
+            array: self,
+            base,
+            epoch,
         }
     }
 }
@@ -476,7 +464,7 @@ pub(crate) struct ArrayWriter<'a, K: Key> {
 
 impl<K: Key> Drop for ArrayWriter<'_, K> {
     fn drop(&mut self) {
-        self.array.seq.fetch_add(1, Ordering::Release); // odd -> even: stable
+        self.array.seq.write_unlock();
     }
 }
 
