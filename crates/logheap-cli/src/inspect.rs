@@ -27,6 +27,7 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             "logs": logs.as_ref().map(|r| &r.logs),
             "live_log_bytes": logs.as_ref().map(|r| r.live_log_bytes),
             "allocations": logs.as_ref().map(|r| r.allocations),
+            "structures": logs.as_ref().and_then(|r| r.structures.as_ref()),
             "problems": logs.as_ref().map(|r| r.problems.len()),
         });
         println!("{value}");
@@ -38,7 +39,10 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     println!("format      {}", header.format_version);
     println!("engine      {}", header.engine);
     println!("size        {}", bytes(header.pool_size));
-    println!("chunk size  {}", bytes(header.chunk_size));
+    let log_engine = header.engine == logheap::EngineKind::Log;
+    if log_engine {
+        println!("chunk size  {}", bytes(header.chunk_size));
+    }
     println!("root area   {}..{}", l.root.start, l.root.end);
     println!("data area   {}..{}", l.data.start, l.data.end);
     println!("created     {} (Unix seconds)", header.created_unix_secs);
@@ -60,6 +64,21 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     );
     match logs {
         None => println!("logs        not read: the pool is open in another process"),
+        Some(r) if !log_engine => {
+            println!(
+                "heap        {} allocations, {} bytes",
+                r.allocations, r.allocated_bytes
+            );
+            if let Some(s) = &r.structures {
+                print_structures(s);
+            }
+            if !r.is_sound() {
+                println!(
+                    "damage      {} problem(s): run `logheap check` for the list",
+                    r.problems.len()
+                );
+            }
+        }
         Some(r) => {
             println!(
                 "heap        {} allocations, {} bytes; {} log bytes live",
@@ -84,6 +103,49 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     Ok(())
+}
+
+/// The structures of an in-place engine's pool or a persistent heap.
+fn print_structures(s: &logheap::check::Structures) {
+    use logheap::EngineStats;
+    println!("segments    {} in use", bytes(s.pm_bytes_used));
+    let logs = match &s.engine {
+        Some(EngineStats::Redo(r)) => Some(&r.logs),
+        Some(EngineStats::Undo(u)) => Some(&u.logs),
+        Some(EngineStats::Oop(o)) => Some(&o.logs),
+        Some(EngineStats::Hoop(h)) => Some(&h.logs),
+        _ => None,
+    };
+    if let Some(l) = logs {
+        println!(
+            "log areas   {} (one per thread that committed), {}",
+            l.logs,
+            bytes(l.log_bytes)
+        );
+    }
+    match &s.engine {
+        Some(EngineStats::Oop(o)) => println!(
+            "slots       {} words with an update slot ({} current in theirs), slot chunks {}",
+            o.update_slots,
+            o.slots_recovered,
+            bytes(o.slot_bytes)
+        ),
+        Some(EngineStats::Hoop(h)) => println!(
+            "mapped      {} words whose newest copy is in a log (written home by the next collection)",
+            h.update_slots
+        ),
+        _ => {}
+    }
+    if s.engine.is_some() {
+        println!(
+            "checksums   {}",
+            if s.data_checksums {
+                "a CRC-32C per 64-byte line of user data (data checksums on)"
+            } else {
+                "none on user data (data checksums off)"
+            }
+        );
+    }
 }
 
 /// `n` bytes, and in binary units when that is shorter to read (`67108864 bytes (64 MiB)`).

@@ -590,6 +590,19 @@ fn check_verifies_a_pool_of_every_in_place_engine() {
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["allocations"], 30, "{engine}: {v}");
         assert_eq!(v["problems"].as_array().unwrap().len(), 0, "{engine}: {v}");
+        // inspect shows the engine's structures: its log areas, and its checksum state.
+        let text = String::from_utf8_lossy(&run(&["inspect"], &path).stdout).to_string();
+        assert!(
+            text.contains("log areas   1 ") && text.contains("data checksums off"),
+            "{engine}: {text}"
+        );
+        assert!(!text.contains("chunk size"), "{engine}: no chunks: {text}");
+        let v: serde_json::Value =
+            serde_json::from_slice(&run(&["inspect", "--json"], &path).stdout).unwrap();
+        assert!(
+            v["structures"]["pm_bytes_used"].as_u64().unwrap() > 0,
+            "{engine}: {v}"
+        );
         // The file is only read.
         let before = std::fs::read(&path).unwrap();
         // A flipped byte in the heap's superblock: damaged, exit 1, one problem listed.
@@ -612,4 +625,38 @@ fn check_verifies_a_pool_of_every_in_place_engine() {
             "{engine}: check wrote to the file"
         );
     }
+}
+
+#[test]
+fn create_with_data_checksums_on_an_in_place_engine_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.pool");
+    let out = run(
+        &[
+            "create",
+            "--size",
+            "8M",
+            "--engine",
+            "undo",
+            "--data-checksums",
+        ],
+        &path,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&run(&["inspect"], &path).stdout).to_string();
+    assert!(text.contains("data checksums on"), "{text}");
+    assert_eq!(run(&["check"], &path).status.code(), Some(0));
+    let out = run(
+        &["create", "--size", "8M", "--data-checksums"],
+        &dir.path().join("log.pool"),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("data_checksums"),
+        "{err}"
+    );
 }

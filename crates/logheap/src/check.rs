@@ -41,8 +41,25 @@ pub struct CheckReport {
     pub allocated_bytes: u64,
     /// Bytes of the log still mapped.
     pub live_log_bytes: u64,
+    /// A pool of an in-place engine or a persistent heap: its recovered copy's
+    /// structures (`None` for the log engine, whose are in `logs`, or when the copy
+    /// could not be opened).
+    pub structures: Option<Structures>,
     /// Every problem found; empty when the pool is sound.
     pub problems: Vec<Damage>,
+}
+
+/// The structures of a pool of an in-place engine or a persistent heap, as its
+/// recovered copy has them (for `logheap check` and `inspect`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Structures {
+    /// Bytes of the data area the allocator's segments in use take.
+    pub pm_bytes_used: u64,
+    /// Whether the pool keeps data checksums.
+    pub data_checksums: bool,
+    /// The engine's own figures: its per-thread log areas, and `oop`'s update slots
+    /// or `hoop`'s mapped words (`None` for a persistent heap).
+    pub engine: Option<crate::EngineStats>,
 }
 
 impl CheckReport {
@@ -78,6 +95,7 @@ fn examine(path: &Path, opened: Result<ReadOnlyPool>) -> Result<CheckReport> {
         allocations: 0,
         allocated_bytes: 0,
         live_log_bytes: 0,
+        structures: None,
         problems: Vec::new(),
     };
     let pool = match opened {
@@ -199,9 +217,9 @@ enum OpenFrom<'a> {
     Path(&'a Path),
 }
 
-/// What a recovered copy holds: its live allocations, and each damaged line of user
-/// data `(line, stored, computed)`.
-type Listed = (Vec<(u64, u64)>, Vec<(u64, u32, u32)>);
+/// What a recovered copy holds: its live allocations, each damaged line of user data
+/// `(line, stored, computed)`, and its structures.
+type Listed = (Vec<(u64, u64)>, Vec<(u64, u32, u32)>, Structures);
 
 /// Opens a copy of a pool of engine `kind` as opening the pool would (recovering it)
 /// and lists what it holds.
@@ -216,16 +234,27 @@ fn open_and_list(kind: EngineKind, from: OpenFrom<'_>) -> Result<Listed> {
         };
         let blocks = heap.blocks()?;
         let allocations = blocks.into_iter().map(|b| (b.addr.raw(), b.size)).collect();
+        let structures = Structures {
+            pm_bytes_used: heap.stats().pm_bytes_used,
+            data_checksums: false,
+            engine: None,
+        };
         // A copy: whatever closing writes goes with it.
         let _ = heap.close();
-        return Ok((allocations, Vec::new()));
+        return Ok((allocations, Vec::new(), structures));
     }
     let config = crate::Config::default();
     let pool = match from {
         OpenFrom::Image(image) => crate::Pool::open_image(image, &config, sim)?,
         OpenFrom::Path(path) => crate::Pool::open_with(path, &config)?,
     };
-    let listed = (pool.allocations(), pool.damaged_data());
+    let stats = pool.stats();
+    let structures = Structures {
+        pm_bytes_used: stats.pm_bytes_used,
+        data_checksums: stats.data_checksums,
+        engine: Some(stats.engine_stats),
+    };
+    let listed = (pool.allocations(), pool.damaged_data(), structures);
     pool.abandon(); // nothing to write back: the copy goes
     Ok(listed)
 }
@@ -234,7 +263,7 @@ fn open_and_list(kind: EngineKind, from: OpenFrom<'_>) -> Result<Listed> {
 /// each pair of overlapping allocations is a problem, as is damage that stopped the
 /// copy's open.
 fn finish(mut report: CheckReport, opened: Result<Listed>) -> Result<CheckReport> {
-    let (mut allocations, damaged_lines) = match opened {
+    let (mut allocations, damaged_lines, structures) = match opened {
         Ok(listed) => listed,
         Err(e @ (Error::Io { .. } | Error::Media { .. } | Error::NoSpace { .. })) => {
             return Err(e);
@@ -244,6 +273,7 @@ fn finish(mut report: CheckReport, opened: Result<Listed>) -> Result<CheckReport
             return Ok(report);
         }
     };
+    report.structures = Some(structures);
     for (line, stored, computed) in damaged_lines {
         report.problems.push(Damage::at(
             line,

@@ -72,6 +72,9 @@ pub struct Stats {
     pub durability: crate::Durability,
     /// What the pool's file lies on (see [`Medium`](crate::media::Medium)).
     pub medium: crate::media::Medium,
+    /// Whether the pool keeps data checksums (see
+    /// [`Config::data_checksums`](crate::Config)).
+    pub data_checksums: bool,
 }
 
 impl Stats {
@@ -240,6 +243,7 @@ impl Pool {
             engine_stats: figures.engine,
             durability,
             medium,
+            data_checksums: figures.data_checksums,
         }
     }
 

@@ -53,6 +53,8 @@ pub(crate) struct EngineFigures {
     pub pm_bytes_used: u64,
     /// The engine's own figures.
     pub engine: EngineStats,
+    /// Whether the pool keeps data checksums (in-place engines only).
+    pub data_checksums: bool,
 }
 
 /// An engine's life outside the transaction path: create or open a pool (the engine

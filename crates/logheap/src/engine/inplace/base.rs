@@ -557,6 +557,7 @@ impl InPlace {
             dram_bytes: heap.dram_bytes,
             pm_bytes_used: heap.pm_bytes_used,
             engine,
+            data_checksums: self.checksums.is_some(),
         }
     }
 

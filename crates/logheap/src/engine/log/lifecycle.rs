@@ -73,6 +73,7 @@ impl EngineLifecycle for LogEngine {
             dram_bytes: log.mapping_dram_bytes + log.home_cache_dram_bytes,
             pm_bytes_used: (log.chunks_total - log.chunks_free) * self.geometry.size,
             engine: EngineStats::Log(Box::new(log)),
+            data_checksums: false,
         }
     }
 
