@@ -45,12 +45,8 @@ pub fn run(args: &Args) -> ExitCode {
         }
     };
     if args.json {
-        match serde_json::to_string(&report) {
-            Ok(line) => println!("{line}"),
-            Err(e) => {
-                eprintln!("logheap: {e}");
-                return ExitCode::from(2);
-            }
+        if let Err(code) = print_json(&report) {
+            return code;
         }
     } else {
         print_report(&report);
@@ -119,6 +115,20 @@ fn print_report(r: &CheckReport) {
     }
 }
 
+/// Prints `value` as one line of JSON (exit status 2 when it cannot be).
+fn print_json(value: &impl serde::Serialize) -> Result<(), ExitCode> {
+    match serde_json::to_string(value) {
+        Ok(line) => {
+            println!("{line}");
+            Ok(())
+        }
+        Err(e) => {
+            eprintln!("logheap: {e}");
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
 /// `check --repair`.
 fn run_repair(args: &Args) -> ExitCode {
     let backup = args.backup.clone().unwrap_or_else(|| {
@@ -134,12 +144,8 @@ fn run_repair(args: &Args) -> ExitCode {
         }
     };
     if args.json {
-        match serde_json::to_string(&report) {
-            Ok(line) => println!("{line}"),
-            Err(e) => {
-                eprintln!("logheap: {e}");
-                return ExitCode::from(2);
-            }
+        if let Err(code) = print_json(&report) {
+            return code;
         }
     } else {
         print_repair(&report);
