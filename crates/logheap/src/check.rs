@@ -363,13 +363,17 @@ pub struct RepairReport {
 ///   wrote, so only a prefix of the history can be trusted), the damaged and emptied
 ///   chunks go back to the free pool, and the pool is closed cleanly. The report says
 ///   from which version on, and how many transactions were dropped.
-/// - **In-place engines with data checksums:** each 64-byte line of user data whose
-///   bytes do not match their checksum is zeroed, with a new checksum.
+/// - **In-place engines:** each damaged structure that stops the pool from opening is
+///   dropped (a log slot, a small-allocator chunk and its allocations, a stray
+///   page-table word, an `oop` update slot, the data-checksum pages, which are then
+///   built again; see `salvage_in_place`), and, with data checksums on, each 64-byte
+///   line of user data whose bytes do not match their checksum is zeroed, with a new
+///   checksum.
 ///
-/// Damage this cannot drop (a pool header, a superblock, an in-place engine's own
-/// structures or a persistent heap's metadata, damage older than the log engine's
-/// allocation checkpoint) is [`Error::CannotRepair`], with the pool unchanged (the
-/// backup is still written first).
+/// Damage this cannot drop (a pool header, a superblock, the heap's segment table or
+/// metadata digest, a big block's head, a persistent heap's metadata, damage older
+/// than the log engine's allocation checkpoint) is [`Error::CannotRepair`], with the
+/// pool unchanged (the backup is still written first).
 pub fn repair(path: impl AsRef<Path>, backup: impl AsRef<Path>) -> Result<RepairReport> {
     let (path, backup) = (path.as_ref(), backup.as_ref());
     let before = check(path)?;
@@ -422,11 +426,15 @@ pub fn repair(path: impl AsRef<Path>, backup: impl AsRef<Path>) -> Result<Repair
             )));
         }
         _ => {
-            let pool = crate::Pool::open_with(path, &crate::Config::default()).map_err(|e| {
-                cannot(format!(
-                    "{e}: repair does not rebuild an in-place engine's own structures"
-                ))
-            })?;
+            let reset_checksums = salvage_in_place(path, &header, &mut dropped)?;
+            let mut config = crate::Config::default();
+            if reset_checksums {
+                config = config.data_checksums(true);
+            }
+            let pool = crate::Pool::open_with(path, &config).map_err(|e| cannot(e.to_string()))?;
+            if reset_checksums {
+                dropped.push("the data checksums, built again from the user data as it is".into());
+            }
             for line in pool.scrub_damaged_data() {
                 dropped.push(format!(
                     "the 64 bytes of user data at offset {line} (they did not match their data checksum), now zeros"
@@ -442,6 +450,114 @@ pub fn repair(path: impl AsRef<Path>, backup: impl AsRef<Path>) -> Result<Repair
         dropped,
         after,
     })
+}
+
+/// Makes the engine structures of the in-place pool at `path` (one file) open again,
+/// dropping each damaged one: a copy of the file is opened in memory, and each damage
+/// that stops it is dropped in the copy and the open tried again; then the copy is
+/// written back, marked not closed cleanly (so the heap's metadata digest is not
+/// checked against what the drops changed, and the engine recovers). What is dropped:
+/// - a log slot of the engine area that holds no log area (the slot is cleared: that
+///   thread's records are lost; an area it named, if any, stays allocated);
+/// - a small-allocator chunk whose header is damaged (the chunk is freed: the
+///   allocations in it are lost; reading them is then an error);
+/// - a stray word of a big segment's page table inside a block (it is cleared);
+/// - an `oop` update slot whose words fail their checks (the slot is freed: the word's
+///   home copy is current again);
+/// - the data-checksum pages and directory, when damaged or when a dropped chunk may
+///   have held some of them (returns true: they are built again at the next open, from
+///   the data as it is).
+///
+/// Other damage (a heap superblock, the segment table, a micro-log slot, a big block's
+/// head, an `oop` slot chunk's header) is [`Error::CannotRepair`], with the pool file
+/// unchanged.
+fn salvage_in_place(path: &Path, header: &Header, dropped: &mut Vec<String>) -> Result<bool> {
+    use crate::engine::inplace::data_checksums::{DIRECTORY_AT, STATE_AT};
+    let cannot = |reason: String| Error::CannotRepair {
+        path: path.into(),
+        reason,
+    };
+    let mut image = std::fs::read(path).map_err(|e| Error::io(path, "read", e))?;
+    let original = image.clone();
+    let base = header.layout.root.start;
+    let had_checksums = image
+        .get((base + STATE_AT) as usize..(base + STATE_AT) as usize + 8)
+        .is_some_and(|w| w.iter().any(|&b| b != 0));
+    let mut reset_checksums = false;
+    let zero = |image: &mut Vec<u8>, at: u64, len: u64| {
+        if let Some(bytes) = image.get_mut(at as usize..(at + len) as usize) {
+            bytes.fill(0);
+        }
+    };
+    for _ in 0..256 {
+        let opened = crate::Pool::open_image(
+            image.clone(),
+            &crate::Config::default(),
+            crate::media::SimConfig::default(),
+        );
+        let (offset, reason) = match opened {
+            Ok(pool) => {
+                pool.abandon();
+                if image == original {
+                    return Ok(false);
+                }
+                // Not closed cleanly: the engine recovers, the digest is not checked.
+                let state = crate::file::PoolState { clean: false }.encode();
+                let at = crate::file::STATE_OFFSET as usize;
+                image[at..at + 8].copy_from_slice(&state.to_le_bytes());
+                use std::os::unix::fs::FileExt;
+                let file = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .map_err(|e| Error::io(path, "open", e))?;
+                file.write_all_at(&image, 0)
+                    .and_then(|()| file.sync_all())
+                    .map_err(|e| Error::io(path, "write", e))?;
+                return Ok(reset_checksums);
+            }
+            Err(Error::MetadataCorrupt { offset, reason, .. }) => (offset, reason),
+            Err(e) => return Err(cannot(e.to_string())),
+        };
+        let reset = |image: &mut Vec<u8>| {
+            zero(image, base + STATE_AT, 8);
+            zero(image, base + DIRECTORY_AT, 8);
+        };
+        if reason.starts_with("log slot ") {
+            zero(&mut image, offset, 8);
+            dropped.push(format!(
+                "the engine's log slot at offset {offset} ({reason}): that thread's log records"
+            ));
+        } else if reason.starts_with("chunk header:") {
+            zero(&mut image, offset, crate::alloc::layout::CHUNK_HEADER);
+            dropped.push(format!(
+                "the allocations of the small-allocator chunk whose header at offset {offset} is damaged ({reason})"
+            ));
+            // The chunk may have held data-checksum pages: they are built again.
+            if had_checksums && !reset_checksums {
+                reset(&mut image);
+                reset_checksums = true;
+            }
+        } else if reason.starts_with("a page-table word inside the block") {
+            zero(&mut image, offset, 8);
+            dropped.push(format!(
+                "a stray page-table word at offset {offset} inside a big block"
+            ));
+        } else if reason.starts_with("an update slot") || reason.starts_with("the current copy") {
+            let slot = offset - offset % 32;
+            zero(&mut image, slot, 32);
+            dropped.push(format!(
+                "the update slot at offset {slot} ({reason}): its word's home copy is current again"
+            ));
+        } else if reason.contains("data-checksum") && had_checksums && !reset_checksums {
+            reset(&mut image);
+            reset_checksums = true;
+        } else {
+            return Err(cannot(format!(
+                "offset {offset}: {reason} (repair does not rebuild this structure)"
+            )));
+        }
+    }
+    Err(cannot("the damage does not stop".into()))
 }
 
 /// Copies the pool file at `path` to `to` (refused when it exists), with its extension
