@@ -8,7 +8,8 @@ use logheap::{
     pfield,
 };
 
-/// Every engine, and the log engine with each mapping configuration.
+/// Every engine, the log engine with each mapping configuration, and in-place engines
+/// with data checksums.
 fn configs() -> Vec<Config> {
     let mut configs: Vec<Config> = MappingConfig::NAMED
         .iter()
@@ -21,6 +22,10 @@ fn configs() -> Vec<Config> {
     configs.push(Config::default().engine(EngineKind::Redo).fast_log(true));
     configs.push(Config::default().engine(EngineKind::Undo).fast_log(true));
     configs.push(Config::default().engine("undo-nt".parse::<EngineConfig>().unwrap()));
+    // Data checksums: every read checks its lines while other threads commit.
+    for kind in [EngineKind::Redo, EngineKind::Undo, EngineKind::Oop] {
+        configs.push(Config::default().engine(kind).data_checksums(true));
+    }
     configs
 }
 
