@@ -363,3 +363,107 @@ fn with_data_checksums_every_crash_image_reads_back() {
         pool.abandon();
     }
 }
+
+/// Data checksums over a heap filled end to end: every window of checksums is in use,
+/// so a checksum stored in the wrong place (another window's, another block's) shows.
+/// Each object is then damaged in one byte: `check` lists exactly those lines.
+#[test]
+fn data_checksums_hold_over_a_full_heap_and_find_each_damaged_line() {
+    for engine in [EngineKind::Redo, EngineKind::Undo] {
+        let config = Config::default()
+            .engine(engine)
+            .size(2 << 20)
+            .data_checksums(true);
+        let pool = Pool::create_sim(&config, SimConfig::default()).unwrap();
+        let mut homes = Vec::new();
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        loop {
+            let len = rng.random_range(16..2000u64);
+            let data: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+            match pool.transaction(|tx| {
+                let home = tx.alloc_bytes(len)?;
+                tx.write_bytes(home, &data)?;
+                Ok(home)
+            }) {
+                Ok(home) => homes.push((home, data)),
+                Err(Error::PoolFull) => break,
+                Err(e) => panic!("{engine}: {e}"),
+            }
+        }
+        assert!(homes.len() > 500, "{engine}: {} objects", homes.len());
+        let media = pool.media().clone();
+        pool.close().unwrap();
+        let mut image = media.crash_simulator().unwrap().persisted_image();
+        let pool = Pool::open_image(image.clone(), &config, SimConfig::default()).unwrap();
+        pool.read(|tx| {
+            for (home, data) in &homes {
+                let mut back = vec![0u8; data.len()];
+                tx.read_bytes(*home, &mut back)?;
+                assert!(
+                    back == *data,
+                    "{engine}: the object at {home:#x} reads back changed"
+                );
+            }
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+        assert!(pool.damaged_data().is_empty(), "{engine}");
+        pool.abandon();
+        // One byte of every 50th object damaged: each one's line is found, no other.
+        let mut lines: Vec<u64> = homes
+            .iter()
+            .step_by(50)
+            .map(|(home, _)| {
+                image[*home as usize] ^= 0x20;
+                home - home % 64
+            })
+            .collect();
+        lines.sort_unstable();
+        lines.dedup();
+        let report = logheap::check::check_image(image).unwrap();
+        let mut found: Vec<u64> = report.problems.iter().map(|p| p.offset).collect();
+        found.sort_unstable();
+        assert_eq!(found, lines, "{engine}");
+    }
+}
+
+/// Data checksums are kept by an open that does not ask (the default), turned off by
+/// `data_checksums(false)` (their pages freed) and on again by `data_checksums(true)`
+/// at a later open, over the data as it is then.
+#[test]
+fn data_checksums_can_be_turned_off_and_on_at_an_open() {
+    let on = config(EngineKind::Redo, true);
+    let pool = Pool::create_sim(&on, SimConfig::default()).unwrap();
+    let expected = run(&pool, 50, 4);
+    let (allocations, used) = (pool.allocations(), pool.stats().pm_bytes_used);
+    assert!(pool.stats().data_checksums);
+    let reopen = |pool: Pool, config: &Config| {
+        let media = pool.media().clone();
+        pool.close().unwrap();
+        let image = media.crash_simulator().unwrap().persisted_image();
+        Pool::open_image(image, config, SimConfig::default()).unwrap()
+    };
+    let plain = Config::default();
+    let pool = reopen(pool, &plain);
+    assert!(
+        pool.stats().data_checksums,
+        "an open that does not ask keeps them"
+    );
+    let pool = reopen(pool, &plain.data_checksums(false));
+    assert!(!pool.stats().data_checksums);
+    assert_eq!(
+        pool.allocations(),
+        allocations,
+        "the pages were no user allocation"
+    );
+    assert!(pool.stats().pm_bytes_used <= used);
+    let pool = reopen(pool, &plain);
+    assert!(!pool.stats().data_checksums, "off stays off");
+    let pool = reopen(pool, &plain.data_checksums(true));
+    assert!(pool.stats().data_checksums);
+    assert!(pool.damaged_data().is_empty());
+    let media = pool.media().clone();
+    pool.close().unwrap();
+    let image = media.crash_simulator().unwrap().persisted_image();
+    assert_eq!(open_and_read(image, &plain, &expected), Outcome::Harmless);
+}
