@@ -152,16 +152,36 @@ fn concurrent_transfers_survive_every_crash_image() {
         (EngineKind::Redo, true),
         (EngineKind::Undo, true),
     ] {
-        concurrent_transfers_survive_every_crash_image_on(engine, fast_log);
+        concurrent_transfers_survive_every_crash_image_on(engine, fast_log, false);
     }
 }
 
-fn concurrent_transfers_survive_every_crash_image_on(engine: EngineKind, fast_log: bool) {
-    let config = Config::default()
+/// The same with data checksums: no crash image leaves a line and its checksum apart.
+#[test]
+fn concurrent_transfers_with_data_checksums_survive_every_crash_image() {
+    for engine in [
+        EngineKind::Redo,
+        EngineKind::Undo,
+        EngineKind::Oop,
+        EngineKind::Hoop,
+    ] {
+        concurrent_transfers_survive_every_crash_image_on(engine, false, true);
+    }
+}
+
+fn concurrent_transfers_survive_every_crash_image_on(
+    engine: EngineKind,
+    fast_log: bool,
+    checksums: bool,
+) {
+    let mut config = Config::default()
         .size(2 << 20)
         .chunk_size(4096)
         .engine(engine)
         .fast_log(fast_log);
+    if checksums {
+        config = config.data_checksums(true);
+    }
     let sim_config = SimConfig {
         max_images_per_fence: 6,
         random_images: 2,
