@@ -371,9 +371,12 @@ pub struct RepairReport {
 ///   checksum.
 ///
 /// Damage this cannot drop (a pool header, a superblock, the heap's segment table or
-/// metadata digest, a big block's head, a persistent heap's metadata, damage older
-/// than the log engine's allocation checkpoint) is [`Error::CannotRepair`], with the
-/// pool unchanged (the backup is still written first).
+/// metadata digest, a big block's head, a persistent heap's metadata; on the log
+/// engine, damage in a pool whose cleaner has reclaimed chunks, whose older data may be
+/// gone, or older than its allocation checkpoint) is [`Error::CannotRepair`], with the
+/// pool unchanged (the backup is still written first). An in-place pool is repaired on
+/// a copy in memory and written back once; a crash during that write can tear it, and
+/// the backup is then the way back.
 pub fn repair(path: impl AsRef<Path>, backup: impl AsRef<Path>) -> Result<RepairReport> {
     let (path, backup) = (path.as_ref(), backup.as_ref());
     let before = check(path)?;
@@ -426,21 +429,7 @@ pub fn repair(path: impl AsRef<Path>, backup: impl AsRef<Path>) -> Result<Repair
             )));
         }
         _ => {
-            let reset_checksums = salvage_in_place(path, &header, &mut dropped)?;
-            let mut config = crate::Config::default();
-            if reset_checksums {
-                config = config.data_checksums(true);
-            }
-            let pool = crate::Pool::open_with(path, &config).map_err(|e| cannot(e.to_string()))?;
-            if reset_checksums {
-                dropped.push("the data checksums, built again from the user data as it is".into());
-            }
-            for line in pool.scrub_damaged_data() {
-                dropped.push(format!(
-                    "the 64 bytes of user data at offset {line} (they did not match their data checksum), now zeros"
-                ));
-            }
-            pool.close()?;
+            salvage_in_place(path, &header, &mut dropped)?;
         }
     }
     let after = check(path)?;
@@ -452,11 +441,11 @@ pub fn repair(path: impl AsRef<Path>, backup: impl AsRef<Path>) -> Result<Repair
     })
 }
 
-/// Makes the engine structures of the in-place pool at `path` (one file) open again,
-/// dropping each damaged one: a copy of the file is opened in memory, and each damage
-/// that stops it is dropped in the copy and the open tried again; then the copy is
-/// written back, marked not closed cleanly (so the heap's metadata digest is not
-/// checked against what the drops changed, and the engine recovers). What is dropped:
+/// Repairs the in-place pool at `path` (one file) on a copy in memory, then writes the
+/// copy back once, closed cleanly: nothing is written to the file unless the whole
+/// repair succeeds (a crash during that one write can tear it: the backup is the way
+/// back). Each damage that stops the copy from opening is dropped and the open tried
+/// again:
 /// - a log slot of the engine area that holds no log area (the slot is cleared: that
 ///   thread's records are lost; an area it named, if any, stays allocated);
 /// - a small-allocator chunk whose header is damaged (the chunk is freed: the
@@ -464,63 +453,45 @@ pub fn repair(path: impl AsRef<Path>, backup: impl AsRef<Path>) -> Result<Repair
 /// - a stray word of a big segment's page table inside a block (it is cleared);
 /// - an `oop` update slot whose words fail their checks (the slot is freed: the word's
 ///   home copy is current again);
-/// - the data-checksum pages and directory, when damaged or when a dropped chunk may
-///   have held some of them (returns true: they are built again at the next open, from
-///   the data as it is).
+/// - damaged data-checksum pages or directory (dropped: the old blocks stay allocated).
 ///
-/// Other damage (a heap superblock, the segment table, a micro-log slot, a big block's
-/// head, an `oop` slot chunk's header) is [`Error::CannotRepair`], with the pool file
-/// unchanged.
-fn salvage_in_place(path: &Path, header: &Header, dropped: &mut Vec<String>) -> Result<bool> {
+/// Then, with data checksums, each damaged line of user data is zeroed (against the
+/// checksums the pool has), and the checksums are built again from the data when their
+/// own blocks were dropped or may have been freed with a chunk. Other damage (a heap
+/// superblock, the segment table, a micro-log slot, a big block's head, an `oop` slot
+/// chunk's header, a metadata digest that no longer matches) is
+/// [`Error::CannotRepair`], the file unchanged.
+fn salvage_in_place(path: &Path, header: &Header, dropped: &mut Vec<String>) -> Result<()> {
     use crate::engine::inplace::data_checksums::{DIRECTORY_AT, STATE_AT};
     let cannot = |reason: String| Error::CannotRepair {
         path: path.into(),
         reason,
     };
-    let mut image = std::fs::read(path).map_err(|e| Error::io(path, "read", e))?;
-    let original = image.clone();
+    let original = std::fs::read(path).map_err(|e| Error::io(path, "read", e))?;
+    let mut image = original.clone();
     let base = header.layout.root.start;
-    let had_checksums = image
-        .get((base + STATE_AT) as usize..(base + STATE_AT) as usize + 8)
-        .is_some_and(|w| w.iter().any(|&b| b != 0));
-    let mut reset_checksums = false;
     let zero = |image: &mut Vec<u8>, at: u64, len: u64| {
         if let Some(bytes) = image.get_mut(at as usize..(at + len) as usize) {
             bytes.fill(0);
         }
     };
+    // Drops the data checksums: the state word and the link to the directory.
+    let drop_checksums = |image: &mut Vec<u8>| {
+        zero(image, base + STATE_AT, 8);
+        zero(image, base + DIRECTORY_AT, 8);
+    };
+    let sim = crate::media::SimConfig::default;
+    let plain = crate::Config::default();
+    let (mut rebuild, mut dropped_checksums) = (false, false);
+    let mut opened = None;
     for _ in 0..256 {
-        let opened = crate::Pool::open_image(
-            image.clone(),
-            &crate::Config::default(),
-            crate::media::SimConfig::default(),
-        );
-        let (offset, reason) = match opened {
+        let (offset, reason) = match crate::Pool::open_image(image.clone(), &plain, sim()) {
             Ok(pool) => {
-                pool.abandon();
-                if image == original {
-                    return Ok(false);
-                }
-                // Not closed cleanly: the engine recovers, the digest is not checked.
-                let state = crate::file::PoolState { clean: false }.encode();
-                let at = crate::file::STATE_OFFSET as usize;
-                image[at..at + 8].copy_from_slice(&state.to_le_bytes());
-                use std::os::unix::fs::FileExt;
-                let file = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(path)
-                    .map_err(|e| Error::io(path, "open", e))?;
-                file.write_all_at(&image, 0)
-                    .and_then(|()| file.sync_all())
-                    .map_err(|e| Error::io(path, "write", e))?;
-                return Ok(reset_checksums);
+                opened = Some(pool);
+                break;
             }
             Err(Error::MetadataCorrupt { offset, reason, .. }) => (offset, reason),
             Err(e) => return Err(cannot(e.to_string())),
-        };
-        let reset = |image: &mut Vec<u8>| {
-            zero(image, base + STATE_AT, 8);
-            zero(image, base + DIRECTORY_AT, 8);
         };
         if reason.starts_with("log slot ") {
             zero(&mut image, offset, 8);
@@ -532,11 +503,8 @@ fn salvage_in_place(path: &Path, header: &Header, dropped: &mut Vec<String>) -> 
             dropped.push(format!(
                 "the allocations of the small-allocator chunk whose header at offset {offset} is damaged ({reason})"
             ));
-            // The chunk may have held data-checksum pages: they are built again.
-            if had_checksums && !reset_checksums {
-                reset(&mut image);
-                reset_checksums = true;
-            }
+            // It may have held data-checksum pages, now free: they are built again.
+            rebuild = true;
         } else if reason.starts_with("a page-table word inside the block") {
             zero(&mut image, offset, 8);
             dropped.push(format!(
@@ -548,16 +516,65 @@ fn salvage_in_place(path: &Path, header: &Header, dropped: &mut Vec<String>) -> 
             dropped.push(format!(
                 "the update slot at offset {slot} ({reason}): its word's home copy is current again"
             ));
-        } else if reason.contains("data-checksum") && had_checksums && !reset_checksums {
-            reset(&mut image);
-            reset_checksums = true;
+        } else if reason.contains("data-checksum") && !dropped_checksums {
+            drop_checksums(&mut image);
+            dropped_checksums = true;
+            rebuild = true;
+            dropped.push(format!(
+                "the data checksums ({reason}), built again from the user data as it is"
+            ));
         } else {
             return Err(cannot(format!(
                 "offset {offset}: {reason} (repair does not rebuild this structure)"
             )));
         }
     }
-    Err(cannot("the damage does not stop".into()))
+    let Some(pool) = opened else {
+        return Err(cannot("the damage does not stop".into()));
+    };
+    // Damaged lines of user data, against the checksums the pool has.
+    let had_checksums = pool.stats().data_checksums;
+    for line in pool.scrub_damaged_data() {
+        dropped.push(format!(
+            "the 64 bytes of user data at offset {line} (they did not match their data checksum), now zeros"
+        ));
+    }
+    let media = pool.media().clone();
+    pool.close().map_err(|e| cannot(e.to_string()))?;
+    image = persisted(&media)?;
+    if rebuild && (had_checksums || dropped_checksums) {
+        if had_checksums {
+            drop_checksums(&mut image);
+            dropped.push(
+                "the data-checksum pages (a dropped chunk may have held some), built again".into(),
+            );
+        }
+        let pool = crate::Pool::open_image(image, &plain.data_checksums(true), sim())
+            .map_err(|e| cannot(e.to_string()))?;
+        let media = pool.media().clone();
+        pool.close().map_err(|e| cannot(e.to_string()))?;
+        image = persisted(&media)?;
+    }
+    image.resize(original.len(), 0);
+    if image == original {
+        return Ok(());
+    }
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| Error::io(path, "open", e))?;
+    file.write_all_at(&image, 0)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| Error::io(path, "write", e))
+}
+
+/// What the simulation media `media` holds durably (a copy closed cleanly).
+fn persisted(media: &crate::media::MediaView) -> Result<Vec<u8>> {
+    media
+        .crash_simulator()
+        .map(|sim| sim.persisted_image())
+        .ok_or_else(|| Error::InvalidConfig("a repair copy is not on simulation media".into()))
 }
 
 /// Copies the pool file at `path` to `to` (refused when it exists), with its extension

@@ -208,9 +208,13 @@ impl EngineArea<'_, '_> {
         self.seal(home, data.len() as u64);
     }
 
-    /// Stores the data checksums of `[home, home + len)` as its bytes are now.
+    /// Stores the data checksums of `[home, home + len)` as its bytes are now (a range
+    /// outside the heap, which only a hostile record names, is left alone).
     pub(crate) fn seal(&self, home: u64, len: u64) {
-        if let Some(sums) = &self.checksums {
+        if let Some(sums) = &self.checksums
+            && len > 0
+            && self.replay.in_heap(home, len)
+        {
             sums.seal(self.media(), home, len, |_| {});
         }
     }

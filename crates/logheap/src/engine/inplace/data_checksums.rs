@@ -236,6 +236,13 @@ fn read_chain(
         }
         let magic = media.read_u64(block as usize);
         let count = media.read_u64(block as usize + 16);
+        // A block a crashed `turn_on` allocated (zeroed, linked) before it stored the
+        // magic: it is taken up again as it is.
+        if !complete && magic == 0 && count == 0 {
+            chain.blocks.push((block, 0));
+            link = block + 8;
+            continue;
+        }
         if magic != DIR_MAGIC || count > DIR_ENTRIES {
             return Err(corrupt(
                 block,
@@ -286,6 +293,12 @@ pub(crate) fn turn_on(
     let addr = |offset: u64| PAddr::new(0, offset).expect("an offset in the heap");
     // The directory blocks: those there are, then new ones.
     let mut blocks = chain.blocks;
+    for &(block, _) in &blocks {
+        if media.read_u64(block as usize) != DIR_MAGIC {
+            media.write_u64(block as usize, DIR_MAGIC);
+            media.persist(block as usize, 8);
+        }
+    }
     let mut link = blocks.last().map_or(base + DIRECTORY_AT, |&(b, _)| b + 8);
     while (blocks.len() as u64) * DIR_ENTRIES < needed {
         let block = heap.allocate_zeroed_into(addr(link), DIR_BYTES)?.offset();

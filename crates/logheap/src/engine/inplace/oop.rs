@@ -213,6 +213,9 @@ pub(crate) struct OopScratch {
     released: Vec<(u64, WordMap)>,
     /// Lines stored this commit.
     lines: Vec<u64>,
+    /// Words inside blocks the transaction allocates, stored home once its allocation
+    /// record is durable (so recovery, which undoes the allocation, knows their lines).
+    fresh: Vec<(u64, u64)>,
 }
 
 thread_local! {
@@ -408,7 +411,11 @@ fn recover(
         };
         for e in entries.iter().rev() {
             match e.kind {
-                EntryKind::Alloc => area.replay.mark(e.home, e.len, false),
+                EntryKind::Alloc => {
+                    area.replay.mark(e.home, e.len, false);
+                    // Its words may be home without their line's checksum.
+                    area.seal(e.home, e.len);
+                }
                 EntryKind::Free => area.replay.mark(e.home, e.len, true),
                 EntryKind::Data => {
                     return Err(area.corrupt(at, "an allocation record holds data".into()));
@@ -649,14 +656,11 @@ impl Engine for OopEngine {
         // 1. The copies, out of place.
         s.changes.clear();
         s.lines.clear();
+        s.fresh.clear();
         let mut new_slots = s.new_slots.iter();
         for (&(w, value), &found) in s.words.iter().zip(&s.found) {
             match found {
-                None if in_blocks(&allocs.allocs, w) => {
-                    // Its data checksum is stored with the block's, below.
-                    media.write_u64(w as usize, value);
-                    s.lines.push(w);
-                }
+                None if in_blocks(&allocs.allocs, w) => s.fresh.push((w, value)),
                 None => {
                     let slot = *new_slots.next().expect("a slot per unmapped word");
                     media.write_u64((slot + SLOT_VALUE) as usize, value);
@@ -695,7 +699,6 @@ impl Engine for OopEngine {
         // A freed word whose current copy is its slot: the home copy is made the newer
         // one by this transaction, so once it commits the slot is stale (and may be
         // dropped) whatever later reuses the block's space.
-        self.core.seal_blocks(&allocs.allocs);
         for &(_, m) in &s.released {
             if m.count % 2 == 1 {
                 media.write_u64((m.slot + SLOT_HOME_TXID) as usize, id);
@@ -709,10 +712,17 @@ impl Engine for OopEngine {
         }
         flush_lines_once(media, &mut s.lines);
         media.fence();
-        // 2. The allocator's marks, once the record that can reverse them is durable.
+        // 2. The words of the blocks it allocates, home, with their blocks' data
+        // checksums, and the allocator's marks, once the record that can reverse them is
+        // durable (fenced with the marks: a transaction that allocates logs its marks).
         if logs_marks {
             let heap = &self.core.heap.heap;
             s.lines.clear();
+            for &(w, value) in &s.fresh {
+                media.write_u64(w as usize, value);
+                s.lines.push(w);
+            }
+            self.core.seal_blocks(&allocs.allocs);
             for &(home, size) in &allocs.allocs {
                 s.lines.extend(heap.tx_mark(home, size, true));
             }

@@ -178,7 +178,11 @@ fn recover(area: &mut EngineArea<'_, '_>) -> Result<Recovered> {
                     }
                     area.store_home(e.home, &bytes[e.data..e.data + e.len as usize]);
                 }
-                EntryKind::Alloc => area.replay.mark(e.home, e.len, false),
+                EntryKind::Alloc => {
+                    area.replay.mark(e.home, e.len, false);
+                    // Its bytes (not logged) may be home without their line's checksum.
+                    area.seal(e.home, e.len);
+                }
                 EntryKind::Free => area.replay.mark(e.home, e.len, true),
             }
         }

@@ -365,6 +365,18 @@ pub(crate) fn recover(
             false,
         )
     });
+    if verdict.salvage_cut.is_some() && marks.cleaned > 0 {
+        // The cleaner reclaimed chunks: the older data a dropped transaction overwrote
+        // (or a moved block carried) may be gone, so dropping cannot give back the pool
+        // as it was before the damage.
+        return Err(vec![Damage::at(
+            geometry.start,
+            format!(
+                "the cleaner has reclaimed chunks (cleaned through version {}): what the damaged transactions overwrote may be gone with them",
+                marks.cleaned
+            ),
+        )]);
+    }
     if let (Some(cut), Some(seed)) = (verdict.salvage_cut, seed)
         && cut <= seed.checkpoint.version
     {
