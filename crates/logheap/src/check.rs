@@ -559,14 +559,13 @@ fn salvage_in_place(path: &Path, header: &Header, dropped: &mut Vec<String>) -> 
     if image == original {
         return Ok(());
     }
-    use std::os::unix::fs::FileExt;
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .open(path)
-        .map_err(|e| Error::io(path, "open", e))?;
-    file.write_all_at(&image, 0)
-        .and_then(|()| file.sync_all())
-        .map_err(|e| Error::io(path, "write", e))
+    // Written back through the pool file's media, as every store to a pool is.
+    let file = PoolFile::open(path, &crate::media::MediaConfig::default())?;
+    let media = file.media();
+    let len = media.len().min(image.len());
+    media.write(0, &image[..len]);
+    media.persist(0, len);
+    Ok(())
 }
 
 /// What the simulation media `media` holds durably (a copy closed cleanly).

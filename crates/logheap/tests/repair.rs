@@ -138,29 +138,29 @@ fn a_sound_pool_is_left_alone_and_a_backup_is_never_overwritten() {
     let path = dir.path().join("pool");
     let pool = Pool::create(&path, &Config::default().size(4 << 20)).unwrap();
     run(&pool, 10);
+    let data = pool.header().layout.data.start as usize;
     pool.close().unwrap();
     let backup = dir.path().join("backup");
     let report = repair(&path, &backup).unwrap();
     assert!(report.backup.is_none() && report.dropped.is_empty());
     assert!(!backup.exists());
-    // Damage, with a file already where the backup would go: refused, nothing changed.
+    // Damage (a byte of the first log block), with a file already where the backup
+    // would go: refused, nothing changed.
     let mut bytes = std::fs::read(&path).unwrap();
-    let at = bytes.len() / 2
-        + bytes[bytes.len() / 2..]
-            .iter()
-            .position(|&b| b != 0)
-            .unwrap_or(0);
+    let at = data + 64 + bytes[data + 64..].iter().position(|&b| b != 0).unwrap();
     bytes[at] ^= 1;
     std::fs::write(&path, &bytes).unwrap();
     std::fs::write(&backup, b"keep me").unwrap();
-    if !check(&path).unwrap().is_sound() {
-        assert!(matches!(
-            repair(&path, &backup),
-            Err(Error::AlreadyExists { .. })
-        ));
-        assert_eq!(std::fs::read(&backup).unwrap(), b"keep me");
-        assert_eq!(std::fs::read(&path).unwrap(), bytes);
-    }
+    assert!(
+        !check(&path).unwrap().is_sound(),
+        "the flip at {at} is damage"
+    );
+    assert!(matches!(
+        repair(&path, &backup),
+        Err(Error::AlreadyExists { .. })
+    ));
+    assert_eq!(std::fs::read(&backup).unwrap(), b"keep me");
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
 }
 
 #[test]

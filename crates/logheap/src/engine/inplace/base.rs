@@ -93,13 +93,12 @@ pub(crate) struct EngineHeap {
     defer_huge_frees: bool,
     /// Other heap blocks of the engine's own (the data checksums' pages and
     /// directory), sorted: no allocation of the user's.
-    internal: std::sync::RwLock<Vec<u64>>,
+    internal: Box<[u64]>,
 }
 
 impl EngineHeap {
     fn is_internal(&self, home: u64) -> bool {
-        let internal = self.internal.read().unwrap_or_else(|e| e.into_inner());
-        internal.binary_search(&home).is_ok()
+        self.internal.binary_search(&home).is_ok()
     }
 }
 
@@ -406,18 +405,15 @@ impl InPlace {
             .clamp(16 << 10, 1 << 20)
             - LOG_HEADER;
         let shared = Arc::new(Domain::new(size, recovered.last_version));
-        let internal: Vec<u64> = checksums.iter().flat_map(|c| c.own_blocks()).collect();
+        let mut internal: Vec<u64> = checksums.iter().flat_map(|c| c.own_blocks()).collect();
+        internal.sort_unstable();
         Ok((
             InPlace {
                 heap: EngineHeap {
                     heap,
                     logs,
                     defer_huge_frees,
-                    internal: std::sync::RwLock::new({
-                        let mut internal = internal;
-                        internal.sort_unstable();
-                        internal
-                    }),
+                    internal: internal.into(),
                 },
                 media,
                 shared,
