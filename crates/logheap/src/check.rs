@@ -165,12 +165,7 @@ fn examine_by_recovering_a_copy(
     mut report: CheckReport,
 ) -> Result<CheckReport> {
     let kind = pool.header.engine;
-    let mut extension_dir = path.as_os_str().to_owned();
-    extension_dir.push(".d");
-    let has_extensions = std::fs::read_dir(&extension_dir).is_ok_and(|d| {
-        d.flatten()
-            .any(|e| e.path().extension().is_some_and(|x| x == "lhf"))
-    });
+    let has_extensions = !extension_files(path)?.is_empty();
     let cannot = |reason: &str| Error::CannotCheck {
         path: path.into(),
         reason: reason.into(),
@@ -179,7 +174,7 @@ fn examine_by_recovering_a_copy(
     report.clean = Some(pool.state.clean);
     if has_extensions {
         drop(pool);
-        let copy = CopyOnDisk::make(path, Path::new(&extension_dir))?;
+        let copy = CopyOnDisk::make(path)?;
         let opened = open_and_list(kind, OpenFrom::Path(&copy.pool));
         drop(copy);
         return finish(report, opened);
@@ -305,7 +300,7 @@ struct CopyOnDisk {
 }
 
 impl CopyOnDisk {
-    fn make(path: &Path, extensions: &Path) -> Result<CopyOnDisk> {
+    fn make(path: &Path) -> Result<CopyOnDisk> {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
@@ -316,20 +311,7 @@ impl CopyOnDisk {
             pool: dir.join("pool"),
             dir,
         };
-        std::fs::copy(path, &copy.pool).map_err(|e| Error::io(path, "copy", e))?;
-        let copied_extensions = copy.dir.join("pool.d");
-        std::fs::create_dir(&copied_extensions)
-            .map_err(|e| Error::io(&copied_extensions, "create", e))?;
-        let entries =
-            std::fs::read_dir(extensions).map_err(|e| Error::io(extensions, "list", e))?;
-        for entry in entries {
-            let entry = entry.map_err(|e| Error::io(extensions, "list", e))?;
-            let name = entry.path();
-            if name.extension().is_some_and(|x| x == "lhf") {
-                std::fs::copy(&name, copied_extensions.join(entry.file_name()))
-                    .map_err(|e| Error::io(&name, "copy", e))?;
-            }
-        }
+        copy_pool(path, &copy.pool)?;
         Ok(copy)
     }
 }
@@ -589,20 +571,39 @@ fn copy_pool(path: &Path, to: &Path) -> Result<()> {
             .map_err(|e| Error::io(into, "fsync", e))
     };
     copy(path, to)?;
-    let mut dir = path.as_os_str().to_owned();
-    dir.push(".d");
-    let dir = PathBuf::from(dir);
-    if let Ok(entries) = std::fs::read_dir(&dir) {
-        let mut into = to.as_os_str().to_owned();
-        into.push(".d");
-        let into = PathBuf::from(into);
+    let files = extension_files(path)?;
+    if !files.is_empty() {
+        let into = extension_dir(to);
         std::fs::create_dir_all(&into).map_err(|e| Error::io(&into, "create", e))?;
-        for entry in entries {
-            let entry = entry.map_err(|e| Error::io(&dir, "list", e))?;
-            if entry.path().extension().is_some_and(|x| x == "lhf") {
-                copy(&entry.path(), &into.join(entry.file_name()))?;
+        for file in files {
+            if let Some(name) = file.file_name() {
+                copy(&file, &into.join(name))?;
             }
         }
     }
     Ok(())
+}
+
+/// The directory of the extension files of the pool at `path` (`<pool>.d`).
+fn extension_dir(path: &Path) -> PathBuf {
+    let mut dir = path.as_os_str().to_owned();
+    dir.push(".d");
+    dir.into()
+}
+
+/// The extension files (`<pool>.d/*.lhf`) of the pool at `path`; none when it has no
+/// such directory.
+fn extension_files(path: &Path) -> Result<Vec<PathBuf>> {
+    let dir = extension_dir(path);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok(Vec::new());
+    };
+    let mut files = Vec::new();
+    for entry in entries {
+        let file = entry.map_err(|e| Error::io(&dir, "list", e))?.path();
+        if file.extension().is_some_and(|x| x == "lhf") {
+            files.push(file);
+        }
+    }
+    Ok(files)
 }
