@@ -64,7 +64,10 @@ struct Ops<'a, 't> {
 /// same bytes (its snapshot is one) or abort it, and the operation's own writes to a
 /// node are applied to its copy here as they are made.
 struct NodeCache {
-    entries: [(u64, Node); NODE_CACHE],
+    /// The kept nodes' addresses, apart from the nodes so that a search compares one
+    /// dense array (0: no node).
+    at: [u64; NODE_CACHE],
+    nodes: [Node; NODE_CACHE],
     /// The entry the next new node replaces (round robin).
     next: usize,
 }
@@ -76,20 +79,20 @@ impl NodeCache {
     fn new() -> NodeCache {
         // Address 0 is never a node's (it is the null pointer).
         NodeCache {
-            entries: [(0, Node::zeroed()); NODE_CACHE],
+            at: [0; NODE_CACHE],
+            nodes: [Node::zeroed(); NODE_CACHE],
             next: 0,
         }
     }
 
     fn find(&mut self, n: u64) -> Option<&mut Node> {
-        self.entries
-            .iter_mut()
-            .find(|(at, _)| *at == n)
-            .map(|(_, node)| node)
+        let i = self.at.iter().position(|&at| at == n)?;
+        Some(&mut self.nodes[i])
     }
 
     fn keep(&mut self, n: u64, node: Node) {
-        self.entries[self.next] = (n, node);
+        self.at[self.next] = n;
+        self.nodes[self.next] = node;
         self.next = (self.next + 1) % NODE_CACHE;
     }
 }
@@ -100,14 +103,18 @@ fn field_of(node: &mut Node, field: u64) -> &mut u64 {
 }
 
 impl Ops<'_, '_> {
-    fn get(&mut self, n: u64, field: u64) -> Result<u64, Error> {
+    /// Node `n` as this operation sees it (kept for its later reads).
+    fn node(&mut self, n: u64) -> Result<Node, Error> {
         if let Some(node) = self.nodes.find(n) {
-            return Ok(*field_of(node, field));
+            return Ok(*node);
         }
-        let mut node: Node = self.tx.read(PPtr::from_offset(n))?;
-        let value = *field_of(&mut node, field);
+        let node: Node = self.tx.read(PPtr::from_offset(n))?;
         self.nodes.keep(n, node);
-        Ok(value)
+        Ok(node)
+    }
+    fn get(&mut self, n: u64, field: u64) -> Result<u64, Error> {
+        let mut node = self.node(n)?;
+        Ok(*field_of(&mut node, field))
     }
     fn put(&mut self, n: u64, field: u64, v: u64) -> Result<(), Error> {
         self.tx.write(PPtr::<u64>::from_offset(n + field), &v)?;
@@ -187,11 +194,11 @@ impl Ops<'_, '_> {
     fn find(&mut self, key: u64) -> Result<Option<u64>, Error> {
         let mut x = self.root()?;
         while x != self.nil {
-            let k = self.get(x, KEY)?;
-            if key == k {
+            let node = self.node(x)?;
+            if key == node.key {
                 return Ok(Some(x));
             }
-            x = self.child(x, (key > k) as Dir)?;
+            x = node.child[(key > node.key) as Dir];
         }
         Ok(None)
     }
@@ -369,16 +376,16 @@ impl RbTree {
         let mut x = ops.root()?;
         while x != nil {
             y = x;
-            let k = ops.get(x, KEY)?;
-            if key == k {
-                let old = ops.get(x, VALUE)?;
+            let node = ops.node(x)?;
+            if key == node.key {
+                let old = node.value;
                 let now = value_object::replace(ops.tx, old, value)?;
                 if now != old {
                     ops.put(x, VALUE, now)?;
                 }
                 return Ok(true);
             }
-            x = ops.child(x, (key > k) as Dir)?;
+            x = node.child[(key > node.key) as Dir];
         }
         let value = value_object::create(ops.tx, value)?;
         let z = ops

@@ -144,8 +144,18 @@ impl HomePath for StoreHome {
 
     fn publish(&self, media: &Media, bytes: &[u8], _frees: &[(u64, u64)], s: &mut RedoScratch) {
         for sp in &s.spans {
-            write_flushed(media, sp.home, &bytes[sp.at..sp.at + sp.len as usize]);
+            media.write(sp.home as usize, &bytes[sp.at..sp.at + sp.len as usize]);
             s.flushed.push((sp.home, sp.len));
+        }
+        // Then each line once: the spans are sorted, and an object's fields written one
+        // by one often share lines. (Stored first: a flush covers only earlier stores.)
+        let mut flushed_to = 0;
+        for sp in &s.spans {
+            let (from, end) = (sp.home.max(flushed_to), sp.home + sp.len);
+            if from < end {
+                media.flush(from as usize, (end - from) as usize);
+                flushed_to = end.next_multiple_of(CACHE_LINE as u64);
+            }
         }
     }
 
