@@ -155,6 +155,10 @@ pub enum Error {
     /// The home address space (2^47 bytes) is exhausted.
     #[error("the home address space is exhausted")]
     HomeSpaceFull,
+    /// [`Pool::direct`](crate::Pool::direct) on an engine that keeps the newest bytes
+    /// of an object somewhere other than its home.
+    #[error("the {} engine keeps no object at its home address: read it in a transaction", .0.name())]
+    NoDirectAccess(crate::file::EngineKind),
     /// A pointer or byte range outside the usable home space (null, or past 2^47).
     #[error("invalid home range {home:#x}+{len}")]
     InvalidRange {

@@ -85,4 +85,5 @@ pub use media::{
 };
 pub use pool::{Pool, Stats};
 pub use ptr::PPtr;
+pub use tx::Transaction;
 pub use tx::Tx;

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::file::{EngineKind, Header, PoolFile};
 use crate::media::{MediaCounters, MediaView, SimConfig};
 use crate::ptr::PPtr;
-use crate::tx::Tx;
+use crate::tx::{Transaction, Tx};
 
 /// An open pool: a memory-mapped file holding persistent objects changed by
 /// transactions. `Pool` is `Send + Sync`; any number of threads may run transactions.
@@ -190,6 +190,35 @@ impl Pool {
         f: impl FnMut(&mut Tx<'_>) -> Result<R, E>,
     ) -> Result<R, E> {
         self.run(true, f)
+    }
+
+    /// Begins a transaction that its caller ends by hand: [`Transaction::commit`], or
+    /// [`Transaction::abort`] (dropping it aborts too). For bindings whose callers
+    /// cannot hand over a closure (the C API); in Rust, [`transaction`](Self::transaction)
+    /// and [`read`](Self::read) are simpler and retry conflicts themselves. Here a
+    /// conflict ends the transaction: `commit` (or any operation) returns
+    /// [`Error::Conflict`], and the caller begins again and repeats its work.
+    ///
+    /// The transaction belongs to the thread that began it (it is not `Send`).
+    pub fn begin(&self, read_only: bool) -> Transaction<'_> {
+        Transaction::new(Tx::begin(&self.engine, read_only))
+    }
+
+    /// The address in this process of the bytes at home offset `home..home + len`, for
+    /// reads outside any transaction, where the engine keeps each object's committed
+    /// bytes at its home (`redo`, whose commits store them there, and `undo`, which
+    /// stores in place), as libpmemobj's `pmemobj_direct` does. The bytes are the
+    /// committed ones only while no transaction writes them; changes must go through a
+    /// transaction. The other engines keep the newest bytes elsewhere (a log, an update
+    /// slot) and refuse with [`Error::NoDirectAccess`]; a range a transaction could not
+    /// read is [`Error::InvalidRange`].
+    pub fn direct(&self, home: u64, len: u64) -> Result<*const u8> {
+        let kind = self.header().engine;
+        if !matches!(kind, EngineKind::Redo | EngineKind::Undo) {
+            return Err(Error::NoDirectAccess(kind));
+        }
+        self.engine.check_range(home, len.max(1))?;
+        Ok((self.engine.media().base_address() + home as usize) as *const u8)
     }
 
     fn run<R, E: From<Error>>(

@@ -105,3 +105,64 @@ impl<'p> Tx<'p> {
         on_tx!(&mut self.inner, |stm, state| stm.free(state, home))
     }
 }
+
+/// A transaction ended by hand, from [`Pool::begin`](crate::Pool::begin): its
+/// operations are [`Tx`]'s (it dereferences to one); [`commit`](Self::commit) makes it
+/// durable, [`abort`](Self::abort) or dropping it throws it away. A conflict is not
+/// retried: the caller begins again.
+pub struct Transaction<'p> {
+    tx: Tx<'p>,
+    ended: bool,
+}
+
+impl<'p> Transaction<'p> {
+    pub(crate) fn new(tx: Tx<'p>) -> Transaction<'p> {
+        Transaction { tx, ended: false }
+    }
+
+    /// Commits: `Ok` means durable. On an error (a conflict with a concurrent
+    /// transaction included: [`Error::Conflict`]) nothing of it takes effect.
+    pub fn commit(mut self) -> Result<()> {
+        self.ended = true;
+        let result = self.tx.commit();
+        if result.is_err() {
+            self.tx.abort();
+        }
+        result
+    }
+
+    /// Throws the transaction away: nothing of it takes effect.
+    pub fn abort(mut self) {
+        self.ended = true;
+        self.tx.abort();
+    }
+}
+
+impl<'p> std::ops::Deref for Transaction<'p> {
+    type Target = Tx<'p>;
+    fn deref(&self) -> &Tx<'p> {
+        &self.tx
+    }
+}
+
+impl<'p> std::ops::DerefMut for Transaction<'p> {
+    fn deref_mut(&mut self) -> &mut Tx<'p> {
+        &mut self.tx
+    }
+}
+
+impl Drop for Transaction<'_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.tx.abort();
+        }
+    }
+}
+
+impl std::fmt::Debug for Transaction<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transaction")
+            .field("read_only", &self.tx.is_read_only())
+            .finish()
+    }
+}

@@ -284,6 +284,13 @@ macro_rules! engines {
                 }
             }
 
+            /// Whether a transaction may read and write `[home, home + len)`.
+            pub(crate) fn check_range(&self, home: u64, len: u64) -> Result<()> {
+                match self {
+                    $(AnyEngine::$variant(stm) => stm.engine().check_range(home, len),)+
+                }
+            }
+
             /// Begins a transaction.
             pub(crate) fn begin(&self, read_only: bool) -> AnyTx<'_> {
                 match self {
