@@ -1,17 +1,24 @@
-//! The C examples, compiled with the system C compiler against the library built for
-//! this test run (`liblogheap_ffi.so`, beside the test's own directory) and run on
-//! every engine.
+//! The C examples, compiled with the system C compiler against `liblogheap_ffi.so`
+//! (built for the test) and run on every engine.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The directory of the library this test run built (`target/<profile>`).
+/// The directory of a current `liblogheap_ffi.so`: built here by cargo, in a target
+/// directory of its own (the test run's own is locked while tests run, and
+/// `cargo test` builds only the crate's Rust library for its tests).
 fn library_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ffi-library");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(&cargo)
+        .args(["build", "--offline", "-p", "logheap-ffi", "--lib"])
+        .arg("--manifest-path")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", &target)
+        .status()
+        .unwrap_or_else(|e| panic!("running {cargo}: {e}"));
+    assert!(status.success(), "cargo build -p logheap-ffi failed");
+    target.join("debug")
 }
 
 /// Compiles `source` (under `examples/c`) into `out`, warnings as errors.
