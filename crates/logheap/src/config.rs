@@ -27,6 +27,10 @@ pub struct Config {
     /// far beyond what they will hold, such as benchmark pools on tmpfs); a file system
     /// that fills up then ends the process with `SIGBUS`.
     pub reserve_space: bool,
+    /// Where a new pool is mapped, now and at every later open (default: wherever the
+    /// kernel picks). A fixed address lets the pool hold plain pointers into itself,
+    /// as programs compiled for the GNU TM runtime (`logheap-itm`) do.
+    pub map_address: crate::file::MapAddress,
     /// The engine and its options (default: the log-structured engine).
     pub engine: EngineConfig,
     /// Data checksums of the in-place engines (`redo`, `undo`, `oop`, `hoop`): a
@@ -55,6 +59,7 @@ impl Default for Config {
             root_size: 4096,
             media: MediaConfig::default(),
             reserve_space: true,
+            map_address: crate::file::MapAddress::Anywhere,
             engine: EngineConfig::default(),
             data_checksums: None,
             misapplied: None,
@@ -121,6 +126,12 @@ impl Config {
     /// Turns on NVM emulation.
     pub fn emulation(mut self, emulation: Emulation) -> Self {
         self.media.emulation = Some(emulation);
+        self
+    }
+
+    /// Sets where a new pool is mapped (see [`map_address`](Self::map_address)).
+    pub fn map_address(mut self, at: crate::file::MapAddress) -> Self {
+        self.map_address = at;
         self
     }
 
@@ -265,7 +276,7 @@ impl Config {
             },
             media: self.media,
             reserve_space: self.reserve_space,
-            map_address: crate::file::MapAddress::Anywhere,
+            map_address: self.map_address,
         }
     }
 }

@@ -14,7 +14,7 @@ use crate::alloc::{HeapOptions, MetadataPolicy, PAddr, PersistentHeap, Replay, T
 use crate::config::Config;
 use crate::engine::{EngineFigures, EngineStats, NewPool};
 use crate::error::{Error, Result};
-use crate::file::{EngineKind, MapAddress, PoolFile};
+use crate::file::{EngineKind, PoolFile};
 #[cfg(test)]
 use crate::media::SimConfig;
 use crate::media::{CACHE_LINE, Media};
@@ -311,7 +311,7 @@ fn heap_options(config: &Config) -> HeapOptions {
         media: config.media,
         metadata: MetadataPolicy::InPlace,
         reserve_space: config.reserve_space,
-        map_address: MapAddress::Anywhere,
+        map_address: config.map_address,
         ..HeapOptions::default()
     }
 }
