@@ -8,19 +8,28 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// A directory holding a current `liblogheap_itm.so`, built here by cargo in a
-/// target directory of its own (the test run's own is locked while tests run, and
+/// target directory of its own (shared by the C tests of logheap-ffi and logheap-itm; the test run's own is locked
+/// while tests run, and
 /// `cargo test` builds only the crate's Rust library for its tests).
 fn library_dir() -> PathBuf {
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("itm-library");
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c-libraries");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(&cargo)
-        .args(["build", "--offline", "-p", "logheap-itm", "--lib"])
+        .args([
+            "build",
+            "--offline",
+            "-p",
+            "logheap-ffi",
+            "-p",
+            "logheap-itm",
+            "--lib",
+        ])
         .arg("--manifest-path")
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
         .env("CARGO_TARGET_DIR", &target)
         .status()
         .unwrap_or_else(|e| panic!("running {cargo}: {e}"));
-    assert!(status.success(), "cargo build -p logheap-itm failed");
+    assert!(status.success(), "cargo build of the C libraries failed");
     target.join("debug")
 }
 
@@ -94,5 +103,80 @@ fn gnu_tm_programs_persist_on_redo_and_undo() {
         // The engines whose objects do not live at their home are refused.
         let (ok, text) = run(&exe, &dir.path().join("log.pool"), "log", "run");
         assert!(!ok && text.contains("redo, undo"), "{text}");
+    }
+}
+
+/// The transfer count a finished `bank ... audit` printed (it checked the total).
+fn audit(exe: &Path, pool: &Path, engine: &str) -> u64 {
+    let out = Command::new(exe)
+        .arg(pool)
+        .arg(engine)
+        .arg("audit")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "audit on {engine}: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("audit printed {text:?}"))
+}
+
+/// Transfers on two threads, killed with SIGKILL at random moments, 50 times on each
+/// engine: after every kill the total of the balances is intact and every transfer
+/// the program acknowledged (printed after its commit) is in the pool.
+#[test]
+fn killed_transfers_keep_the_total_and_every_acknowledged_transfer() {
+    use std::io::Read;
+    let lib = library_dir();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("bank-kill");
+    build(&lib, &exe, &["-O3"]);
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    for engine in ["redo", "undo"] {
+        let pool = dir.path().join(format!("kill-{engine}.pool"));
+        let mut durable = audit(&exe, &pool, engine);
+        for kill in 0..50 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let mut child = Command::new(&exe)
+                .arg(&pool)
+                .arg(engine)
+                .arg("spin")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(5 + seed % 40));
+            child.kill().unwrap();
+            let mut printed = String::new();
+            child
+                .stdout
+                .take()
+                .unwrap()
+                .read_to_string(&mut printed)
+                .unwrap();
+            let status = child.wait().unwrap();
+            assert!(
+                !status.success(),
+                "{engine} kill {kill}: the spin ended by itself"
+            );
+            let acknowledged = printed
+                .lines()
+                .filter_map(|l| l.parse::<u64>().ok())
+                .max()
+                .unwrap_or(0);
+            let now = audit(&exe, &pool, engine);
+            assert!(
+                now >= acknowledged.max(durable),
+                "{engine} kill {kill}: {now} transfers in the pool, {acknowledged} acknowledged, {durable} before"
+            );
+            durable = now;
+        }
+        assert!(durable > 0, "{engine}: no transfer ever committed");
     }
 }

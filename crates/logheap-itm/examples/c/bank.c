@@ -9,6 +9,9 @@
  *                                  transaction; a serial irrevocable one; closes,
  *                                  reopens and checks
  *        bank POOL ENGINE check -- opens POOL (another process) and checks it
+ *        bank POOL ENGINE spin  -- transfers on two threads until killed, printing
+ *                                  the count of transfers each commit made durable
+ *        bank POOL ENGINE audit -- checks the total and prints the count of transfers
  * Prints "ok" and exits 0, or names the first failure and exits 1. */
 
 #include <logheap_tm.h>
@@ -17,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define ACCOUNTS 64
 #define START 1000
@@ -34,6 +38,7 @@ struct bank {
     struct node *head, *tail;
     uint64_t queued;
     uint64_t runs; /* transactions of the "run" step, committed */
+    uint64_t transfers; /* transfers of the "spin" step, committed */
 };
 
 static struct bank *bank;
@@ -132,13 +137,45 @@ __attribute__((noinline)) static void note(const char *what, uint64_t *counter) 
     if (strlen(line) > 0) (*counter)++;
 }
 
+/* Transfers until killed; after each commit, prints the transfer count it reached
+ * (acknowledged: durable once printed). */
+static void *spin(void *arg) {
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    for (;;) {
+        int from = next_random(&seed) % ACCOUNTS, to = next_random(&seed) % ACCOUNTS;
+        int64_t amount = next_random(&seed) % 50;
+        uint64_t count;
+        __transaction_atomic {
+            bank->accounts[from] -= amount;
+            bank->accounts[to] += amount;
+            count = ++bank->transfers;
+        }
+        char line[32];
+        int n = snprintf(line, sizeof line, "%llu\n", (unsigned long long)count);
+        if (write(1, line, (size_t)n) != n) exit(1);
+    }
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     if (argc != 4) {
-        fprintf(stderr, "usage: bank POOL ENGINE run|check\n");
+        fprintf(stderr, "usage: bank POOL ENGINE run|check|spin|audit\n");
         return 2;
     }
     if (lh_tm_open(argv[1], argv[2], 16 << 20) != 0) fail("open");
     setup();
+    if (strcmp(argv[3], "spin") == 0) {
+        pthread_t threads[2];
+        for (int t = 0; t < 2; t++) pthread_create(&threads[t], NULL, spin, (void *)(uintptr_t)(t + 3));
+        for (int t = 0; t < 2; t++) pthread_join(threads[t], NULL);
+        return 1;
+    }
+    if (strcmp(argv[3], "audit") == 0) {
+        if (total() != ACCOUNTS * START) fail("the total after a kill");
+        printf("%llu\n", (unsigned long long)bank->transfers);
+        if (lh_tm_close() != 0) fail("close");
+        return 0;
+    }
     if (strcmp(argv[3], "check") == 0) {
         check();
         if (lh_tm_close() != 0) fail("close");
