@@ -1,34 +1,12 @@
 //! The C examples, compiled with the system C compiler against `liblogheap_ffi.so`
 //! (built for the test) and run on every engine.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-/// The directory of a current `liblogheap_ffi.so`: built here by cargo, in a target
-/// directory of its own (shared by the C tests of logheap-ffi and logheap-itm; the test run's own is locked
-/// while tests run, and
-/// `cargo test` builds only the crate's Rust library for its tests).
-fn library_dir() -> PathBuf {
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c-libraries");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(&cargo)
-        .args([
-            "build",
-            "--offline",
-            "-p",
-            "logheap-ffi",
-            "-p",
-            "logheap-itm",
-            "--lib",
-        ])
-        .arg("--manifest-path")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
-        .env("CARGO_TARGET_DIR", &target)
-        .status()
-        .unwrap_or_else(|e| panic!("running {cargo}: {e}"));
-    assert!(status.success(), "cargo build of the C libraries failed");
-    target.join("debug")
-}
+#[path = "support/c_libraries.rs"]
+mod c_libraries;
+use c_libraries::library_dir;
 
 /// Compiles `source` (under `examples/c`) into `out` against the library in `lib`,
 /// warnings as errors.

@@ -4,34 +4,12 @@
 //! retried, `__transaction_cancel` and serial irrevocable transactions work; built at
 //! `-O2` and, where the CPU has AVX, at `-O3 -mavx` (vector barriers).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-/// A directory holding a current `liblogheap_itm.so`, built here by cargo in a
-/// target directory of its own (shared by the C tests of logheap-ffi and logheap-itm; the test run's own is locked
-/// while tests run, and
-/// `cargo test` builds only the crate's Rust library for its tests).
-fn library_dir() -> PathBuf {
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c-libraries");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(&cargo)
-        .args([
-            "build",
-            "--offline",
-            "-p",
-            "logheap-ffi",
-            "-p",
-            "logheap-itm",
-            "--lib",
-        ])
-        .arg("--manifest-path")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
-        .env("CARGO_TARGET_DIR", &target)
-        .status()
-        .unwrap_or_else(|e| panic!("running {cargo}: {e}"));
-    assert!(status.success(), "cargo build of the C libraries failed");
-    target.join("debug")
-}
+#[path = "../../logheap-ffi/tests/support/c_libraries.rs"]
+mod c_libraries;
+use c_libraries::library_dir;
 
 /// Compiles `examples/c/bank.c` with `flags` and links it against the runtime (the
 /// link without `-fgnu-tm`, so GCC's libitm stays out).
