@@ -94,8 +94,9 @@ extern "C" {
 // until the thread's next failing call.
 const char *lh_errormsg(void);
 
-// The name of `status` ("LH_OK", "LH_CONFLICT", ...), a static string.
-const char *lh_status_str(enum lh_status_t status);
+// The name of `status` ("LH_OK", "LH_CONFLICT", ...), a static string;
+// "LH_UNKNOWN" for a number that is no status.
+const char *lh_status_str(int status);
 
 // Creates a pool file at `path` and opens it into `*pool`.
 //

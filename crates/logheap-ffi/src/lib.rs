@@ -163,7 +163,10 @@ impl From<Error> for Failure {
             Error::NotFound { .. } => LH_ENOENT,
             Error::AlreadyExists { .. } => LH_EEXIST,
             Error::Locked { .. } => LH_EBUSY,
-            Error::PoolFull | Error::NoSpace { .. } | Error::HomeSpaceFull => LH_ENOSPC,
+            Error::PoolFull
+            | Error::NoSpace { .. }
+            | Error::HomeSpaceFull
+            | Error::VersionsExhausted => LH_ENOSPC,
             Error::ReadOnly => LH_EREADONLY,
             Error::InvalidRange { .. }
             | Error::InvalidFree { .. }
@@ -304,25 +307,46 @@ pub extern "C" fn lh_errormsg() -> *const c_char {
     LAST_ERROR.with(|e| e.borrow().as_ptr())
 }
 
-/// The name of `status` ("LH_OK", "LH_CONFLICT", ...), a static string.
+/// The name of `status` ("LH_OK", "LH_CONFLICT", ...), a static string;
+/// "LH_UNKNOWN" for a number that is no status.
 #[unsafe(no_mangle)]
-pub extern "C" fn lh_status_str(status: lh_status_t) -> *const c_char {
-    let s: &'static CStr = match status {
-        LH_OK => c"LH_OK",
-        LH_CONFLICT => c"LH_CONFLICT",
-        LH_EINVAL => c"LH_EINVAL",
-        LH_ENOENT => c"LH_ENOENT",
-        LH_EEXIST => c"LH_EEXIST",
-        LH_EBUSY => c"LH_EBUSY",
-        LH_ENOSPC => c"LH_ENOSPC",
-        LH_EREADONLY => c"LH_EREADONLY",
-        LH_ECORRUPT => c"LH_ECORRUPT",
-        LH_ENOTSUP => c"LH_ENOTSUP",
-        LH_EIO => c"LH_EIO",
-        LH_EABORTED => c"LH_EABORTED",
-        LH_EPANIC => c"LH_EPANIC",
-    };
-    s.as_ptr()
+pub extern "C" fn lh_status_str(status: c_int) -> *const c_char {
+    const NAMES: [&CStr; 13] = [
+        c"LH_OK",
+        c"LH_CONFLICT",
+        c"LH_EINVAL",
+        c"LH_ENOENT",
+        c"LH_EEXIST",
+        c"LH_EBUSY",
+        c"LH_ENOSPC",
+        c"LH_EREADONLY",
+        c"LH_ECORRUPT",
+        c"LH_ENOTSUP",
+        c"LH_EIO",
+        c"LH_EABORTED",
+        c"LH_EPANIC",
+    ];
+    usize::try_from(status)
+        .ok()
+        .and_then(|i| NAMES.get(i))
+        .map_or(c"LH_UNKNOWN".as_ptr(), |s| s.as_ptr())
+}
+
+/// One count in a pool's `open_txs` for as long as it lives: the pool cannot close
+/// meanwhile. Taken under the registry's lock (so no close slips in between).
+struct Borrow<'a>(&'a lh_pool_t);
+
+impl<'a> Borrow<'a> {
+    fn new(pool: &'a lh_pool_t) -> Borrow<'a> {
+        pool.open_txs.fetch_add(1, Ordering::AcqRel);
+        Borrow(pool)
+    }
+}
+
+impl Drop for Borrow<'_> {
+    fn drop(&mut self) {
+        self.0.open_txs.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 fn register_pool(pool: Pool) -> *mut lh_pool_t {
@@ -521,17 +545,21 @@ pub unsafe extern "C" fn lh_tx_begin(
             // Held while counting, so that a close cannot slip in between.
             let live = POOLS.read().unwrap_or_else(|p| p.into_inner());
             let p = pool_in(&live, pool)?;
-            p.open_txs.fetch_add(1, Ordering::AcqRel);
+            // Kept (forgotten) once the transaction is made; given back if that panics.
+            let borrow = Borrow::new(p);
             // SAFETY: the pool stays open (and its box in place) while `open_txs`
             // counts this transaction: `lh_pool_close` refuses until it ends.
             let pool_static: &'static Pool = unsafe { &*(&p.pool as *const Pool) };
-            Box::new(lh_tx_t {
+            let handle = Box::new(lh_tx_t {
                 state: TxState::Owned {
                     tx: pool_static.begin(flags & LH_TX_READONLY != 0),
                     pool,
                 },
                 thread: std::thread::current().id(),
-            })
+            });
+            // The count is the transaction's now: `end_owned` gives it back.
+            std::mem::forget(borrow);
+            handle
         };
         // SAFETY: checked not null above; valid for a write as the caller promises.
         unsafe { put(tx, register_tx(handle), "transaction") }
@@ -553,14 +581,15 @@ fn end_owned(tx: *mut lh_tx_t, commit: bool) -> Result<(), Failure> {
     let TxState::Owned { tx, pool } = handle.state else {
         unreachable!("checked above")
     };
+    // SAFETY: the pool is still open: it cannot close while this transaction counts in
+    // `open_txs`; the count is given back when `_count` drops (a panic included).
+    let _count = Borrow(unsafe { &*pool });
     let result = if commit {
         tx.commit()
     } else {
         tx.abort();
         Ok(())
     };
-    // SAFETY: the pool is still open: it cannot close while this transaction counted.
-    unsafe { &*pool }.open_txs.fetch_sub(1, Ordering::AcqRel);
     result.map_err(Failure::from)
 }
 
@@ -722,7 +751,14 @@ pub unsafe extern "C" fn lh_pool_transaction(
     arg: *mut c_void,
 ) -> lh_status_t {
     entry(|| {
-        let p = pool_ref(pool)?;
+        // Counted while the transaction runs (the callback, or another thread, may try
+        // to close the pool meanwhile: it gets LH_EBUSY). The registry's lock is not
+        // held during the call, so the callback may create, open and close pools.
+        let (p, _count) = {
+            let live = POOLS.read().unwrap_or_else(|p| p.into_inner());
+            let p = pool_in(&live, pool)?;
+            (p, Borrow::new(p))
+        };
         let Some(callback) = r#fn else {
             return Err(invalid("a null callback"));
         };

@@ -26,7 +26,7 @@ pub extern "C" fn _ITM_commitTransactionEH(_exception: *mut c_void) {
 #[unsafe(no_mangle)]
 pub extern "C" fn _ITM_abortTransaction(reason: c_int) {
     const USER_ABORT: c_int = 1;
-    const OUTER_ABORT: c_int = 2;
+    const OUTER_ABORT: c_int = 16;
     let nesting = with_desc(|d| d.nesting);
     if nesting == 0 {
         fatal("_ITM_abortTransaction outside a transaction");

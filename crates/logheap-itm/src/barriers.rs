@@ -100,17 +100,26 @@ pub unsafe extern "C" fn lh_itm_write(dst: *mut u8, src: *const u8, n: usize) {
 }
 
 /// Saves the `n` bytes at `addr` for a restart (`_ITM_L*`: memory the program will
-/// write without a barrier, which lies outside the pool).
+/// write without a barrier, which GCC takes for the thread's own). Pool memory written
+/// without barriers would escape the pool transaction: that ends the process.
 fn log(addr: *const u8, n: usize) {
-    with_desc(|d| {
-        if d.nesting > 0 {
-            for (at, len, home) in pool::pieces(addr as usize, n) {
-                if home.is_none() {
-                    txn::log_volatile(d, addr as usize + at, len);
-                }
-            }
+    let in_pool = with_desc(|d| {
+        if d.nesting == 0 {
+            return false;
         }
+        for (at, len, home) in pool::pieces(addr as usize, n) {
+            if home.is_some() {
+                return true;
+            }
+            txn::log_volatile(d, addr as usize + at, len);
+        }
+        false
     });
+    if in_pool {
+        fatal(
+            "GCC logs pool memory it will write without barriers (is an allocator of pool memory declared __attribute__((malloc))?)",
+        );
+    }
 }
 
 /// Acts on a pool access's outcome: a conflict restarts the transaction; an error

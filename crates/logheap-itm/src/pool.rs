@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use logheap::{Config, EngineConfig, EngineKind, MapAddress, Pool, Transaction};
 
-use crate::serial::SERIAL;
+use crate::serial::Held;
 use crate::txn::{self, fatal, with_desc};
 
 /// The open TM pool (null: none), and the addresses its mapping spans.
@@ -104,11 +104,14 @@ pub unsafe extern "C" fn lh_tm_open(
         if size != 0 {
             config = config.size(size);
         }
-        SERIAL.lock_exclusive();
-        let opened = (|| {
-            if !POOL.load(Ordering::Acquire).is_null() {
-                return Err("a TM pool is open already (lh_tm_close it first)".to_string());
-            }
+        if txn::in_transaction() {
+            return Err("lh_tm_open inside a transaction".into());
+        }
+        let _alone = Held::exclusive();
+        if !POOL.load(Ordering::Acquire).is_null() {
+            return Err("a TM pool is open already (lh_tm_close it first)".to_string());
+        }
+        {
             let pool = Pool::open_or_create(path, &config).map_err(|e| e.to_string())?;
             if pool.header().engine != engine.kind() {
                 return Err(format!(
@@ -125,9 +128,7 @@ pub unsafe extern "C" fn lh_tm_open(
             END.store(base + pool.header().pool_size as usize, Ordering::Release);
             POOL.store(Box::into_raw(Box::new(pool)), Ordering::Release);
             Ok(())
-        })();
-        SERIAL.unlock_exclusive();
-        opened
+        }
     });
     report(result)
 }
@@ -154,11 +155,12 @@ pub extern "C" fn lh_tm_close() -> c_int {
         if txn::in_transaction() {
             return Err("lh_tm_close inside a transaction".into());
         }
-        SERIAL.lock_exclusive();
-        let pool = POOL.swap(std::ptr::null_mut(), Ordering::AcqRel);
-        BASE.store(0, Ordering::Release);
-        END.store(0, Ordering::Release);
-        SERIAL.unlock_exclusive();
+        let pool = {
+            let _alone = Held::exclusive();
+            BASE.store(0, Ordering::Release);
+            END.store(0, Ordering::Release);
+            POOL.swap(std::ptr::null_mut(), Ordering::AcqRel)
+        };
         if pool.is_null() {
             return Err("no TM pool is open".into());
         }
@@ -214,6 +216,8 @@ pub extern "C" fn lh_tm_alloc(size: usize) -> *mut c_void {
             }
         }
     } else {
+        // Shared: the pool cannot close meanwhile, nor a serial transaction run.
+        let _held = Held::shared();
         let pool = POOL.load(Ordering::Acquire);
         if pool.is_null() {
             set_error("no TM pool is open".into());
@@ -257,6 +261,7 @@ pub unsafe extern "C" fn lh_tm_free(p: *mut c_void) {
             Some(Err(e)) => fatal(&format!("lh_tm_free: {e}")),
         }
     } else {
+        let _held = Held::shared();
         let pool = POOL.load(Ordering::Acquire);
         if pool.is_null() {
             set_error("no TM pool is open".into());

@@ -94,6 +94,36 @@ impl SerialLock {
     }
 }
 
+/// A hold of [`SERIAL`] for the length of a Rust scope (given back when dropped, a
+/// panic included), for the runtime's own calls outside transactions.
+pub(crate) struct Held {
+    exclusive: bool,
+}
+
+impl Held {
+    /// Holds the lock exclusively.
+    pub(crate) fn exclusive() -> Held {
+        SERIAL.lock_exclusive();
+        Held { exclusive: true }
+    }
+
+    /// Holds the lock shared.
+    pub(crate) fn shared() -> Held {
+        SERIAL.lock_shared();
+        Held { exclusive: false }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if self.exclusive {
+            SERIAL.unlock_exclusive();
+        } else {
+            SERIAL.unlock_shared();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -113,38 +113,111 @@ fn start_attempt(d: &mut Desc) {
     d.tx = pool::begin();
 }
 
+/// `_ITM_beginTransaction`'s properties (libitm.h's `_ITM_codeProperties`) read here.
+const PR_INSTRUMENTED_CODE: u32 = 0x0001;
+const PR_DOES_GO_IRREVOCABLE: u32 = 0x0040;
+/// Run the code GCC left without barriers.
+const RUN_UNINSTRUMENTED: u32 = 0x02;
+
 /// `_ITM_beginTransaction`'s work, called by its assembly with the caller's context.
-pub(crate) extern "C" fn begin_transaction(_properties: u32, jb: *const JmpBuf) -> u32 {
-    with_desc(|d| {
+///
+/// A transaction that goes irrevocable, or that GCC compiled without barriers at all
+/// (a `__transaction_relaxed` block calling unsafe code), runs serially: alone, holding
+/// the serial lock exclusively. Without barriers its stores, to the pool too, are
+/// plain stores: isolated (nothing else runs) but not part of the pool transaction, so
+/// not undone by a crash before they are written back.
+pub(crate) extern "C" fn begin_transaction(properties: u32, jb: *const JmpBuf) -> u32 {
+    let instrumented = properties & PR_INSTRUMENTED_CODE != 0;
+    let goes_serial = !instrumented || properties & PR_DOES_GO_IRREVOCABLE != 0;
+    let (action, must_restart) = with_desc(|d| {
         if d.nesting > 0 {
             d.nesting += 1;
-            return RUN_INSTRUMENTED;
+            if goes_serial && !d.serial {
+                // The outermost must start again, alone.
+                d.want_serial = true;
+                return (0, true);
+            }
+            let action = if instrumented {
+                RUN_INSTRUMENTED
+            } else {
+                RUN_UNINSTRUMENTED
+            };
+            return (action, false);
         }
         // SAFETY: the assembly passes its stack copy of the context, valid now.
         d.jb = unsafe { *jb };
         d.nesting = 1;
         d.attempts = 0;
         d.id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        d.want_serial |= goes_serial;
         start_attempt(d);
-        RUN_INSTRUMENTED | SAVE_LIVE_VARIABLES
-    })
+        if instrumented {
+            (RUN_INSTRUMENTED | SAVE_LIVE_VARIABLES, false)
+        } else {
+            (RUN_UNINSTRUMENTED, false)
+        }
+    });
+    if must_restart {
+        restart();
+    }
+    action
 }
 
-/// Puts memory outside the pool back as it was (newest first), skipping what lay in
-/// the stack frames the jump discards (below `_ITM_beginTransaction`'s caller's frame
-/// and above this one: those frames are gone after the jump, or being used now).
+/// The lowest address of the calling thread's stack (from its attributes; 0 when
+/// they cannot be read, which makes the restore keep away from nothing below `cfa`
+/// but the frames above it, see `restore_undo`).
+fn stack_low() -> usize {
+    thread_local! {
+        static LOW: usize = {
+            // SAFETY: `attr` is initialised by `pthread_getattr_np` before it is read
+            // and destroyed after; the out-pointers are valid locals.
+            unsafe {
+                let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+                let mut addr: *mut c_void = std::ptr::null_mut();
+                let mut size: libc::size_t = 0;
+                let ok = libc::pthread_getattr_np(libc::pthread_self(), &mut attr) == 0;
+                let got = ok && libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
+                if ok {
+                    libc::pthread_attr_destroy(&mut attr);
+                }
+                if got { addr as usize } else { 0 }
+            }
+        };
+    }
+    LOW.with(|l| *l)
+}
+
+/// Puts memory outside the pool back as it was (newest first). The thread's stack
+/// below the CFA of `_ITM_beginTransaction`'s caller is left alone: the frames there
+/// are the transaction's own callees, gone after the jump, or the runtime's, in use
+/// now (an entry reaching above the CFA has only that part restored).
 fn restore_undo(d: &mut Desc) {
-    let here = &d as *const _ as usize;
     let cfa = d.jb.cfa as usize;
+    let low = match stack_low() {
+        0 => cfa.saturating_sub(8 << 20),
+        l => l,
+    };
     for &(addr, len, at) in d.undo.iter().rev() {
-        if addr >= here && addr < cfa {
+        let end = addr + len;
+        // The part of [addr, end) outside [low, cfa).
+        let (from, to) = if end <= low || addr >= cfa {
+            (addr, end)
+        } else if addr >= low && end <= cfa {
             continue;
-        }
-        // SAFETY: the bytes were read from `addr` when it was first written in this
-        // transaction; the program still owns that memory (it is not in a discarded
-        // frame).
+        } else if addr < low {
+            (addr, low.min(end))
+        } else {
+            (cfa, end)
+        };
+        // SAFETY: the bytes were read from there when first written in this
+        // transaction; the program still owns that memory (outside the discarded and
+        // in-use stack frames).
         unsafe {
-            std::ptr::copy_nonoverlapping(d.undo_bytes.as_ptr().add(at), addr as *mut u8, len)
+            std::ptr::copy_nonoverlapping(
+                d.undo_bytes.as_ptr().add(at + (from - addr)),
+                from as *mut u8,
+                to - from,
+            )
         };
     }
     d.undo.clear();
@@ -166,7 +239,10 @@ fn roll_back(d: &mut Desc) -> Vec<Action> {
     d.frees.clear();
     d.commit_actions.clear();
     release_serial(d);
-    std::mem::take(&mut d.undo_actions)
+    // Newest first, as libitm runs them.
+    let mut undo = std::mem::take(&mut d.undo_actions);
+    undo.reverse();
+    undo
 }
 
 fn release_serial(d: &mut Desc) {
@@ -201,19 +277,24 @@ fn backoff(n: u32) {
 /// the attempt back, begins the next, and returns to `_ITM_beginTransaction`'s caller.
 #[cold]
 pub(crate) fn restart() -> ! {
-    let (undo, attempts) = with_desc(|d| {
+    let (undo, attempts, jb) = with_desc(|d| {
         let undo = roll_back(d);
-        d.nesting = 1;
+        // The user undo actions run outside any transaction (they may run their own).
+        d.nesting = 0;
         d.attempts += 1;
         // Many conflicts in a row: run alone, where nothing conflicts.
         if d.attempts >= 100 {
             d.want_serial = true;
         }
-        (undo, d.attempts)
+        (undo, d.attempts, d.jb)
     });
     run(undo);
     backoff(attempts);
-    with_desc(start_attempt);
+    with_desc(|d| {
+        d.jb = jb;
+        d.nesting = 1;
+        start_attempt(d);
+    });
     let jb: *const JmpBuf = desc_jb();
     // SAFETY: the context of the outermost `_ITM_beginTransaction`, whose caller's
     // frame is live (the transaction runs inside it); nothing with a destructor is
@@ -224,16 +305,19 @@ pub(crate) fn restart() -> ! {
 /// Cancels the outermost transaction (`__transaction_cancel`): rolls it back and
 /// returns to `_ITM_beginTransaction`'s caller, which skips the transaction.
 pub(crate) fn cancel() -> ! {
-    let undo = with_desc(|d| {
+    let (undo, jb) = with_desc(|d| {
+        if d.serial {
+            fatal("__transaction_cancel in a serial irrevocable transaction");
+        }
         let undo = roll_back(d);
         d.nesting = 0;
         d.want_serial = false;
-        undo
+        (undo, d.jb)
     });
+    // The context is kept here: an undo action may run a transaction of its own.
     run(undo);
-    let jb = desc_jb();
-    // SAFETY: as in `restart`.
-    unsafe { jump::longjmp(ABORT_TRANSACTION | RESTORE_LIVE_VARIABLES, jb) }
+    // SAFETY: as in `restart`; `jb` is read whole before the jump leaves this frame.
+    unsafe { jump::longjmp(ABORT_TRANSACTION | RESTORE_LIVE_VARIABLES, &jb) }
 }
 
 fn desc_jb() -> *const JmpBuf {
