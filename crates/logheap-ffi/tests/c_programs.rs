@@ -112,3 +112,27 @@ fn a_program_builds_with_pkg_config_alone() {
         );
     }
 }
+
+/// The maps of the C comparison with PMDK (`examples/c/cmaps.c`, run against PMDK by
+/// `scripts/c-maps-bench.sh`) on every engine, small: every key inserted is found.
+#[test]
+fn the_c_maps_of_the_pmdk_comparison_run_on_every_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = library_dir();
+    let exe = dir.path().join("cmaps");
+    compile(&lib, "cmaps.c", &exe);
+    for engine in ["log", "redo", "undo", "oop", "hoop"] {
+        let out = Command::new(&exe)
+            .arg(dir.path().join(format!("cmaps-{engine}.pool")))
+            .arg(engine)
+            .arg("2000")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.lines().count() == 6,
+            "cmaps on {engine}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
