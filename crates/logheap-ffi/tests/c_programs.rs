@@ -130,7 +130,7 @@ fn the_c_maps_of_the_pmdk_comparison_run_on_every_engine() {
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
-            out.status.success() && stdout.lines().count() == 6,
+            out.status.success() && stdout.lines().count() == 9,
             "cmaps on {engine}: {stdout}{}",
             String::from_utf8_lossy(&out.stderr)
         );

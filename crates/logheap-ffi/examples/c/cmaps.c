@@ -1,5 +1,6 @@
 /* The same C maps on logheap's C API and on PMDK's libpmemobj: a chained hash map
- * (after PMDK's hashmap_tx) and a red-black tree with a sentinel (after rbtree_map),
+ * (after PMDK's hashmap_tx), a red-black tree with a sentinel (after rbtree_map) and
+ * a B-tree (after btree_map),
  * written once over four operations (GET, PUT, ALLOC, FREE) that each backend defines:
  *
  *   logheap: lh_tx_read / lh_tx_write / lh_tx_alloc / lh_tx_free, in lh_tx_begin ...
@@ -96,8 +97,9 @@ static ref_t root_ref;
 
 /* The root: both maps' headers. */
 struct root {
-    ref_t buckets; /* uint64 offsets... as refs, BUCKETS of them */
+    ref_t buckets; /* BUCKETS refs */
     ref_t sentinel;
+    ref_t btree;
 };
 #define BUCKETS 4096
 
@@ -326,6 +328,234 @@ static void rb_remove(uint64_t key) {
     FREE(z);
 }
 
+/* ---- the B-tree (after btree_map: up to 7 items and 8 children a node; splits on
+ * the way down, borrows and merges on removal) ---- */
+#define ORDER 8
+#define MIN_ITEMS (ORDER / 2 - 1)
+struct item {
+    uint64_t key, value;
+};
+struct bnode {
+    uint64_t n;
+    struct item items[ORDER - 1];
+    ref_t slots[ORDER];
+};
+
+static ref_t bt_root(void) {
+    ref_t r;
+    GET(root_ref, offsetof(struct root, btree), &r, sizeof r);
+    return r;
+}
+static void bt_set_root(ref_t r) { PUT(root_ref, offsetof(struct root, btree), &r, sizeof r); }
+static struct bnode bget(ref_t r) {
+    struct bnode n;
+    GET(r, 0, &n, sizeof n);
+    return n;
+}
+static void bput(ref_t r, const struct bnode *n) { PUT(r, 0, n, sizeof *n); }
+static int leaf(const struct bnode *n) { return OFF(n->slots[0]) == 0; }
+
+static void bt_split_child(ref_t p, struct bnode *parent, uint64_t i) {
+    struct bnode full = bget(parent->slots[i]), right;
+    memset(&right, 0, sizeof right);
+    ref_t r;
+    ALLOC(sizeof right, &r);
+    const uint64_t mid = (ORDER - 1) / 2;
+    right.n = full.n - mid - 1;
+    memcpy(right.items, &full.items[mid + 1], right.n * sizeof(struct item));
+    if (!leaf(&full)) memcpy(right.slots, &full.slots[mid + 1], (right.n + 1) * sizeof(ref_t));
+    struct item median = full.items[mid];
+    full.n = mid;
+    memset(&full.items[mid], 0, (ORDER - 1 - mid) * sizeof(struct item));
+    memset(&full.slots[mid + 1], 0, (ORDER - 1 - mid) * sizeof(ref_t));
+    memmove(&parent->items[i + 1], &parent->items[i], (parent->n - i) * sizeof(struct item));
+    memmove(&parent->slots[i + 2], &parent->slots[i + 1], (parent->n - i) * sizeof(ref_t));
+    parent->items[i] = median;
+    parent->slots[i + 1] = r;
+    parent->n++;
+    bput(parent->slots[i], &full);
+    bput(r, &right);
+    bput(p, parent);
+}
+
+static void bt_insert(uint64_t key, uint64_t value) {
+    ref_t at = bt_root();
+    if (OFF(at) == 0) {
+        struct bnode n;
+        memset(&n, 0, sizeof n);
+        n.n = 1;
+        n.items[0] = (struct item){key, value};
+        ALLOC(sizeof n, &at);
+        bput(at, &n);
+        bt_set_root(at);
+        return;
+    }
+    struct bnode n = bget(at);
+    if (n.n == ORDER - 1) {
+        struct bnode top;
+        memset(&top, 0, sizeof top);
+        top.slots[0] = at;
+        ref_t t;
+        ALLOC(sizeof top, &t);
+        bt_split_child(t, &top, 0);
+        bt_set_root(t);
+        at = t;
+        n = top;
+    }
+    for (;;) {
+        uint64_t i = 0;
+        while (i < n.n && n.items[i].key < key) i++;
+        if (i < n.n && n.items[i].key == key) {
+            n.items[i].value = value;
+            bput(at, &n);
+            return;
+        }
+        if (leaf(&n)) {
+            memmove(&n.items[i + 1], &n.items[i], (n.n - i) * sizeof(struct item));
+            n.items[i] = (struct item){key, value};
+            n.n++;
+            bput(at, &n);
+            return;
+        }
+        struct bnode child = bget(n.slots[i]);
+        if (child.n == ORDER - 1) {
+            bt_split_child(at, &n, i);
+            if (n.items[i].key == key) continue;
+            if (n.items[i].key < key) i++;
+            child = bget(n.slots[i]);
+        }
+        at = n.slots[i];
+        n = child;
+    }
+}
+
+static int bt_lookup(uint64_t key, uint64_t *value) {
+    ref_t at = bt_root();
+    while (OFF(at) != 0) {
+        struct bnode n = bget(at);
+        uint64_t i = 0;
+        while (i < n.n && n.items[i].key < key) i++;
+        if (i < n.n && n.items[i].key == key) {
+            *value = n.items[i].value;
+            return 1;
+        }
+        if (leaf(&n)) break;
+        at = n.slots[i];
+    }
+    return 0;
+}
+
+static void bt_merge(ref_t p, struct bnode *n, uint64_t j) {
+    struct bnode left = bget(n->slots[j]), right = bget(n->slots[j + 1]);
+    ref_t gone = n->slots[j + 1];
+    left.items[left.n] = n->items[j];
+    memcpy(&left.items[left.n + 1], right.items, right.n * sizeof(struct item));
+    memcpy(&left.slots[left.n + 1], right.slots, (right.n + 1) * sizeof(ref_t));
+    left.n += right.n + 1;
+    memmove(&n->items[j], &n->items[j + 1], (n->n - j - 1) * sizeof(struct item));
+    memmove(&n->slots[j + 1], &n->slots[j + 2], (n->n - j - 1) * sizeof(ref_t));
+    n->n--;
+    n->items[n->n] = (struct item){0, 0};
+    n->slots[n->n + 1] = NULLREF;
+    bput(n->slots[j], &left);
+    FREE(gone);
+    bput(p, n);
+}
+
+/* Makes child i of p hold more than MIN_ITEMS; returns the child the key lies under. */
+static uint64_t bt_fill(ref_t p, struct bnode *n, uint64_t i) {
+    struct bnode c = bget(n->slots[i]), s;
+    if (i > 0 && (s = bget(n->slots[i - 1])).n > MIN_ITEMS) {
+        memmove(&c.items[1], &c.items[0], c.n * sizeof(struct item));
+        memmove(&c.slots[1], &c.slots[0], (c.n + 1) * sizeof(ref_t));
+        c.items[0] = n->items[i - 1];
+        c.slots[0] = s.slots[s.n];
+        n->items[i - 1] = s.items[s.n - 1];
+        s.items[s.n - 1] = (struct item){0, 0};
+        s.slots[s.n] = NULLREF;
+        s.n--;
+        c.n++;
+        bput(n->slots[i - 1], &s);
+        bput(n->slots[i], &c);
+        bput(p, n);
+        return i;
+    }
+    if (i < n->n && (s = bget(n->slots[i + 1])).n > MIN_ITEMS) {
+        c.items[c.n] = n->items[i];
+        c.slots[c.n + 1] = s.slots[0];
+        c.n++;
+        n->items[i] = s.items[0];
+        memmove(&s.items[0], &s.items[1], (s.n - 1) * sizeof(struct item));
+        memmove(&s.slots[0], &s.slots[1], s.n * sizeof(ref_t));
+        s.n--;
+        s.items[s.n] = (struct item){0, 0};
+        s.slots[s.n + 1] = NULLREF;
+        bput(n->slots[i + 1], &s);
+        bput(n->slots[i], &c);
+        bput(p, n);
+        return i;
+    }
+    uint64_t j = i < n->n ? i : i - 1;
+    bt_merge(p, n, j);
+    return j;
+}
+
+static void bt_remove(uint64_t key) {
+    ref_t at = bt_root();
+    if (OFF(at) == 0) return;
+    for (;;) {
+        struct bnode n = bget(at);
+        uint64_t i = 0;
+        while (i < n.n && n.items[i].key < key) i++;
+        int here = i < n.n && n.items[i].key == key;
+        if (leaf(&n)) {
+            if (here) {
+                memmove(&n.items[i], &n.items[i + 1], (n.n - i - 1) * sizeof(struct item));
+                n.n--;
+                n.items[n.n] = (struct item){0, 0};
+                if (n.n == 0 && SAME(at, bt_root())) {
+                    FREE(at);
+                    bt_set_root(NULLREF);
+                } else {
+                    bput(at, &n);
+                }
+            }
+            return;
+        }
+        if (here) {
+            struct bnode l = bget(n.slots[i]), r = bget(n.slots[i + 1]);
+            if (l.n > MIN_ITEMS || r.n > MIN_ITEMS) {
+                int from_left = l.n > MIN_ITEMS;
+                ref_t c = n.slots[from_left ? i : i + 1];
+                struct bnode d = bget(c);
+                while (!leaf(&d)) d = bget(d.slots[from_left ? d.n : 0]);
+                struct item repl = from_left ? d.items[d.n - 1] : d.items[0];
+                n.items[i] = repl;
+                bput(at, &n);
+                key = repl.key;
+                at = c;
+                continue;
+            }
+            bt_merge(at, &n, i);
+            ref_t next = n.slots[i];
+            if (n.n == 0) {
+                FREE(at);
+                bt_set_root(next);
+            }
+            at = next;
+            continue;
+        }
+        uint64_t under = i;
+        if (bget(n.slots[i]).n <= MIN_ITEMS) under = bt_fill(at, &n, i);
+        ref_t next = n.slots[under];
+        if (n.n == 0) {
+            FREE(at);
+            bt_set_root(next);
+        }
+        at = next;
+    }
+}
+
 /* ---- the driver ---- */
 static double now(void) {
     struct timespec t;
@@ -378,7 +608,8 @@ int main(int argc, char **argv) {
         int (*lookup)(uint64_t, uint64_t *);
         void (*remove)(uint64_t);
     } maps[] = {{"hashmap", hash_insert, hash_lookup, hash_remove},
-                {"rbtree", rb_insert, rb_lookup, rb_remove}};
+                {"rbtree", rb_insert, rb_lookup, rb_remove},
+                {"btree", bt_insert, bt_lookup, bt_remove}};
     for (volatile size_t m = 0; m < sizeof maps / sizeof maps[0]; m++) {
         double t0 = now();
         for (volatile uint64_t i = 0; i < n; i++) TX(maps[m].insert(keys[i], i));
@@ -389,6 +620,15 @@ int main(int argc, char **argv) {
         double t2 = now();
         for (volatile uint64_t i = 0; i < n; i += 2) TX(maps[m].remove(keys[i]));
         double t3 = now();
+        /* Not timed: the removed keys are gone, the others there. */
+        volatile uint64_t right = 0;
+        for (volatile uint64_t i = 0; i < n; i++)
+            READ(right += maps[m].lookup(keys[i], &v) == (i % 2 == 1));
+        if (right != n) {
+            fprintf(stderr, "%s: %llu of %llu keys right after the removals\n", maps[m].name,
+                    (unsigned long long)right, (unsigned long long)n);
+            return 1;
+        }
         if (found != n) {
             fprintf(stderr, "%s: %llu of %llu keys found\n", maps[m].name, (unsigned long long)found,
                     (unsigned long long)n);
