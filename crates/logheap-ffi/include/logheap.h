@@ -50,7 +50,8 @@ typedef enum lh_status_t {
 // An open pool.
 typedef struct lh_pool_t lh_pool_t;
 
-// A transaction in progress.
+// A transaction in progress (registered in the list of the thread that began it,
+// which alone may use it).
 typedef struct lh_tx_t lh_tx_t;
 
 // A handle of an object: its offset in the pool's home space (0 is null).

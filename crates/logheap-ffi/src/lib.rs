@@ -32,7 +32,6 @@ use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{LazyLock, RwLock};
-use std::thread::ThreadId;
 
 use logheap::{Config, EngineConfig, Error, Pool, Transaction, Tx};
 
@@ -119,10 +118,10 @@ pub struct lh_pool_t {
     open_txs: AtomicUsize,
 }
 
-/// A transaction in progress.
+/// A transaction in progress (registered in the list of the thread that began it,
+/// which alone may use it).
 pub struct lh_tx_t {
     state: TxState,
-    thread: ThreadId,
 }
 
 enum TxState {
@@ -261,9 +260,7 @@ fn tx_mut<'a>(tx: *mut lh_tx_t) -> Result<&'a mut lh_tx_t, Failure> {
     // SAFETY: registered in this thread's list, so it is a live handle made by
     // `lh_tx_begin` or `lh_pool_transaction` on this thread and not yet ended; the
     // thread uses it only through this call.
-    let handle = unsafe { &mut *tx };
-    debug_assert_eq!(handle.thread, std::thread::current().id());
-    Ok(handle)
+    Ok(unsafe { &mut *tx })
 }
 
 impl lh_tx_t {
@@ -555,7 +552,6 @@ pub unsafe extern "C" fn lh_tx_begin(
                     tx: pool_static.begin(flags & LH_TX_READONLY != 0),
                     pool,
                 },
-                thread: std::thread::current().id(),
             });
             // The count is the transaction's now: `end_owned` gives it back.
             std::mem::forget(borrow);
@@ -687,7 +683,8 @@ pub unsafe extern "C" fn lh_tx_alloc(
         }
         let home = handle.tx().alloc_bytes(size)?;
         // SAFETY: checked not null; valid for a write as the caller promises.
-        unsafe { put(oid, lh_oid_t { off: home }, "oid") }
+        unsafe { oid.write(lh_oid_t { off: home }) };
+        Ok(())
     })
 }
 
@@ -771,7 +768,6 @@ pub unsafe extern "C" fn lh_pool_transaction(
             let tx_ptr = (tx as *mut Tx<'_>).cast::<Tx<'static>>();
             let raw = register_tx(Box::new(lh_tx_t {
                 state: TxState::Borrowed(tx_ptr),
-                thread: std::thread::current().id(),
             }));
             // SAFETY: the caller promises `callback` may be called with `arg`.
             let returned = unsafe { callback(raw, arg) };

@@ -34,8 +34,7 @@ enum Outcome {
 ///
 /// # Safety
 /// `dst` is valid for `n` bytes of writes; `src` for `n` bytes of reads.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn lh_itm_read(dst: *mut u8, src: *const u8, n: usize) {
+pub(crate) unsafe extern "C" fn lh_itm_read(dst: *mut u8, src: *const u8, n: usize) {
     if n == 0 {
         return;
     }
@@ -67,8 +66,7 @@ pub unsafe extern "C" fn lh_itm_read(dst: *mut u8, src: *const u8, n: usize) {
 ///
 /// # Safety
 /// `dst` is valid for `n` bytes of writes; `src` for `n` bytes of reads.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn lh_itm_write(dst: *mut u8, src: *const u8, n: usize) {
+pub(crate) unsafe extern "C" fn lh_itm_write(dst: *mut u8, src: *const u8, n: usize) {
     if n == 0 {
         return;
     }

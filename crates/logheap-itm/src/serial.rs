@@ -139,16 +139,20 @@ mod tests {
                 let (lock, counter) = (&lock, &counter);
                 s.spawn(move || {
                     for _ in 0..2000 {
-                        if t == 0 {
+                        if t < 2 {
+                            // Two writers increment by a load and a store: without
+                            // exclusion between them, increments get lost.
                             lock.lock_exclusive();
-                            // Alone: a non-atomic read-modify-write cannot lose updates.
                             let v = counter.load(Ordering::Relaxed);
-                            std::hint::spin_loop();
+                            for _ in 0..16 {
+                                std::hint::spin_loop();
+                            }
                             counter.store(v + 1, Ordering::Relaxed);
                             lock.unlock_exclusive();
                         } else {
                             lock.lock_shared();
                             let v = counter.load(Ordering::Relaxed);
+                            std::hint::spin_loop();
                             assert_eq!(v, counter.load(Ordering::Relaxed), "a writer ran");
                             lock.unlock_shared();
                         }
@@ -156,7 +160,7 @@ mod tests {
                 });
             }
         });
-        assert_eq!(counter.load(Ordering::Relaxed), 2000);
+        assert_eq!(counter.load(Ordering::Relaxed), 4000);
         assert_eq!(lock.word.load(Ordering::Relaxed), 0);
     }
 }

@@ -85,12 +85,6 @@ pub(crate) fn with_desc<R>(f: impl FnOnce(&mut Desc) -> R) -> R {
     DESC.with(|d| f(unsafe { &mut *d.get() }))
 }
 
-/// The thread's descriptor's raw address (for the jump buffer, read by the jump
-/// after every borrow is gone).
-fn desc_ptr() -> *mut Desc {
-    DESC.with(|d| d.get())
-}
-
 /// Ends the process on an error a transaction cannot report (no return path exists
 /// out of `__transaction_atomic` but commit, restart or cancel), as libitm does.
 #[cold]
@@ -295,11 +289,11 @@ pub(crate) fn restart() -> ! {
         d.nesting = 1;
         start_attempt(d);
     });
-    let jb: *const JmpBuf = desc_jb();
     // SAFETY: the context of the outermost `_ITM_beginTransaction`, whose caller's
-    // frame is live (the transaction runs inside it); nothing with a destructor is
-    // live in the frames left (see the module's documentation).
-    unsafe { jump::longjmp(RUN_INSTRUMENTED | RESTORE_LIVE_VARIABLES, jb) }
+    // frame is live (the transaction runs inside it), read whole before the jump leaves
+    // this frame; nothing with a destructor is live in the frames left (see the
+    // module's documentation).
+    unsafe { jump::longjmp(RUN_INSTRUMENTED | RESTORE_LIVE_VARIABLES, &jb) }
 }
 
 /// Cancels the outermost transaction (`__transaction_cancel`): rolls it back and
@@ -318,11 +312,6 @@ pub(crate) fn cancel() -> ! {
     run(undo);
     // SAFETY: as in `restart`; `jb` is read whole before the jump leaves this frame.
     unsafe { jump::longjmp(ABORT_TRANSACTION | RESTORE_LIVE_VARIABLES, &jb) }
-}
-
-fn desc_jb() -> *const JmpBuf {
-    // SAFETY: a field address of the thread's descriptor; read by the jump only.
-    unsafe { &raw const (*desc_ptr()).jb }
 }
 
 /// Commits (the outermost transaction; an inner one only leaves). A conflict

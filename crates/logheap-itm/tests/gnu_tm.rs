@@ -156,5 +156,8 @@ fn killed_transfers_keep_the_total_and_every_acknowledged_transfer() {
             durable = now;
         }
         assert!(durable > 0, "{engine}: no transfer ever committed");
+        eprintln!(
+            "{engine}: 50 kills; {durable} transfers in the pool at the end, every acknowledged one among them"
+        );
     }
 }
