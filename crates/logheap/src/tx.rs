@@ -96,6 +96,18 @@ impl<'p> Tx<'p> {
         on_tx!(&mut self.inner, |stm, state| stm.alloc(state, len, None))
     }
 
+    /// Allocates a new object holding a copy of `bytes` (as many bytes as it holds) and
+    /// returns its home offset: for byte strings (a record, a value) whose length is
+    /// known only at run time, written once rather than zero-filled and then written.
+    pub fn alloc_from(&mut self, bytes: &[u8]) -> Result<u64> {
+        let len = bytes.len() as u64;
+        on_tx!(&mut self.inner, |stm, state| stm.alloc(
+            state,
+            len,
+            Some(bytes)
+        ))
+    }
+
     /// Frees the object at `p` when the transaction commits.
     pub fn free<T>(&mut self, p: PPtr<T>) -> Result<()> {
         if p.is_null() {
