@@ -10,6 +10,7 @@ mod crashtest;
 mod create;
 mod dump;
 mod inspect;
+mod kv;
 mod recovery_bench;
 mod rm;
 mod size;
@@ -57,6 +58,9 @@ enum Command {
     /// use, without opening it (`info` is another name for it).
     #[command(alias = "info")]
     Inspect(inspect::Args),
+    /// The ordered key-value store (logheap-kv) in a pool: get, put, del, scan, load,
+    /// stats. Writes create the pool on first use.
+    Kv(kv::Args),
     /// Print a pool's root area and every live allocation with their bytes (hex lines,
     /// or JSON).
     Dump(dump::Args),
@@ -82,6 +86,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Check(args) => return check::run(&args),
         Command::Create(args) => create::run(&args),
+        Command::Kv(args) => return kv::run(&args),
         Command::Compact(args) => compact::run(&args),
         Command::Bench(args) => bench::run_bench(&args),
         Command::Calibrate(args) => calibrate::run(&args),
