@@ -15,6 +15,7 @@ mod recovery_bench;
 mod rm;
 mod size;
 mod torture;
+mod ycsb;
 
 use std::process::ExitCode;
 
@@ -76,6 +77,10 @@ enum Command {
     /// Check crash consistency: every crash image of a workload must recover to the
     /// state before or after the transaction in flight.
     Crashtest(crashtest::Args),
+    /// YCSB core workloads A-F on logheap-kv and its peers (LMDB, redb, fjall, RocksDB
+    /// when built in), durable commits everywhere; writes results.jsonl, results.md and
+    /// plots.
+    Ycsb(Box<ycsb::Args>),
     /// Time opening a pool (recovery from the log after a crash, and after a clean
     /// close) with each number of recovery threads.
     RecoveryBench(recovery_bench::Args),
@@ -96,6 +101,7 @@ fn main() -> ExitCode {
         Command::Crashtest(args) => crashtest::run(&args),
         Command::RecoveryBench(args) => recovery_bench::run(&args),
         Command::Torture(args) => torture::run(&args),
+        Command::Ycsb(args) => ycsb::run(&args),
         Command::TortureChild(args) => torture::child(&args),
     };
     match result {
