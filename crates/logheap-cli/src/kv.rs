@@ -252,10 +252,10 @@ fn scan(
         None => {
             let start = start.as_deref().map(|k| decode(args, k)).transpose()?;
             let end = end.as_deref().map(|k| decode(args, k)).transpose()?;
-            store.range::<(Bound<&[u8]>, Bound<&[u8]>)>((
+            store.range_bounds(
                 start.as_deref().map_or(Bound::Unbounded, Bound::Included),
                 end.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
-            ))
+            )
         }
     };
     let entries: Box<dyn Iterator<Item = _>> = if reverse {

@@ -24,7 +24,7 @@
 //! store.put(b"cherry", b"dark red")?;
 //! assert_eq!(store.get(b"banana")?, Some(b"yellow".to_vec()));
 //! let keys: Vec<Vec<u8>> = store
-//!     .range(&b"b"[..]..)
+//!     .range(b"b".as_slice()..)
 //!     .map(|entry| entry.map(|(key, _)| key))
 //!     .collect::<Result<_, _>>()?;
 //! assert_eq!(keys, [b"banana".to_vec(), b"cherry".to_vec()]);

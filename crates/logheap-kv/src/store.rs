@@ -176,12 +176,17 @@ impl KvStore {
     /// Entries in `range`, in key order (reverse it with `.rev()`; both ends can be
     /// taken from). Keys present for the whole scan are each returned once, in order;
     /// changes made while it runs may or may not be seen.
-    pub fn range<R: RangeBounds<[u8]>>(&self, range: R) -> Range<'_> {
-        Range::new(
-            self,
-            range.start_bound().map(|k| k.to_vec()),
-            range.end_bound().map(|k| k.to_vec()),
-        )
+    ///
+    /// The bounds are any byte strings: `store.range(b"a".as_slice()..b"m")`,
+    /// `store.range("user:".."user;")`, `(Bound<&[u8]>, Bound<&[u8]>)` pairs.
+    pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Range<'_> {
+        Range::new(self, owned(range.start_bound()), owned(range.end_bound()))
+    }
+
+    /// Entries between two bounds given as [`Bound`]s (what `range` takes, without
+    /// type inference to help).
+    pub fn range_bounds(&self, start: Bound<&[u8]>, end: Bound<&[u8]>) -> Range<'_> {
+        Range::new(self, start.map(<[u8]>::to_vec), end.map(<[u8]>::to_vec))
     }
 
     /// Entries whose key begins with `prefix`, in key order.
@@ -195,7 +200,7 @@ impl KvStore {
 
     /// Every entry, in key order.
     pub fn iter(&self) -> Range<'_> {
-        self.range::<std::ops::RangeFull>(..)
+        Range::new(self, Bound::Unbounded, Bound::Unbounded)
     }
 
     /// Number of entries.
@@ -267,26 +272,32 @@ impl<'p> KvTx<'_, 'p> {
         self.tree.put(self.tx, key, value)
     }
 
+    /// Reads the value of `key` into `value`, lets `change` alter it and stores it back
+    /// (a read-modify-write in one descent); returns whether the key was present.
+    pub fn update(
+        &mut self,
+        key: &[u8],
+        value: &mut Vec<u8>,
+        change: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<bool> {
+        self.tree.update(self.tx, key, value, change)
+    }
+
     /// Removes `key`; returns whether it was present.
     pub fn delete(&mut self, key: &[u8]) -> Result<bool> {
         self.tree.delete(self.tx, key)
     }
 
-    /// Calls `f` with each entry in `range`, in `direction`, until it returns
+    /// Calls `f` with each entry between `start` and `end`, in `direction`, until it returns
     /// [`ControlFlow::Break`]: all of it within this transaction's snapshot.
-    pub fn scan<R: RangeBounds<[u8]>>(
+    pub fn scan(
         &mut self,
-        range: R,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
         direction: Direction,
         f: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>,
     ) -> Result<()> {
-        self.tree.scan(
-            self.tx,
-            range.start_bound(),
-            range.end_bound(),
-            direction,
-            f,
-        )
+        self.tree.scan(self.tx, start, end, direction, f)
     }
 
     /// Number of entries.
@@ -449,6 +460,10 @@ impl<'s> Range<'s> {
             }
         }
     }
+}
+
+fn owned<K: AsRef<[u8]>>(bound: Bound<&K>) -> Bound<Vec<u8>> {
+    bound.map(|k| k.as_ref().to_vec())
 }
 
 fn as_ref(bound: &Bound<Vec<u8>>) -> Bound<&[u8]> {

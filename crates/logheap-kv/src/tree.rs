@@ -20,12 +20,14 @@
 use std::cmp::Ordering;
 use std::ops::{Bound, ControlFlow};
 
+use bytemuck::Zeroable;
 use logheap::{PPtr, Tx};
 
 use crate::Error;
 use crate::node::{
     INNER_KEYS, Inner, KeyRef, LEAF_SLOTS, Leaf, SearchKey, child_index, lower_bound, prefix_of,
-    read_inner, read_key, read_leaf, read_value, write_changes,
+    read_child, read_inner, read_inner_keys, read_key, read_leaf, read_leaf_used, read_value,
+    write_changes,
 };
 
 /// The persistent header of a tree.
@@ -68,10 +70,10 @@ pub struct KvTree {
     header: PPtr<Header>,
 }
 
-/// One inner node on a descent: where it is, its bytes, and the child taken.
+/// One inner node on a descent: where it is and the child taken. The node itself is
+/// read whole only when a split or a merge changes it.
 struct Step {
     at: u64,
-    node: Inner,
     child: usize,
 }
 
@@ -170,14 +172,17 @@ impl KvTree {
     ) -> Result<Path, Error> {
         let mut steps = Vec::with_capacity(h.height as usize);
         let mut at = h.root;
+        let mut node = Inner::empty();
         for _ in 0..h.height {
-            let node = read_inner(tx, at)?;
+            read_inner_keys(tx, at, &mut node)?;
             let child = child_index(tx, &node, key, scratch)?;
-            let next = node.children[child];
-            steps.push(Step { at, node, child });
-            at = next;
+            steps.push(Step { at, child });
+            at = read_child(tx, at, child)?;
         }
-        let leaf = read_leaf(tx, at)?;
+        // The slots past the count are zero in every leaf (removals and splits clear
+        // them; `verify` checks it), so the used part read is the whole leaf.
+        let mut leaf = Leaf::empty();
+        read_leaf_used(tx, at, &mut leaf)?;
         Ok(Path {
             steps,
             leaf_at: at,
@@ -185,7 +190,8 @@ impl KvTree {
         })
     }
 
-    /// The leaf for `key`, without keeping the path.
+    /// The leaf for `key` (its header and entries in use), without keeping the path:
+    /// the read-only descent, which reads of each node only what the search needs.
     fn leaf_for(
         &self,
         tx: &mut Tx<'_>,
@@ -194,25 +200,33 @@ impl KvTree {
     ) -> Result<(u64, Leaf), Error> {
         let h = self.header(tx)?;
         let mut at = h.root;
+        let mut node = Inner::empty();
         for _ in 0..h.height {
-            let node = read_inner(tx, at)?;
-            at = node.children[child_index(tx, &node, key, scratch)?];
+            read_inner_keys(tx, at, &mut node)?;
+            let child = child_index(tx, &node, key, scratch)?;
+            at = read_child(tx, at, child)?;
         }
-        Ok((at, read_leaf(tx, at)?))
+        let mut leaf = Leaf::empty();
+        read_leaf_used(tx, at, &mut leaf)?;
+        Ok((at, leaf))
     }
 
     /// The leftmost (`Forward`) or rightmost leaf.
     fn edge_leaf(&self, tx: &mut Tx<'_>, direction: Direction) -> Result<(u64, Leaf), Error> {
         let h = self.header(tx)?;
         let mut at = h.root;
+        let mut node = Inner::empty();
         for _ in 0..h.height {
-            let node = read_inner(tx, at)?;
-            at = match direction {
-                Direction::Forward => node.children[0],
-                Direction::Backward => node.children[node.n()],
+            let n = read_inner_keys(tx, at, &mut node)?;
+            let child = match direction {
+                Direction::Forward => 0,
+                Direction::Backward => n,
             };
+            at = read_child(tx, at, child)?;
         }
-        Ok((at, read_leaf(tx, at)?))
+        let mut leaf = Leaf::empty();
+        read_leaf_used(tx, at, &mut leaf)?;
+        Ok((at, leaf))
     }
 
     /// Reads the value of `key` into `out` (its capacity reused) and returns whether the
@@ -254,19 +268,7 @@ impl KvTree {
         let n = path.leaf.n();
         let (i, found) = lower_bound(tx, &path.leaf.slots[..n], &search, &mut scratch)?;
         if found {
-            let old = path.leaf;
-            let slot = &mut path.leaf.slots[i];
-            if slot.value_len as usize == value.len() {
-                if !value.is_empty() {
-                    tx.write_bytes(slot.at + slot.key_len as u64, value)?;
-                }
-                return Ok(false);
-            }
-            let fresh = new_record(tx, key, value)?;
-            free_record(tx, slot)?;
-            slot.at = fresh;
-            slot.value_len = value.len() as u32;
-            write_changes(tx, path.leaf_at, &old, &path.leaf)?;
+            replace_value(tx, &mut path, i, key, value)?;
             return Ok(false);
         }
         let entry = KeyRef {
@@ -283,6 +285,31 @@ impl KvTree {
             return Ok(true);
         }
         self.split_leaf_and_insert(tx, h, path, i, entry, key)?;
+        Ok(true)
+    }
+
+    /// Reads the value of `key` into `value`, lets `change` alter it, and stores the
+    /// result (in place when its length is unchanged): a read-modify-write with one
+    /// descent. Returns whether the key was present (`change` is not called when not).
+    pub fn update(
+        &self,
+        tx: &mut Tx<'_>,
+        key: &[u8],
+        value: &mut Vec<u8>,
+        change: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<bool, Error> {
+        let h = self.header(tx)?;
+        let search = SearchKey::new(key);
+        let mut scratch = Vec::new();
+        let mut path = self.descend(tx, &h, &search, &mut scratch)?;
+        let (i, found) = lower_bound(tx, &path.leaf.slots[..path.leaf.n()], &search, &mut scratch)?;
+        if !found {
+            return Ok(false);
+        }
+        read_value(tx, &path.leaf.slots[i], value)?;
+        change(value);
+        check_len("value", value.len())?;
+        replace_value(tx, &mut path, i, key, value)?;
         Ok(true)
     }
 
@@ -348,9 +375,9 @@ impl KvTree {
         mut sep: KeyRef,
         mut right: u64,
     ) -> Result<(), Error> {
-        while let Some(Step { at, node, child }) = steps.pop() {
-            let old = node;
-            let mut node = node;
+        while let Some(Step { at, child }) = steps.pop() {
+            let old = read_inner(tx, at)?;
+            let mut node = old;
             if node.n() < INNER_KEYS {
                 node.insert(child, sep, right);
                 return write_changes(tx, at, &old, &node);
@@ -433,10 +460,11 @@ impl KvTree {
         let Some(step) = path.steps.last() else {
             return Ok(false);
         };
-        let (child, parent_n) = (step.child, step.node.n());
+        let child = step.child;
+        let parent = read_inner(tx, step.at)?;
         let siblings = [
-            (child < parent_n).then(|| (step.node.children[child + 1], true)),
-            (child > 0).then(|| (step.node.children[child - 1], false)),
+            (child < parent.n()).then(|| (parent.children[child + 1], true)),
+            (child > 0).then(|| (parent.children[child - 1], false)),
         ];
         for (sibling_at, right_of_it) in siblings.into_iter().flatten() {
             let linked = if right_of_it {
@@ -503,9 +531,9 @@ impl KvTree {
     /// a node left without children goes too, and the root then gives way to a single
     /// child.
     fn remove_child(&self, tx: &mut Tx<'_>, mut steps: Vec<Step>) -> Result<(), Error> {
-        while let Some(Step { at, node, child }) = steps.pop() {
-            let old = node;
-            let mut node = node;
+        while let Some(Step { at, child }) = steps.pop() {
+            let old = read_inner(tx, at)?;
+            let mut node = old;
             let had_children = node.n() + 1;
             if let Some(sep) = node.remove_child(child) {
                 free_record(tx, &sep)?;
@@ -549,7 +577,7 @@ impl KvTree {
         mut f: impl FnMut(&[u8], &[u8]) -> ControlFlow<()>,
     ) -> Result<(), Error> {
         let mut scratch = Vec::new();
-        let (mut key, mut value) = (Vec::new(), Vec::new());
+        let mut record = Vec::new();
         // Where to begin, and the bound that ends the scan.
         let (from, until) = match direction {
             Direction::Forward => (start, end),
@@ -598,7 +626,7 @@ impl KvTree {
                 }
                 let from_at = leaf_at;
                 leaf_at = next;
-                leaf = read_leaf(tx, leaf_at)?;
+                read_leaf_used(tx, leaf_at, &mut leaf)?;
                 let back = match direction {
                     Direction::Forward => leaf.prev,
                     Direction::Backward => leaf.next,
@@ -628,10 +656,17 @@ impl KvTree {
                     return Ok(());
                 }
             }
-            read_key(tx, &slot, &mut key)?;
+            // The record holds the key and the value: one read for both.
+            let key_len = slot.key_len as usize;
+            record.clear();
+            record.resize(key_len + slot.value_len as usize, 0);
+            if !record.is_empty() {
+                tx.read_bytes(slot.at, &mut record)?;
+            }
+            let (key, value) = record.split_at(key_len);
             let in_order = match direction {
-                Direction::Forward => key > last,
-                Direction::Backward => key < last,
+                Direction::Forward => key > &last[..],
+                Direction::Backward => key < &last[..],
             };
             if emitted && !in_order {
                 return Err(Error::Damaged {
@@ -639,11 +674,11 @@ impl KvTree {
                     expected: "keys in order along the leaf chain",
                 });
             }
-            read_value(tx, &slot, &mut value)?;
-            if f(&key, &value).is_break() {
+            if f(key, value).is_break() {
                 return Ok(());
             }
-            std::mem::swap(&mut key, &mut last);
+            last.clear();
+            last.extend_from_slice(key);
             emitted = true;
             i += match direction {
                 Direction::Forward => 1,
@@ -730,12 +765,25 @@ impl KvTree {
             if leaf.count as usize > LEAF_SLOTS {
                 return Ok(Some(format!("leaf {at:#x} counts {}", leaf.count)));
             }
+            if leaf.slots[leaf.n()..]
+                .iter()
+                .any(|k| *k != KeyRef::zeroed())
+            {
+                return Ok(Some(format!("leaf {at:#x}: an unused slot is not zero")));
+            }
             leaves.push(at);
             (leaf.slots[..leaf.n()].to_vec(), Vec::new())
         } else {
             let node = read_inner(tx, at)?;
             if node.count as usize > INNER_KEYS {
                 return Ok(Some(format!("inner node {at:#x} counts {}", node.count)));
+            }
+            if node.keys[node.n()..].iter().any(|k| *k != KeyRef::zeroed())
+                || node.children[node.n() + 1..].iter().any(|&c| c != 0)
+            {
+                return Ok(Some(format!(
+                    "inner node {at:#x}: an unused slot is not zero"
+                )));
             }
             (
                 node.keys[..node.n()].to_vec(),
@@ -786,6 +834,30 @@ impl KvTree {
         }
         Ok(None)
     }
+}
+
+/// Sets the value of entry `i` of the path's leaf (whose key is `key`): in place when
+/// the length is the same, else in a new record (the old one freed).
+fn replace_value(
+    tx: &mut Tx<'_>,
+    path: &mut Path,
+    i: usize,
+    key: &[u8],
+    value: &[u8],
+) -> Result<(), Error> {
+    let old = path.leaf;
+    let slot = &mut path.leaf.slots[i];
+    if slot.value_len as usize == value.len() {
+        if !value.is_empty() {
+            tx.write_bytes(slot.at + slot.key_len as u64, value)?;
+        }
+        return Ok(());
+    }
+    let fresh = new_record(tx, key, value)?;
+    free_record(tx, slot)?;
+    slot.at = fresh;
+    slot.value_len = value.len() as u32;
+    write_changes(tx, path.leaf_at, &old, &path.leaf)
 }
 
 /// Allocates the record `key ++ value`; 0 when both are empty.

@@ -171,7 +171,7 @@ fn run(engine: EngineKind, ops: Vec<Op>) {
                     Vec::new()
                 };
                 // Through the iterator (batches of short transactions)...
-                let range = store.range((as_ref(&start), as_ref(&end)));
+                let range = store.range_bounds(as_ref(&start), as_ref(&end));
                 let got: Vec<_> = if back {
                     range.rev().collect::<Result<_, _>>().unwrap()
                 } else {
@@ -188,7 +188,7 @@ fn run(engine: EngineKind, ops: Vec<Op>) {
                 store
                     .read(|kv| {
                         inside.clear();
-                        kv.scan((as_ref(&start), as_ref(&end)), direction, |k, v| {
+                        kv.scan(as_ref(&start), as_ref(&end), direction, |k, v| {
                             inside.push((k.to_vec(), v.to_vec()));
                             ControlFlow::Continue(())
                         })
@@ -395,4 +395,27 @@ fn a_pool_holding_other_data_is_refused() {
         "{err}"
     );
     assert!(err.to_string().contains("not a logheap-kv store"));
+}
+
+#[test]
+fn update_changes_a_value_in_one_step_in_place_or_moved() {
+    for engine in ENGINES {
+        let store = new_store(engine);
+        store.put(b"k", b"hello").unwrap();
+        let mut buf = Vec::new();
+        let present = store
+            .transaction(|kv| kv.update(b"k", &mut buf, |v| v[0] = b'j'))
+            .unwrap();
+        assert!(present);
+        assert_eq!(store.get(b"k").unwrap(), Some(b"jello".to_vec()));
+        store
+            .transaction(|kv| kv.update(b"k", &mut buf, |v| v.extend_from_slice(b" world")))
+            .unwrap();
+        assert_eq!(store.get(b"k").unwrap(), Some(b"jello world".to_vec()));
+        let absent = store
+            .transaction(|kv| kv.update(b"nope", &mut buf, |_| panic!("not called")))
+            .unwrap();
+        assert!(!absent);
+        assert_eq!(store.verify().unwrap(), None, "{engine:?}");
+    }
 }

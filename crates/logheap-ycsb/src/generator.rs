@@ -164,7 +164,16 @@ impl RecordShape {
     /// A fresh record value: random printable bytes, as YCSB's fields are.
     pub fn fill(&self, rng: &mut impl Rng, out: &mut Vec<u8>) {
         out.clear();
-        out.extend((0..self.value_len()).map(|_| rng.random_range(b' '..=b'~')));
+        out.resize(self.value_len(), 0);
+        fill_printable(rng, out);
+    }
+}
+
+/// Fills `out` with random printable ASCII (`' '..='~'`), as YCSB's field values are.
+pub fn fill_printable(rng: &mut impl Rng, out: &mut [u8]) {
+    rng.fill_bytes(out);
+    for b in out.iter_mut() {
+        *b = b' ' + *b % 95;
     }
 }
 

@@ -12,7 +12,7 @@ use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::generator::{RecordShape, ScrambledZipfian, SkewedLatest, key_of};
+use crate::generator::{RecordShape, ScrambledZipfian, SkewedLatest, fill_printable, key_of};
 use crate::stores::{Store, StoreError, StoreKind};
 use crate::workload::{Operation, RequestDistribution, Workload};
 
@@ -327,9 +327,7 @@ fn run_phase(
                 Operation::Update => {
                     let key = key_of(chooser.next(&counter, &mut rng));
                     let at = rng.random_range(0..shape.fields) * shape.field_len;
-                    field
-                        .iter_mut()
-                        .for_each(|b| *b = rng.random_range(b' '..=b'~'));
+                    fill_printable(&mut rng, &mut field);
                     started = Instant::now();
                     rec.misses += u64::from(!store.update(&key, at, &field)?);
                 }
@@ -351,9 +349,7 @@ fn run_phase(
                 Operation::ReadModifyWrite => {
                     let key = key_of(chooser.next(&counter, &mut rng));
                     let at = rng.random_range(0..shape.fields) * shape.field_len;
-                    field
-                        .iter_mut()
-                        .for_each(|b| *b = rng.random_range(b' '..=b'~'));
+                    fill_printable(&mut rng, &mut field);
                     started = Instant::now();
                     let found = store.read(&key, &mut value)?;
                     rec.misses += u64::from(!(found && store.update(&key, at, &field)?));
