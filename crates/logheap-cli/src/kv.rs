@@ -215,7 +215,7 @@ fn decode(args: &Args, text: &str) -> Result<Vec<u8>, Failure> {
         return Ok(text.as_bytes().to_vec());
     }
     let digits = text.strip_prefix("0x").unwrap_or(text);
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return Err(format!("{text:?} is not hex: an odd number of digits").into());
     }
     (0..digits.len())

@@ -391,7 +391,8 @@ impl KvTree {
             children[..=child].copy_from_slice(&node.children[..=child]);
             children[child + 1] = right;
             children[child + 2..].copy_from_slice(&node.children[child + 1..]);
-            let mid = (INNER_KEYS + 1) / 2;
+            // 33 separators: 16 stay, the 17th goes up, 16 move right.
+            let mid = INNER_KEYS / 2;
             let mut l = Inner::empty();
             l.keys[..mid].copy_from_slice(&keys[..mid]);
             l.children[..=mid].copy_from_slice(&children[..=mid]);

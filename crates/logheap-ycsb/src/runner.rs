@@ -250,7 +250,7 @@ fn on_threads(
 
 fn load_phase(store: &dyn Store, config: &RunConfig, threads: usize) -> Result<Phase, StoreError> {
     on_threads(threads, |t, failed| {
-        let mut rng = SmallRng::seed_from_u64(config.seed ^ (t as u64 + 1) * 0x9E37_79B9);
+        let mut rng = SmallRng::seed_from_u64(config.seed ^ ((t as u64 + 1) * 0x9E37_79B9));
         let mut rec = Recorder::new();
         let mut value = Vec::new();
         let mut n = t as u64;
@@ -301,7 +301,7 @@ fn run_phase(
     let expected_new = (config.operations as f64 * workload.insert_proportion() * 2.0) as u64;
     let shape = config.shape;
     on_threads(threads, |t, failed| {
-        let mut rng = SmallRng::seed_from_u64(config.seed ^ (t as u64 + 101) * 0x5851_F42D);
+        let mut rng = SmallRng::seed_from_u64(config.seed ^ ((t as u64 + 101) * 0x5851_F42D));
         let mut chooser = match workload.distribution() {
             RequestDistribution::Zipfian => {
                 KeyChooser::Zipfian(ScrambledZipfian::new(0, config.records + expected_new))

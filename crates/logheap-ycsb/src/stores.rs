@@ -79,7 +79,11 @@ impl FromStr for StoreKind {
             "fjall" => StoreKind::Fjall,
             "rocksdb" => StoreKind::RocksDb,
             _ => match s.strip_prefix("logheap-") {
-                Some(engine) => StoreKind::Logheap(engine.parse().map_err(|e| format!("{e}"))?),
+                Some(engine) => StoreKind::Logheap(
+                    engine
+                        .parse::<logheap::EngineKind>()
+                        .map_err(|e| e.to_string())?,
+                ),
                 None => {
                     return Err(format!(
                         "unknown store {s:?}: logheap-ENGINE (log, redo, undo, oop, hoop), lmdb, redb, fjall or rocksdb"
@@ -275,7 +279,7 @@ impl Store for LmdbStore {
         let (mut n, mut out) = (0, Vec::new());
         for entry in self.db.range(&r, &range).map_err(|x| e(&x))?.take(count) {
             let (_k, v) = entry.map_err(|x| e(&x))?;
-            copy_out(&mut out, &v);
+            copy_out(&mut out, v);
             n += 1;
         }
         Ok(n)
