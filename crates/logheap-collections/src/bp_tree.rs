@@ -76,22 +76,9 @@ fn read_node(tx: &mut Tx<'_>, at: u64) -> Result<Node, Error> {
     tx.read(PPtr::from_offset(at))
 }
 
-/// Writes the 8-byte words of `new` that differ from `old` (runs of them at once).
+/// Writes the words of `new` that differ from `old`.
 fn write_node(tx: &mut Tx<'_>, at: u64, old: &Node, new: &Node) -> Result<(), Error> {
-    let (a, b) = (bytemuck::bytes_of(old), bytemuck::bytes_of(new));
-    let mut w = 0;
-    while w < a.len() {
-        if a[w..w + 8] == b[w..w + 8] {
-            w += 8;
-            continue;
-        }
-        let start = w;
-        while w < a.len() && a[w..w + 8] != b[w..w + 8] {
-            w += 8;
-        }
-        tx.write_bytes(at + start as u64, &b[start..w])?;
-    }
-    Ok(())
+    tx.write_changes(PPtr::from_offset(at), old, new)
 }
 
 fn new_node(tx: &mut Tx<'_>, node: &Node) -> Result<u64, Error> {

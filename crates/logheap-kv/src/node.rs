@@ -304,28 +304,14 @@ pub(crate) fn corrupt(at: u64, expected: &'static str) -> Error {
     Error::Damaged { at, expected }
 }
 
-/// Writes the 8-byte words of `new` that differ from `old` (runs of them at once), so
-/// the engine sees only real changes.
+/// Writes the words of the node `new` at `at` that differ from `old`.
 pub(crate) fn write_changes<T: bytemuck::Pod>(
     tx: &mut Tx<'_>,
     at: u64,
     old: &T,
     new: &T,
 ) -> Result<(), Error> {
-    let (a, b) = (bytemuck::bytes_of(old), bytemuck::bytes_of(new));
-    let mut w = 0;
-    while w < a.len() {
-        if a[w..w + 8] == b[w..w + 8] {
-            w += 8;
-            continue;
-        }
-        let start = w;
-        while w < a.len() && a[w..w + 8] != b[w..w + 8] {
-            w += 8;
-        }
-        tx.write_bytes(at + start as u64, &b[start..w])?;
-    }
-    Ok(())
+    Ok(tx.write_changes(PPtr::from_offset(at), old, new)?)
 }
 
 #[cfg(test)]

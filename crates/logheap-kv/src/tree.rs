@@ -190,6 +190,17 @@ impl KvTree {
         })
     }
 
+    /// Descends to where `key` is or would be: the header, the path, the entry's index
+    /// in the leaf and whether it is there.
+    fn locate(&self, tx: &mut Tx<'_>, key: &[u8]) -> Result<(Header, Path, usize, bool), Error> {
+        let h = self.header(tx)?;
+        let search = SearchKey::new(key);
+        let mut scratch = Vec::new();
+        let path = self.descend(tx, &h, &search, &mut scratch)?;
+        let (i, found) = lower_bound(tx, &path.leaf.slots[..path.leaf.n()], &search, &mut scratch)?;
+        Ok((h, path, i, found))
+    }
+
     /// The leaf for `key` (its header and entries in use), without keeping the path:
     /// the read-only descent, which reads of each node only what the search needs.
     fn leaf_for(
@@ -261,18 +272,14 @@ impl KvTree {
     pub fn put(&self, tx: &mut Tx<'_>, key: &[u8], value: &[u8]) -> Result<bool, Error> {
         check_len("key", key.len())?;
         check_len("value", value.len())?;
-        let h = self.header(tx)?;
-        let search = SearchKey::new(key);
-        let mut scratch = Vec::new();
-        let mut path = self.descend(tx, &h, &search, &mut scratch)?;
+        let (h, mut path, i, found) = self.locate(tx, key)?;
         let n = path.leaf.n();
-        let (i, found) = lower_bound(tx, &path.leaf.slots[..n], &search, &mut scratch)?;
         if found {
             replace_value(tx, &mut path, i, key, value)?;
             return Ok(false);
         }
         let entry = KeyRef {
-            prefix: search.prefix,
+            prefix: prefix_of(key),
             key_len: key.len() as u32,
             value_len: value.len() as u32,
             at: new_record(tx, key, value)?,
@@ -298,11 +305,7 @@ impl KvTree {
         value: &mut Vec<u8>,
         change: impl FnOnce(&mut Vec<u8>),
     ) -> Result<bool, Error> {
-        let h = self.header(tx)?;
-        let search = SearchKey::new(key);
-        let mut scratch = Vec::new();
-        let mut path = self.descend(tx, &h, &search, &mut scratch)?;
-        let (i, found) = lower_bound(tx, &path.leaf.slots[..path.leaf.n()], &search, &mut scratch)?;
+        let (_, mut path, i, found) = self.locate(tx, key)?;
         if !found {
             return Ok(false);
         }
@@ -424,11 +427,7 @@ impl KvTree {
 
     /// Removes `key`; returns whether it was present.
     pub fn delete(&self, tx: &mut Tx<'_>, key: &[u8]) -> Result<bool, Error> {
-        let h = self.header(tx)?;
-        let search = SearchKey::new(key);
-        let mut scratch = Vec::new();
-        let mut path = self.descend(tx, &h, &search, &mut scratch)?;
-        let (i, found) = lower_bound(tx, &path.leaf.slots[..path.leaf.n()], &search, &mut scratch)?;
+        let (h, mut path, i, found) = self.locate(tx, key)?;
         if !found {
             return Ok(false);
         }

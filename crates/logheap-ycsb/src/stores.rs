@@ -132,6 +132,23 @@ fn patch(value: &mut Vec<u8>, offset: usize, field: &[u8]) {
     value[offset..offset + field.len()].copy_from_slice(field);
 }
 
+/// An update as a read, a change and a write (`insert`), for stores without write
+/// transactions to put them in.
+fn read_change_write(
+    store: &dyn Store,
+    key: &[u8],
+    offset: usize,
+    field: &[u8],
+) -> Result<bool, StoreError> {
+    let mut value = Vec::new();
+    if !store.read(key, &mut value)? {
+        return Ok(false);
+    }
+    patch(&mut value, offset, field);
+    store.insert(key, &value)?;
+    Ok(true)
+}
+
 /// What a scan does with each value it reads: copies it out, as a YCSB binding does
 /// into its result (logheap-kv's scan copies each record too).
 fn copy_out(out: &mut Vec<u8>, value: &[u8]) {
@@ -417,13 +434,7 @@ impl Store for FjallStore {
 
     fn update(&self, key: &[u8], offset: usize, field: &[u8]) -> Result<bool, StoreError> {
         // fjall's plain keyspace has no transactions: read, change, write, persist.
-        let mut value = Vec::new();
-        if !self.read(key, &mut value)? {
-            return Ok(false);
-        }
-        patch(&mut value, offset, field);
-        self.insert(key, &value)?;
-        Ok(true)
+        read_change_write(self, key, offset, field)
     }
 
     fn scan(&self, start: &[u8], count: usize) -> Result<usize, StoreError> {
@@ -495,13 +506,7 @@ mod rocks {
         }
 
         fn update(&self, key: &[u8], offset: usize, field: &[u8]) -> Result<bool, StoreError> {
-            let mut value = Vec::new();
-            if !self.read(key, &mut value)? {
-                return Ok(false);
-            }
-            patch(&mut value, offset, field);
-            self.insert(key, &value)?;
-            Ok(true)
+            read_change_write(self, key, offset, field)
         }
 
         fn scan(&self, start: &[u8], count: usize) -> Result<usize, StoreError> {

@@ -62,6 +62,30 @@ impl<'p> Tx<'p> {
         self.write_bytes(p.offset(), bytemuck::bytes_of(value))
     }
 
+    /// Writes the 8-byte words of `new` that differ from `old`, the `T` at `p` as read
+    /// earlier (runs of changed words at once): for a node edited in DRAM and written
+    /// back, so the engine logs and persists only what changed. `T`'s size must be a
+    /// multiple of 8 bytes.
+    pub fn write_changes<T: Pod>(&mut self, p: PPtr<T>, old: &T, new: &T) -> Result<()> {
+        let (a, b) = (bytemuck::bytes_of(old), bytemuck::bytes_of(new));
+        if !a.len().is_multiple_of(8) {
+            return Err(Error::InvalidSize(a.len() as u64));
+        }
+        let mut w = 0;
+        while w < a.len() {
+            if a[w..w + 8] == b[w..w + 8] {
+                w += 8;
+                continue;
+            }
+            let start = w;
+            while w < a.len() && a[w..w + 8] != b[w..w + 8] {
+                w += 8;
+            }
+            self.write_bytes(p.offset() + start as u64, &b[start..w])?;
+        }
+        Ok(())
+    }
+
     /// Reads `buf.len()` bytes at home offset `home`. Bytes never written read as zero.
     pub fn read_bytes(&mut self, home: u64, buf: &mut [u8]) -> Result<()> {
         on_tx!(&mut self.inner, |stm, state| stm.read(state, home, buf))
