@@ -171,9 +171,10 @@ impl<'k> SearchKey<'k> {
             // The shorter key lies within its prefix, so it is a prefix of the longer.
             return Ok(mine.cmp(&theirs));
         }
+        let from = stored_range(tx, stored.at, PREFIX as u64, theirs - PREFIX)?;
         scratch.clear();
         scratch.resize(theirs - PREFIX, 0);
-        tx.read_bytes(stored.at + PREFIX as u64, scratch)?;
+        tx.read_bytes(from, scratch)?;
         Ok(self.bytes[PREFIX..].cmp(&scratch[..]))
     }
 }
@@ -221,19 +222,52 @@ pub(crate) fn read_key(tx: &mut Tx<'_>, stored: &KeyRef, out: &mut Vec<u8>) -> R
         out.extend_from_slice(&stored.prefix[..len]);
         return Ok(());
     }
+    let from = stored_range(tx, stored.at, PREFIX as u64, len - PREFIX)?;
     out.resize(len, 0);
     out[..PREFIX].copy_from_slice(&stored.prefix);
-    Ok(tx.read_bytes(stored.at + PREFIX as u64, &mut out[PREFIX..])?)
+    Ok(tx.read_bytes(from, &mut out[PREFIX..])?)
 }
 
 /// Reads the value of the leaf entry `stored` into `out`.
 pub(crate) fn read_value(tx: &mut Tx<'_>, stored: &KeyRef, out: &mut Vec<u8>) -> Result<(), Error> {
     out.clear();
-    out.resize(stored.value_len as usize, 0);
-    if out.is_empty() {
+    let len = stored.value_len as usize;
+    if len == 0 {
         return Ok(());
     }
-    Ok(tx.read_bytes(stored.at + stored.key_len as u64, out)?)
+    let from = stored_range(tx, stored.at, stored.key_len as u64, len)?;
+    out.resize(len, 0);
+    Ok(tx.read_bytes(from, out)?)
+}
+
+/// Lengths above which a read of stored bytes first checks them against the size of
+/// the object they lie in, so that a damaged length is an error before a buffer that
+/// large is allocated (the log engine's home space reads as zeros far past what was
+/// written, so a range check alone would not catch it).
+const CHECK_ABOVE: usize = 64 << 10;
+
+/// The home offset `at + skip` where `len` stored bytes of the record (or key blob) at
+/// `at` begin, checked: an offset past the end of the address space is damage, and so
+/// is a long range that does not fit the object.
+pub(crate) fn stored_range(tx: &mut Tx<'_>, at: u64, skip: u64, len: usize) -> Result<u64, Error> {
+    let damaged = || corrupt(at, "a record as long as its entry says");
+    let from = at.checked_add(skip).ok_or_else(damaged)?;
+    let needed = skip.checked_add(len as u64).ok_or_else(damaged)?;
+    from.checked_add(len as u64).ok_or_else(damaged)?;
+    if len > CHECK_ABOVE && tx.allocation_size(at).is_none_or(|size| size < needed) {
+        return Err(damaged());
+    }
+    Ok(from)
+}
+
+/// Checks that `at` holds a leaf, reading only its tag (so the read does not take in
+/// the leaf's entries, which concurrent writers change).
+pub(crate) fn check_leaf(tx: &mut Tx<'_>, at: u64) -> Result<(), Error> {
+    let tag: u64 = tx.read(PPtr::from_offset(at))?;
+    if tag != LEAF_TAG {
+        return Err(corrupt(at, "a leaf"));
+    }
+    Ok(())
 }
 
 pub(crate) fn read_leaf(tx: &mut Tx<'_>, at: u64) -> Result<Leaf, Error> {

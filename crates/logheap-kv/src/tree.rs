@@ -18,6 +18,7 @@
 //! - **Nodes** are read whole and written back as the 8-byte words that changed.
 
 use std::cmp::Ordering;
+use std::collections::HashSet;
 use std::ops::{Bound, ControlFlow};
 
 use bytemuck::Zeroable;
@@ -25,9 +26,9 @@ use logheap::{PPtr, Tx};
 
 use crate::Error;
 use crate::node::{
-    INNER_KEYS, Inner, KeyRef, LEAF_SLOTS, Leaf, SearchKey, child_index, lower_bound, prefix_of,
-    read_child, read_inner, read_inner_keys, read_key, read_leaf, read_leaf_used, read_value,
-    write_changes,
+    INNER_KEYS, Inner, KeyRef, LEAF_SLOTS, Leaf, PREFIX, SearchKey, check_leaf, child_index,
+    lower_bound, prefix_of, read_child, read_inner, read_inner_keys, read_key, read_leaf,
+    read_leaf_used, read_value, stored_range, write_changes,
 };
 
 /// The persistent header of a tree.
@@ -101,7 +102,7 @@ fn count_slot(counts: u64, key: &[u8]) -> PPtr<u64> {
     for &b in key.iter().take(64) {
         h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
     }
-    PPtr::from_offset(counts + (h >> 61) * COUNT_SPACING)
+    PPtr::from_offset(counts.wrapping_add((h >> 61) * COUNT_SPACING))
 }
 
 impl KvTree {
@@ -145,7 +146,7 @@ impl KvTree {
     pub fn len(&self, tx: &mut Tx<'_>) -> Result<u64, Error> {
         let counts = self.header(tx)?.counts;
         (0..COUNT_SLOTS).try_fold(0u64, |sum, i| {
-            let n: u64 = tx.read(PPtr::from_offset(counts + i * COUNT_SPACING))?;
+            let n: u64 = tx.read(PPtr::from_offset(counts.wrapping_add(i * COUNT_SPACING)))?;
             Ok(sum.wrapping_add(n))
         })
     }
@@ -350,7 +351,7 @@ impl KvTree {
         right.next = left.next;
         let right_at = tx.alloc(right)?.offset();
         if right.next != 0 {
-            read_leaf(tx, right.next)?;
+            check_leaf(tx, right.next)?;
             tx.write(PPtr::<u64>::from_offset(right.next + PREV_FIELD), &right_at)?;
         }
         left.next = right_at;
@@ -499,7 +500,7 @@ impl KvTree {
             left.count = (n + m) as u64;
             left.next = right.next;
             if right.next != 0 {
-                read_leaf(tx, right.next)?;
+                check_leaf(tx, right.next)?;
                 tx.write(PPtr::<u64>::from_offset(right.next + PREV_FIELD), &left_at)?;
             }
             write_changes(tx, left_at, &old_left, &left)?;
@@ -517,11 +518,11 @@ impl KvTree {
     /// Points `leaf`'s neighbours at each other.
     fn unlink_leaf(&self, tx: &mut Tx<'_>, leaf: &Leaf) -> Result<(), Error> {
         if leaf.prev != 0 {
-            read_leaf(tx, leaf.prev)?;
+            check_leaf(tx, leaf.prev)?;
             tx.write(PPtr::<u64>::from_offset(leaf.prev + NEXT_FIELD), &leaf.next)?;
         }
         if leaf.next != 0 {
-            read_leaf(tx, leaf.next)?;
+            check_leaf(tx, leaf.next)?;
             tx.write(PPtr::<u64>::from_offset(leaf.next + PREV_FIELD), &leaf.prev)?;
         }
         Ok(())
@@ -611,10 +612,13 @@ impl KvTree {
             Bound::Included(k) | Bound::Excluded(k) => Some(SearchKey::new(k)),
             Bound::Unbounded => None,
         };
-        // Keys must come out strictly in order: a damaged leaf chain that loops, or
-        // goes back, is caught by that.
-        let mut emitted = false;
-        let mut last = Vec::new();
+        // Keys must come out strictly in order, the first one within the starting
+        // bound: a damaged leaf chain that loops, or goes back, is caught by that.
+        let (mut last, mut checked, mut equal_allowed) = match from {
+            Bound::Included(k) => (k.to_vec(), true, true),
+            Bound::Excluded(k) => (k.to_vec(), true, false),
+            Bound::Unbounded => (Vec::new(), false, false),
+        };
         loop {
             if i < 0 || i as usize >= leaf.n() {
                 let next = match direction {
@@ -658,17 +662,20 @@ impl KvTree {
             }
             // The record holds the key and the value: one read for both.
             let key_len = slot.key_len as usize;
+            let len = key_len + slot.value_len as usize;
             record.clear();
-            record.resize(key_len + slot.value_len as usize, 0);
-            if !record.is_empty() {
+            if len > 0 {
+                stored_range(tx, slot.at, 0, len)?;
+                record.resize(len, 0);
                 tx.read_bytes(slot.at, &mut record)?;
             }
             let (key, value) = record.split_at(key_len);
+            let ord = key.cmp(&last[..]);
             let in_order = match direction {
-                Direction::Forward => key > &last[..],
-                Direction::Backward => key < &last[..],
-            };
-            if emitted && !in_order {
+                Direction::Forward => ord == Ordering::Greater,
+                Direction::Backward => ord == Ordering::Less,
+            } || (equal_allowed && ord == Ordering::Equal);
+            if checked && !in_order {
                 return Err(Error::Damaged {
                     at: leaf_at,
                     expected: "keys in order along the leaf chain",
@@ -679,7 +686,7 @@ impl KvTree {
             }
             last.clear();
             last.extend_from_slice(key);
-            emitted = true;
+            (checked, equal_allowed) = (true, false);
             i += match direction {
                 Direction::Forward => 1,
                 Direction::Backward => -1,
@@ -697,7 +704,15 @@ impl KvTree {
             leaves: 0,
             payload_bytes: 0,
         };
+        // A damaged chain could loop: no leaf is visited twice.
+        let mut seen = HashSet::new();
         loop {
+            if !seen.insert(at) {
+                return Err(Error::Damaged {
+                    at,
+                    expected: "a leaf chain without a cycle",
+                });
+            }
             stats.leaves += 1;
             stats.entries += leaf.n() as u64;
             for slot in &leaf.slots[..leaf.n()] {
@@ -724,7 +739,10 @@ impl KvTree {
     pub fn verify(&self, tx: &mut Tx<'_>) -> Result<Option<String>, Error> {
         let h = self.header(tx)?;
         let mut leaves = Vec::new();
-        if let Some(problem) = self.verify_node(tx, h.root, h.height, (None, None), &mut leaves)? {
+        let mut seen = HashSet::new();
+        if let Some(problem) =
+            self.verify_node(tx, h.root, h.height, (None, None), &mut leaves, &mut seen)?
+        {
             return Ok(Some(problem));
         }
         let mut entries = 0u64;
@@ -759,7 +777,12 @@ impl KvTree {
         level: u64,
         bounds: (Option<&[u8]>, Option<&[u8]>),
         leaves: &mut Vec<u64>,
+        seen: &mut HashSet<u64>,
     ) -> Result<Option<String>, Error> {
+        // A damaged tree could share a node between parents (or loop back up).
+        if !seen.insert(at) {
+            return Ok(Some(format!("node {at:#x} is reached twice")));
+        }
         let (keys, children): (Vec<KeyRef>, Vec<u64>) = if level == 0 {
             let leaf = read_leaf(tx, at)?;
             if leaf.count as usize > LEAF_SLOTS {
@@ -828,7 +851,7 @@ impl KvTree {
                 Some(full[c - 1].as_slice())
             };
             let hi = full.get(c).map(|k| k.as_slice()).or(bounds.1);
-            if let Some(p) = self.verify_node(tx, child, level - 1, (lo, hi), leaves)? {
+            if let Some(p) = self.verify_node(tx, child, level - 1, (lo, hi), leaves, seen)? {
                 return Ok(Some(p));
             }
         }
@@ -849,7 +872,8 @@ fn replace_value(
     let slot = &mut path.leaf.slots[i];
     if slot.value_len as usize == value.len() {
         if !value.is_empty() {
-            tx.write_bytes(slot.at + slot.key_len as u64, value)?;
+            let from = stored_range(tx, slot.at, slot.key_len as u64, value.len())?;
+            tx.write_bytes(from, value)?;
         }
         return Ok(());
     }
@@ -881,11 +905,17 @@ fn new_record(tx: &mut Tx<'_>, key: &[u8], value: &[u8]) -> Result<u64, Error> {
 
 /// A separator: `key` in a blob of its own.
 fn new_separator(tx: &mut Tx<'_>, key: &[u8]) -> Result<KeyRef, Error> {
+    // A key that fits its prefix is never read from its blob: it needs none.
+    let at = if key.len() <= PREFIX {
+        0
+    } else {
+        new_record(tx, key, &[])?
+    };
     Ok(KeyRef {
         prefix: prefix_of(key),
         key_len: key.len() as u32,
         value_len: 0,
-        at: new_record(tx, key, &[])?,
+        at,
     })
 }
 

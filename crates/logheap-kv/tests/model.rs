@@ -282,7 +282,15 @@ fn a_tree_grows_and_shrinks_through_every_shape_on_every_engine() {
 
 #[test]
 fn prefixes_and_large_values() {
-    let store = new_store(EngineKind::Log);
+    for engine in ENGINES {
+        prefixes_and_large_values_on(engine);
+    }
+}
+
+fn prefixes_and_large_values_on(engine: EngineKind) {
+    let config = Config::default().size(64 << 20).engine(engine);
+    let store =
+        KvStore::with_pool(Pool::create_sim(&config, SimConfig::default()).unwrap()).unwrap();
     let big = value(7, 3 << 20);
     store.put(b"big", &big).unwrap();
     for k in ["app", "apple", "applet", "apply", "apq", "ap", "b"] {

@@ -132,6 +132,17 @@ impl<'p> Tx<'p> {
         ))
     }
 
+    /// The size of the object that begins at home offset `home` (as allocated), or
+    /// `None` when no live object begins there: to check a length read from the pool
+    /// before trusting it (a reader of a damaged pool must not allocate gigabytes on
+    /// its word). It sees this transaction's own allocations and frees; the allocator
+    /// answers for the rest without the transaction's snapshot, so use it as a check,
+    /// not to decide what a transaction does.
+    pub fn allocation_size(&mut self, home: u64) -> Option<u64> {
+        on_tx!(&mut self.inner, |stm, state| stm
+            .allocation_size(state, home))
+    }
+
     /// Frees the object at `p` when the transaction commits.
     pub fn free<T>(&mut self, p: PPtr<T>) -> Result<()> {
         if p.is_null() {

@@ -1,4 +1,4 @@
-//! `Tx::alloc_from` and `Tx::write_changes` on every engine.
+//! `Tx::alloc_from`, `Tx::write_changes` and `Tx::allocation_size` on every engine.
 
 use logheap::{Config, EngineKind, Error, PPtr, Pool};
 
@@ -47,5 +47,39 @@ fn write_changes_stores_only_the_words_that_differ() {
         let q: PPtr<[u8; 12]> = pool.transaction(|tx| tx.alloc([0u8; 12])).unwrap();
         let refused = pool.transaction(|tx| tx.write_changes(q, &[0; 12], &[1; 12]));
         assert!(matches!(refused, Err(Error::InvalidSize(12))), "{engine:?}");
+    }
+}
+
+#[test]
+fn allocation_size_knows_own_published_and_freed_objects() {
+    for engine in ENGINES {
+        let pool = pool(engine);
+        let (at, size_in_tx) = pool
+            .transaction(|tx| {
+                let at = tx.alloc_bytes(1000)?;
+                Ok::<_, Error>((at, tx.allocation_size(at)))
+            })
+            .unwrap();
+        assert!(
+            size_in_tx.is_some_and(|s| s >= 1000),
+            "{engine:?}: {size_in_tx:?}"
+        );
+        pool.transaction(|tx| {
+            assert!(
+                tx.allocation_size(at).is_some_and(|s| s >= 1000),
+                "{engine:?}"
+            );
+            // Not the start of an object.
+            assert_eq!(tx.allocation_size(at + 8), None, "{engine:?}");
+            tx.free(PPtr::<u8>::from_offset(at))?;
+            assert_eq!(tx.allocation_size(at), None, "{engine:?}: freed");
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+        assert_eq!(
+            pool.transaction(|tx| Ok::<_, Error>(tx.allocation_size(at)))
+                .unwrap(),
+            None
+        );
     }
 }

@@ -342,6 +342,18 @@ impl<E: Engine> Stm<E> {
         Ok(home)
     }
 
+    /// The size of the live allocation starting at `home` as `tx` sees it: one it made
+    /// itself, or a published one it has not freed.
+    pub(crate) fn allocation_size(&self, tx: &TxState<E::Scratch>, home: u64) -> Option<u64> {
+        if let Some(&(_, size)) = tx.allocs.allocs.iter().find(|&&(h, _)| h == home) {
+            return Some(size);
+        }
+        if tx.allocs.freed(home) {
+            return None;
+        }
+        self.engine.heap().size_of(home)
+    }
+
     /// Frees the allocation at `home` when the transaction commits.
     pub(crate) fn free(&self, tx: &mut TxState<E::Scratch>, home: u64) -> Result<()> {
         if tx.read_only {
