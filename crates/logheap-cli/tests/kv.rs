@@ -228,3 +228,82 @@ fn kill_loop_loses_no_acknowledged_put() {
     }
     assert_eq!(kills, 200);
 }
+
+/// `logheap ycsb` as documented: a small run of two workloads on two stores writes one
+/// JSON line per run, the Markdown report and, with `--json`, the same lines on
+/// standard output; a store that is not built in is refused in words.
+#[test]
+fn ycsb_runs_workloads_on_stores_and_writes_the_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report");
+    let run = logheap()
+        .args([
+            "ycsb",
+            "--records",
+            "500",
+            "--operations",
+            "500",
+            "--threads",
+            "1",
+            "--threads",
+            "2",
+            "--workload",
+            "A",
+            "--workload",
+            "E",
+            "--store",
+            "logheap-log",
+            "--store",
+            "lmdb",
+            "--json",
+            "--dir",
+        ])
+        .arg(dir.path())
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", stderr(&run));
+    let lines: Vec<serde_json::Value> = stdout(&run)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 8);
+    for r in &lines {
+        assert_eq!(r["load"]["operations"], 500);
+        assert_eq!(r["run"]["operations"], 500);
+        assert_eq!(r["run"]["misses"], 0);
+        assert!(r["run"]["throughput"].as_f64().unwrap() > 0.0);
+        assert!(r["durability"].as_str().unwrap().len() > 10);
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|r| r["store"] == "lmdb" && r["workload"] == "E")
+    );
+    let e = lines.iter().find(|r| r["workload"] == "E").unwrap();
+    assert!(e["run"]["latency"]["SCAN"]["p99_us"].as_f64().is_some());
+    let jsonl = std::fs::read_to_string(out.join("results.jsonl")).unwrap();
+    assert_eq!(jsonl.lines().count(), 8);
+    let md = std::fs::read_to_string(out.join("results.md")).unwrap();
+    assert!(
+        md.contains("## Throughput, 2 thread(s)") && md.contains("lmdb"),
+        "{md}"
+    );
+    // Nothing is left in the store directory.
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "only the report directory remains"
+    );
+    let refused = logheap()
+        .args(["ycsb", "--store", "mongodb"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("unknown store"),
+        "{}",
+        stderr(&refused)
+    );
+}
