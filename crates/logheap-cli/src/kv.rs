@@ -3,7 +3,7 @@
 //!
 //! Keys and values are UTF-8 text, or hex with `--hex`. Output is text (`key<TAB>value`
 //! lines for scans; bytes that are not UTF-8 shown as `hex:…`) or JSON with `--json`.
-//! Commands that write create the pool on first use (`--size`, default 256M, and
+//! `verify` checks the tree. Commands that write create the pool on first use (`--size`, default 256M, and
 //! `--engine`, default log); commands that only read need it to exist.
 
 use std::io::{BufRead, Write};
@@ -96,6 +96,10 @@ enum KvCommand {
     },
     /// Print the store's figures: entries, tree levels, leaves, payload, pool.
     Stats,
+    /// Check the tree's invariants (node tags, key order within nodes and between
+    /// separators, leaf links both ways, one depth, the entry count): exit 0 when
+    /// sound, 1 with the first violation when not, 2 when it cannot be read.
+    Verify,
 }
 
 /// Runs `logheap kv`: exit 0 on success, 1 when a key asked for is absent, 2 on an
@@ -175,6 +179,21 @@ fn run_command(args: &Args) -> Result<bool, Failure> {
         KvCommand::Stats => {
             stats(args, &store)?;
             true
+        }
+        KvCommand::Verify => {
+            let problem = store.verify()?;
+            if args.json {
+                println!(
+                    "{}",
+                    json!({"sound": problem.is_none(), "problem": problem})
+                );
+            } else {
+                match &problem {
+                    None => println!("sound"),
+                    Some(p) => println!("damaged: {p}"),
+                }
+            }
+            problem.is_none()
         }
     };
     store.close()?;

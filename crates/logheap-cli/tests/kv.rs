@@ -90,6 +90,10 @@ fn get_put_del_scan_and_stats_in_text_json_and_hex() {
     assert_eq!(v["levels"], 1);
     assert_eq!(v["engine"], "log");
     assert_eq!(v["pool_size"], 16 << 20);
+    assert_eq!(stdout(&kv(&pool, &["verify"])), "sound\n");
+    let v: serde_json::Value =
+        serde_json::from_str(&stdout(&kv(&pool, &["verify", "--json"]))).unwrap();
+    assert_eq!(v["sound"], true);
     // Creation options on an existing pool are refused, not ignored.
     let out = kv(&pool, &["--engine", "redo", "put", "x", "y"]);
     assert_eq!(out.status.code(), Some(2));
@@ -305,5 +309,40 @@ fn ycsb_runs_workloads_on_stores_and_writes_the_report() {
         stderr(&refused).contains("unknown store"),
         "{}",
         stderr(&refused)
+    );
+}
+
+/// `logheap kv verify` finds a damaged leaf link and says so, exit 1.
+#[test]
+fn verify_reports_a_damaged_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("store.pool");
+    let lines: String = (0..100).map(|i| format!("key-{i:03}\tv\n")).collect();
+    let file = dir.path().join("lines");
+    std::fs::write(&file, lines).unwrap();
+    let out = kv(&pool, &["--size", "16M", "load", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&kv(&pool, &["verify"])), "sound\n");
+    // The first leaf's `prev` link (offset 16 in a leaf) made to point elsewhere.
+    let store = KvStore::open_existing(&pool).unwrap();
+    let word = |at: u64| {
+        store
+            .pool()
+            .read(|tx| tx.read(logheap::PPtr::<u64>::from_offset(at)))
+            .unwrap()
+    };
+    let root = word(store.tree().pointer());
+    let first_leaf = word(root + 16 + 32 * 32);
+    store
+        .pool()
+        .transaction(|tx| tx.write(logheap::PPtr::<u64>::from_offset(first_leaf + 16), &8u64))
+        .unwrap();
+    store.close().unwrap();
+    let out = kv(&pool, &["verify"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).starts_with("damaged: leaf"),
+        "{}",
+        stdout(&out)
     );
 }
