@@ -11,7 +11,7 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use logheap::{Config, EngineConfig, Pool};
+use logheap::{Config, EngineConfig};
 use logheap_kv::{KvStore, WriteBatch};
 use serde_json::json;
 
@@ -224,9 +224,7 @@ fn open(args: &Args, writes: bool) -> Result<KvStore, Failure> {
     let config = Config::default()
         .engine(engine)
         .size(args.size.unwrap_or(DEFAULT_SIZE));
-    Ok(KvStore::with_pool(Pool::open_or_create(
-        &args.pool, &config,
-    )?)?)
+    Ok(KvStore::open(&args.pool, &config)?)
 }
 
 fn decode(args: &Args, text: &str) -> Result<Vec<u8>, Failure> {

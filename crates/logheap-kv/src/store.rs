@@ -404,7 +404,8 @@ impl<'s> Range<'s> {
 
     /// Reads the next batch from one end into its buffer; moves that end's bound.
     fn refill(&mut self, direction: Direction) -> Result<()> {
-        let (start, end) = (as_ref(&self.start), as_ref(&self.end));
+        let start = self.start.as_ref().map(Vec::as_slice);
+        let end = self.end.as_ref().map(Vec::as_slice);
         let tree = self.store.tree;
         let batch = self.store.pool.read(|tx| {
             let mut batch = Vec::with_capacity(SCAN_BATCH);
@@ -464,14 +465,6 @@ impl<'s> Range<'s> {
 
 fn owned<K: AsRef<[u8]>>(bound: Bound<&K>) -> Bound<Vec<u8>> {
     bound.map(|k| k.as_ref().to_vec())
-}
-
-fn as_ref(bound: &Bound<Vec<u8>>) -> Bound<&[u8]> {
-    match bound {
-        Bound::Included(k) => Bound::Included(k),
-        Bound::Excluded(k) => Bound::Excluded(k),
-        Bound::Unbounded => Bound::Unbounded,
-    }
 }
 
 impl Iterator for Range<'_> {

@@ -223,7 +223,7 @@ fn on_threads(
     let start = Barrier::new(threads + 1);
     let failed = AtomicBool::new(false);
     let results = Mutex::new(Vec::new());
-    let seconds = std::thread::scope(|s| {
+    let began = std::thread::scope(|s| {
         for t in 0..threads {
             let (start, failed, results, body) = (&start, &failed, &results, &body);
             s.spawn(move || {
@@ -236,11 +236,10 @@ fn on_threads(
             });
         }
         start.wait();
-        let began = Instant::now();
-        // The scope joins every thread before it returns; time until then.
-        began
+        // The scope joins every thread before it returns: timed until then.
+        Instant::now()
     });
-    let seconds = seconds.elapsed().as_secs_f64();
+    let seconds = began.elapsed().as_secs_f64();
     let mut total = Recorder::new();
     for r in results.into_inner().unwrap() {
         total.merge(r?);
