@@ -703,9 +703,10 @@ impl Prepared {
                 let n = self.stream.elements();
                 for k in 0..OPS_PER_TX {
                     let i = (op.key + k) % n;
-                    let word = |v: Vec<u8>| u64::from_le_bytes(v.try_into().unwrap_or_default());
-                    let b = word(s.get(tx, n + i)?);
-                    let c = word(s.get(tx, 2 * n + i)?);
+                    let (mut b, mut c) = ([0u8; 8], [0u8; 8]);
+                    s.get_into(tx, n + i, &mut b)?;
+                    s.get_into(tx, 2 * n + i, &mut c)?;
+                    let (b, c) = (u64::from_le_bytes(b), u64::from_le_bytes(c));
                     s.set(tx, i, &b.wrapping_add(c).to_le_bytes())?;
                 }
                 Ok(())

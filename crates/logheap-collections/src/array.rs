@@ -52,14 +52,7 @@ impl Array {
     }
 
     fn at(&self, tx: &mut Tx<'_>, i: u64) -> Result<(u64, u64), Error> {
-        let h = tx.read(self.header)?;
-        if i >= h.len {
-            return Err(Error::InvalidRange {
-                home: h.data,
-                len: h.element_size,
-            });
-        }
-        Ok((h.data + i * h.element_size, h.element_size))
+        tx.read(self.header)?.element(i)
     }
 
     /// Element `i`.
@@ -68,6 +61,19 @@ impl Array {
         let mut v = vec![0u8; size as usize];
         tx.read_bytes(at, &mut v)?;
         Ok(v)
+    }
+
+    /// Reads element `i` into `out`, which must be exactly one element long: a read
+    /// without a heap allocation.
+    pub fn get_into(&self, tx: &mut Tx<'_>, i: u64, out: &mut [u8]) -> Result<(), Error> {
+        let (at, size) = self.at(tx, i)?;
+        if out.len() as u64 != size {
+            return Err(Error::InvalidRange {
+                home: at,
+                len: out.len() as u64,
+            });
+        }
+        tx.read_bytes(at, out)
     }
 
     /// Sets element `i` (`value` must be exactly one element long).
@@ -82,11 +88,41 @@ impl Array {
         tx.write_bytes(at, value)
     }
 
-    /// Swaps elements `i` and `j` (the SPS operation).
+    /// Swaps elements `i` and `j` (the SPS operation): one read of the header, and
+    /// elements of up to [`SWAP_INLINE`] bytes through buffers on the stack.
     pub fn swap(&self, tx: &mut Tx<'_>, i: u64, j: u64) -> Result<(), Error> {
-        let a = self.get(tx, i)?;
-        let b = self.get(tx, j)?;
-        self.set(tx, i, &b)?;
-        self.set(tx, j, &a)
+        let header = tx.read(self.header)?;
+        let ((a, size), (b, _)) = (header.element(i)?, header.element(j)?);
+        let size = size as usize;
+        if size > SWAP_INLINE {
+            let (mut x, mut y) = (vec![0u8; size], vec![0u8; size]);
+            return swap_through(tx, a, b, &mut x, &mut y);
+        }
+        let (mut x, mut y) = ([0u8; SWAP_INLINE], [0u8; SWAP_INLINE]);
+        swap_through(tx, a, b, &mut x[..size], &mut y[..size])
+    }
+}
+
+/// Elements up to this size are swapped without a heap allocation.
+pub const SWAP_INLINE: usize = 64;
+
+/// Swaps the equal-length ranges at `a` and `b` through the buffers `x` and `y`.
+fn swap_through(tx: &mut Tx<'_>, a: u64, b: u64, x: &mut [u8], y: &mut [u8]) -> Result<(), Error> {
+    tx.read_bytes(a, x)?;
+    tx.read_bytes(b, y)?;
+    tx.write_bytes(a, y)?;
+    tx.write_bytes(b, x)
+}
+
+impl ArrayHeader {
+    /// The home offset and size of element `i`.
+    fn element(&self, i: u64) -> Result<(u64, u64), Error> {
+        if i >= self.len {
+            return Err(Error::InvalidRange {
+                home: self.data,
+                len: self.element_size,
+            });
+        }
+        Ok((self.data + i * self.element_size, self.element_size))
     }
 }

@@ -88,6 +88,9 @@ pub(crate) struct ThreadCounters {
     transactions: AtomicU64,
     write_transactions: AtomicU64,
     aborts: AtomicU64,
+    /// Bytes written back since the owning thread's last fence (for bandwidth
+    /// emulation): state of the thread, not a counter of the sum.
+    unfenced_bytes: AtomicU64,
 }
 
 /// Adds to a counter that only the calling thread writes: a load and a store, no RMW.
@@ -134,6 +137,17 @@ impl ThreadCounters {
     #[inline]
     pub(crate) fn add_abort(&self) {
         bump(&self.aborts, 1);
+    }
+    #[inline]
+    pub(crate) fn add_unfenced(&self, n: u64) {
+        bump(&self.unfenced_bytes, n);
+    }
+    /// The bytes written back since the last call (the last fence), now zero.
+    #[inline]
+    pub(crate) fn take_unfenced(&self) -> u64 {
+        let n = self.unfenced_bytes.load(Ordering::Relaxed);
+        self.unfenced_bytes.store(0, Ordering::Relaxed);
+        n
     }
 
     fn snapshot(&self) -> MediaCounters {

@@ -18,7 +18,7 @@ pub mod sim;
 mod view;
 pub(crate) mod word_copy;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::fs::File;
 use std::ops::Range;
@@ -237,14 +237,18 @@ impl fmt::Debug for Media {
 struct ThreadSlot {
     media_id: u64,
     counters: Arc<CachePadded<ThreadCounters>>,
-    /// Bytes written back since this thread's last fence (for bandwidth emulation).
-    unfenced_bytes: u64,
     /// Byte ranges flushed since the last fence (msync mode only).
     dirty: Vec<Range<usize>>,
 }
 
 thread_local! {
     static SLOTS: RefCell<Vec<ThreadSlot>> = const { RefCell::new(Vec::new()) };
+    /// The counter block this thread used last, with its media's id (0: none): every
+    /// store, flush and fence counts into it, so the common case is two thread-local
+    /// loads and a compare, not a search of `SLOTS` under a `RefCell` borrow. Plain
+    /// data without a destructor, so its access needs no lazy-initialisation check.
+    static LAST_COUNTERS: Cell<(u64, *const ThreadCounters)> =
+        const { Cell::new((0, std::ptr::null())) };
     static THREAD_TOKEN: u64 = {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         NEXT.fetch_add(1, Ordering::Relaxed)
@@ -558,17 +562,17 @@ impl Media {
 
     /// Reports `bytes` of application payload (the denominator of write amplification).
     pub fn add_payload(&self, bytes: u64) {
-        self.with_slot(|slot| slot.counters.add_payload(bytes));
+        self.local_counters().add_payload(bytes);
     }
 
     /// Reports a committed transaction (`wrote`: it was a write transaction).
     pub fn count_transaction(&self, wrote: bool) {
-        self.with_slot(|slot| slot.counters.add_transaction(wrote));
+        self.local_counters().add_transaction(wrote);
     }
 
     /// Reports an aborted transaction attempt.
     pub fn count_abort(&self) {
-        self.with_slot(|slot| slot.counters.add_abort());
+        self.local_counters().add_abort();
     }
 
     #[inline]
@@ -580,7 +584,30 @@ impl Media {
         );
     }
 
+    /// Whether fences sync the ranges flushed before them (`msync` mode on a file).
+    fn msyncs(&self) -> bool {
+        self.durability == Durability::Msync && matches!(self.backing, Backing::File(_))
+    }
+
+    /// This thread's counter block of this media.
     #[inline]
+    fn local_counters(&self) -> &ThreadCounters {
+        let (id, block) = LAST_COUNTERS.with(Cell::get);
+        if id == self.id {
+            // SAFETY: `block` was set by `with_slot` from this media's registration of
+            // this thread (media ids are never reused), and the media's registry keeps
+            // every block it registered alive as long as the media lives, which is at
+            // least as long as `&self`.
+            return unsafe { &*block };
+        }
+        self.with_slot(|_| ());
+        let (_, block) = LAST_COUNTERS.with(Cell::get);
+        // SAFETY: as above; `with_slot` has just set it for this media.
+        unsafe { &*block }
+    }
+
+    /// This thread's slot of this media (registered on first use), which also becomes
+    /// the block [`local_counters`](Self::local_counters) finds first.
     fn with_slot<R>(&self, f: impl FnOnce(&mut ThreadSlot) -> R) -> R {
         SLOTS.with(|slots| {
             let mut slots = slots.borrow_mut();
@@ -592,13 +619,15 @@ impl Media {
                     slots.push(ThreadSlot {
                         media_id: self.id,
                         counters: self.counters.register(),
-                        unfenced_bytes: 0,
                         dirty: Vec::new(),
                     });
                     slots.len() - 1
                 }
             };
-            f(&mut slots[index])
+            let slot = &mut slots[index];
+            let block: &ThreadCounters = &slot.counters;
+            LAST_COUNTERS.with(|last| last.set((self.id, block)));
+            f(slot)
         })
     }
 
@@ -637,7 +666,7 @@ impl Media {
     #[inline]
     fn count_stored(&self, len: usize) {
         if len > 0 && self.durability != Durability::None {
-            self.with_slot(|slot| slot.counters.add_dirty_bytes(len as u64));
+            self.local_counters().add_dirty_bytes(len as u64);
         }
     }
 
@@ -690,21 +719,19 @@ impl Media {
                 s.store(offset, bytes.len(), me, || unsafe {
                     word_copy::store(dst.add(offset), bytes)
                 });
-                self.with_slot(|slot| {
-                    slot.counters.add_nt_bytes(bytes.len() as u64);
-                    slot.counters.add_dirty_bytes(bytes.len() as u64);
-                    slot.unfenced_bytes += bytes.len() as u64;
-                });
+                let counters = self.local_counters();
+                counters.add_nt_bytes(bytes.len() as u64);
+                counters.add_dirty_bytes(bytes.len() as u64);
+                counters.add_unfenced(bytes.len() as u64);
             }
             Backing::File(_) if self.durability == Durability::Pmem => {
                 // SAFETY: in bounds (checked above); no overlap with `bytes`.
                 let nt = unsafe { cpu::copy_nontemporal(dst.add(offset), bytes) };
                 let cached = bytes.len() - nt;
-                self.with_slot(|slot| {
-                    slot.counters.add_nt_bytes(nt as u64);
-                    slot.counters.add_dirty_bytes(bytes.len() as u64);
-                    slot.unfenced_bytes += nt as u64;
-                });
+                let counters = self.local_counters();
+                counters.add_nt_bytes(nt as u64);
+                counters.add_dirty_bytes(bytes.len() as u64);
+                counters.add_unfenced(nt as u64);
                 if cached > 0 {
                     // The unaligned head and tail went through the cache.
                     let head = (16 - (dst as usize + offset) % 16) % 16;
@@ -758,19 +785,18 @@ impl Media {
             clock.spin_until(start, ns);
         }
         let durable = self.durability != Durability::None;
-        self.with_slot(|slot| {
-            slot.counters.add_fast_log_bytes(bytes.len() as u64);
-            if durable {
-                slot.counters.add_dirty_bytes(bytes.len() as u64);
-            }
-            if let Some(ns) = delay {
-                slot.counters.add_emulated_delay(ns);
-            }
-            if self.durability == Durability::Msync && matches!(self.backing, Backing::File(_)) {
-                // msync mode: the thread's next fence syncs it, as the docs say.
-                add_dirty(&mut slot.dirty, offset..offset + bytes.len());
-            }
-        });
+        let counters = self.local_counters();
+        counters.add_fast_log_bytes(bytes.len() as u64);
+        if durable {
+            counters.add_dirty_bytes(bytes.len() as u64);
+        }
+        if let Some(ns) = delay {
+            counters.add_emulated_delay(ns);
+        }
+        if self.msyncs() {
+            // msync mode: the thread's next fence syncs it, as the docs say.
+            self.with_slot(|slot| add_dirty(&mut slot.dirty, offset..offset + bytes.len()));
+        }
     }
 
     /// Writes back the cache lines overlapping `[offset, offset + len)`.
@@ -795,10 +821,9 @@ impl Media {
                 Durability::None | Durability::Auto => {}
             },
         }
-        self.with_slot(|slot| {
-            slot.counters.add_lines(lines);
-            slot.unfenced_bytes += lines * CACHE_LINE as u64;
-        });
+        let counters = self.local_counters();
+        counters.add_lines(lines);
+        counters.add_unfenced(lines * CACHE_LINE as u64);
     }
 
     /// Persist barrier: every earlier flush and non-temporal store of this thread is
@@ -808,12 +833,14 @@ impl Media {
             return;
         }
         let start_tick = self.emulation.map(|_| TscClock::get().now());
-        let (unfenced, mut dirty) = self.with_slot(|slot| {
-            (
-                std::mem::take(&mut slot.unfenced_bytes),
-                std::mem::take(&mut slot.dirty),
-            )
-        });
+        let counters = self.local_counters();
+        let unfenced = counters.take_unfenced();
+        // Only msync mode keeps ranges to sync (an empty vector allocates nothing).
+        let mut dirty = if self.msyncs() {
+            self.with_slot(|slot| std::mem::take(&mut slot.dirty))
+        } else {
+            Vec::new()
+        };
         match &self.backing {
             Backing::Sim(s) => s.fence(thread_token()),
             Backing::ReadOnly(_) => return,
@@ -834,17 +861,19 @@ impl Media {
             }
             _ => None,
         };
-        dirty.clear();
-        self.with_slot(|slot| {
-            slot.counters.add_fence();
-            if let Some(ns) = delay {
-                slot.counters.add_emulated_delay(ns);
-            }
+        counters.add_fence();
+        if let Some(ns) = delay {
+            counters.add_emulated_delay(ns);
+        }
+        if dirty.capacity() > 0 {
+            dirty.clear();
             // Hand the (now empty) vector back so its allocation is reused.
-            if slot.dirty.is_empty() {
-                slot.dirty = dirty;
-            }
-        });
+            self.with_slot(|slot| {
+                if slot.dirty.is_empty() {
+                    slot.dirty = dirty;
+                }
+            });
+        }
     }
 
     /// Gives back to the file system the storage of the whole pages inside

@@ -174,31 +174,34 @@ impl<E: Engine> Stm<E> {
             return Err(Error::Conflict);
         }
         let span = stripes(home, buf.len() as u64);
-        if span.start() == span.end() {
-            self.read_in_stripe(tx, *span.start(), home, buf)
+        if span.end() - span.start() <= 1 {
+            self.read_in_two_stripes(tx, *span.start(), *span.end(), home, buf)
         } else {
             self.read_across_stripes(tx, home, buf)
         }
     }
 
-    /// [`read`](Self::read) of a range inside one stripe (most reads: a field, a small
-    /// object): its one lock word is kept in a register, not in `stripe_words`.
+    /// [`read`](Self::read) of a range inside one stripe or over two neighbouring ones
+    /// (most reads: a field, a small object, which a 64-byte stripe boundary may cut):
+    /// their lock words are kept in registers, not in `stripe_words`. `last` is `first`
+    /// (then both words are the one stripe's, loaded twice) or `first + 1`.
     #[inline]
-    fn read_in_stripe(
+    fn read_in_two_stripes(
         &self,
         tx: &mut TxState<E::Scratch>,
-        stripe: u64,
+        first: u64,
+        last: u64,
         home: u64,
         buf: &mut [u8],
     ) -> Result<()> {
         let locks = &self.shared.locks;
-        let i = locks.index(stripe);
+        let (i, j) = (locks.index(first), locks.index(last));
         loop {
-            let w = locks.load(i);
-            if is_locked(w) {
+            let (w, v) = (locks.load(i), locks.load(j));
+            if is_locked(w) || is_locked(v) {
                 return Err(tx.conflict());
             }
-            if version_of(w) > tx.rv {
+            if version_of(w).max(version_of(v)) > tx.rv {
                 // A read-only transaction keeps no read set, so it cannot extend its
                 // snapshot: it starts again at a new one.
                 if !tx.read_only && self.extend(tx) {
@@ -209,7 +212,7 @@ impl<E: Engine> Stm<E> {
             let intact = self.engine.read_committed(&tx.scratch, home, buf);
             // As in `read_across_stripes`: the copy's loads before the re-check's.
             super::atomic::fence(super::atomic::Ordering::Acquire);
-            if locks.load(i) != w {
+            if locks.load(i) != w || locks.load(j) != v {
                 return Err(tx.conflict());
             }
             if !intact {
@@ -220,14 +223,18 @@ impl<E: Engine> Stm<E> {
         if tx.read_only {
             return Ok(());
         }
+        // Consecutive reads of one stripe (the fields of one object) are recorded once.
         if tx.reads.last() != Some(&(i as u32)) {
             tx.reads.push(i as u32);
+        }
+        if j != i {
+            tx.reads.push(j as u32);
         }
         tx.writes.overlay(home, buf);
         Ok(())
     }
 
-    /// [`read`](Self::read) of a range over more than one stripe.
+    /// [`read`](Self::read) of a range over more than two stripes.
     fn read_across_stripes(
         &self,
         tx: &mut TxState<E::Scratch>,

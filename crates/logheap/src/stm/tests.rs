@@ -31,6 +31,8 @@ struct Model {
     heap: NoHeap,
     bytes: Mutex<Vec<u8>>,
     hook: Mutex<Option<(u64, At, Hook)>>,
+    /// Run once by a commit after it stored its bytes, its stripes still locked.
+    commit_hook: Mutex<Option<Hook>>,
 }
 
 impl std::fmt::Debug for Model {
@@ -93,6 +95,10 @@ impl Engine for Model {
             bytes[home as usize..(home + len) as usize]
                 .copy_from_slice(&data[at..at + len as usize]);
         }
+        drop(bytes);
+        if let Some(f) = self.commit_hook.lock().unwrap().take() {
+            f();
+        }
         Ok(Persisted::Durable { payload: 0 })
     }
     fn publish(&self, _: &CommitSet<'_>, _: &mut ()) {}
@@ -101,26 +107,41 @@ impl Engine for Model {
     }
 }
 
-/// Two words on different lock stripes, always written together (`x == y`).
-const X: u64 = 64;
-const Y: u64 = 4096 + 64;
+/// Two words on different lock stripes, always written together (`x == y`), each the
+/// last word of its stripe (so that a read of it and the word after it crosses a
+/// stripe boundary).
+const X: u64 = 128 + 56;
+const Y: u64 = 4096 + 128 + 56;
 
-/// How a test reads a word: alone (in one stripe, the driver's one-lock-word path), or
-/// with the 8 bytes before it, which lie in the stripe before (its path over several).
+/// How a test reads a word, one shape for each of the driver's read paths: alone (in
+/// one stripe); with the word after it (over two stripes, the word's first); with the
+/// stripe before it (over two, the word's last); or with the two stripes before it
+/// (over three, the path that keeps the lock words in `stripe_words`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Shape {
     InStripe,
-    AcrossStripes,
+    FirstOfTwo,
+    SecondOfTwo,
+    LastOfThree,
 }
 
 impl Shape {
-    const BOTH: [Shape; 2] = [Shape::InStripe, Shape::AcrossStripes];
+    const ALL: [Shape; 4] = [
+        Shape::InStripe,
+        Shape::FirstOfTwo,
+        Shape::SecondOfTwo,
+        Shape::LastOfThree,
+    ];
 
-    /// Where the read of the word at `home` starts, and the word's offset in it.
-    fn start(self, home: u64) -> (u64, usize) {
+    /// Where the read of the word at `home` starts, its length, and the word's offset
+    /// in it.
+    fn start(self, home: u64) -> (u64, usize, usize) {
+        assert_eq!(home % 64, 56, "the word ends its stripe");
         match self {
-            Shape::InStripe => (home, 0),
-            Shape::AcrossStripes => (home - 8, 8),
+            Shape::InStripe => (home, 8, 0),
+            Shape::FirstOfTwo => (home, 16, 0),
+            Shape::SecondOfTwo => (home - 64, 72, 64),
+            Shape::LastOfThree => (home - 128, 136, 128),
         }
     }
 }
@@ -132,20 +153,26 @@ fn read_word(
     home: u64,
     shape: Shape,
 ) -> Result<u64> {
-    let (start, at) = shape.start(home);
-    let mut buf = [0u8; 16];
-    stm.read(tx, start, &mut buf[..at + 8])?;
+    let (start, len, at) = shape.start(home);
+    let mut buf = [0u8; 136];
+    stm.read(tx, start, &mut buf[..len])?;
     Ok(u64::from_le_bytes(buf[at..at + 8].try_into().unwrap()))
 }
 
 fn model() -> Arc<Stm<Model>> {
+    model_after(0)
+}
+
+/// A model whose clock starts after `last_version`.
+fn model_after(last_version: u64) -> Arc<Stm<Model>> {
     let media = Media::sim(4096, &MediaConfig::default(), SimConfig::default()).unwrap();
     Arc::new(Stm::new(Arc::new(Model {
-        domain: Arc::new(Domain::new(1 << 20, 0)),
+        domain: Arc::new(Domain::new(1 << 20, last_version)),
         media: Arc::new(media),
         heap: NoHeap,
         bytes: Mutex::new(vec![0; 8192]),
         hook: Mutex::new(None),
+        commit_hook: Mutex::new(None),
     })))
 }
 
@@ -210,7 +237,7 @@ fn read_both_interrupted(read_only: bool, shape: Shape, home: u64, at: At) -> ((
 fn a_commit_during_a_read_is_caught_by_the_check_after_the_copy() {
     for (read_only, shape) in [true, false]
         .into_iter()
-        .flat_map(|r| Shape::BOTH.map(|s| (r, s)))
+        .flat_map(|r| Shape::ALL.map(|s| (r, s)))
     {
         // The read of Y passed its lock-word check and then copies Y = 1: only the
         // re-check of the lock word after the copy sees that X = 0 is stale.
@@ -224,7 +251,7 @@ fn a_commit_during_a_read_is_caught_by_the_check_after_the_copy() {
 fn a_commit_between_two_reads_is_caught_by_the_check_before_the_copy() {
     for (read_only, shape) in [true, false]
         .into_iter()
-        .flat_map(|r| Shape::BOTH.map(|s| (r, s)))
+        .flat_map(|r| Shape::ALL.map(|s| (r, s)))
     {
         // X = 0 was read; Y's lock word now has a version past the snapshot: only its
         // check before the copy (and, for a writer, the failed extension) sees it.
@@ -238,7 +265,7 @@ fn a_commit_between_two_reads_is_caught_by_the_check_before_the_copy() {
 fn a_commit_of_nothing_read_lets_a_writer_extend_its_snapshot() {
     // A writer read X; another transaction then commits Y alone. Y is newer than the
     // snapshot, but X did not change: the snapshot extends and nothing conflicts.
-    for shape in Shape::BOTH {
+    for shape in Shape::ALL {
         let stm = model();
         let mut tx = stm.begin(false);
         assert_eq!(read_word(&stm, &mut tx, X, shape).unwrap(), 0);
@@ -254,5 +281,40 @@ fn a_commit_of_nothing_read_lets_a_writer_extend_its_snapshot() {
         assert_eq!(read_word(&stm, &mut tx, Y, shape).unwrap(), 7, "{shape:?}");
         stm.commit(&mut tx).unwrap();
         Stm::<Model>::finish(tx);
+    }
+}
+
+#[test]
+fn a_read_of_a_stripe_a_commit_holds_locked_conflicts() {
+    for (read_only, shape) in [true, false]
+        .into_iter()
+        .flat_map(|r| Shape::ALL.map(|s| (r, s)))
+    {
+        // Snapshots far above every lock owner id: a held lock word's owner, read as a
+        // version, is then within the snapshot, so only the check for a held lock (not
+        // the version check) sees that Y's stripe is being committed.
+        let stm = model_after(1 << 40);
+        let (locked, wait_locked) = mpsc::channel::<()>();
+        let (read, wait_read) = mpsc::channel::<()>();
+        *stm.engine().commit_hook.lock().unwrap() = Some(Box::new(move || {
+            locked.send(()).unwrap();
+            wait_read.recv().unwrap();
+        }));
+        let writer = {
+            let stm = stm.clone();
+            std::thread::spawn(move || write_both(&stm, 1))
+        };
+        // The commit has stored X = Y = 1 and holds their stripes.
+        wait_locked.recv().unwrap();
+        let mut tx = stm.begin(read_only);
+        let y = read_word(&stm, &mut tx, Y, shape);
+        assert!(
+            matches!(y, Err(crate::Error::Conflict)),
+            "read-only: {read_only}, {shape:?}: {y:?}"
+        );
+        stm.abort(&mut tx);
+        Stm::<Model>::finish(tx);
+        read.send(()).unwrap();
+        writer.join().unwrap();
     }
 }

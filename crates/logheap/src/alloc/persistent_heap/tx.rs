@@ -32,7 +32,8 @@ use super::state::{
     arena_hint,
 };
 use super::steps::Step;
-use crate::alloc::layout::{CHUNK, MicroLogSlot, MicroOp, TableEntry};
+use crate::alloc::big;
+use crate::alloc::layout::{CHUNK, GRANULE, MicroLogSlot, MicroOp, TableEntry};
 use crate::alloc::small;
 use crate::error::{Error, Result};
 use crate::media::Media;
@@ -242,7 +243,7 @@ impl PersistentHeap {
     /// Whether a transaction may read and write `[offset, offset + len)` (not empty):
     /// the root area, or the data (not the metadata) of the regions.
     pub(crate) fn tx_is_data(&self, offset: u64, len: u64) -> bool {
-        if let Some(is_data) = self.small_block_is_data(offset, len) {
+        if let Some(is_data) = self.fast_is_data(offset, len) {
             return is_data;
         }
         let Some(region) = self.sb.region_of(offset) else {
@@ -273,24 +274,52 @@ impl PersistentHeap {
                 .is_some_and(|e| e <= self.sb.region_offset(end))
     }
 
-    /// [`tx_is_data`](Self::tx_is_data) for a range starting in a region of small
-    /// blocks (most accesses: every object of up to a few KiB is a small block), from
-    /// the region's geometry alone; `None` for a range starting anywhere else. The same
-    /// answer as [`data_range`](Self::data_range)'s, without its round trip through a
-    /// block address.
+    /// [`tx_is_data`](Self::tx_is_data) from the region table alone, for the ranges most
+    /// accesses are: one starting in a region of small blocks (every object of up to a
+    /// few KiB), answered from the region's geometry; one in a region of big blocks,
+    /// whose data is all of it past its block table; and one inside a huge block (a
+    /// large array), which spans whole regions from its head region through its tail
+    /// regions. `None` when the table alone does not answer (the slow path decides).
+    /// The same answer as [`data_range`](Self::data_range)'s, without its round trip
+    /// through a block address or its walk back to a huge block's head.
     #[inline]
-    fn small_block_is_data(&self, offset: u64, len: u64) -> Option<bool> {
+    fn fast_is_data(&self, offset: u64, len: u64) -> Option<bool> {
         let region = self.sb.region_of(offset)?;
-        let used = self.uses[region as usize].load(Ordering::Acquire);
-        if used & USE_KIND != USE_SMALL {
-            return None;
+        let used = self.uses[region as usize].load(Ordering::Acquire) & USE_KIND;
+        let end = offset.checked_add(len)?;
+        match used {
+            USE_SMALL => {
+                let geometry =
+                    small::Geometry::of(self.sb.region_offset(region), self.sb.segment_size);
+                Some(
+                    geometry
+                        .chunk_containing(offset)
+                        .is_some_and(|chunk| end <= chunk + CHUNK),
+                )
+            }
+            USE_BIG => {
+                // Past the region's block table, inside the region.
+                let base = self.sb.region_offset(region);
+                let data = base + big::table_granules(self.sb.segment_size) * GRANULE;
+                Some(offset >= data && end <= base + self.sb.segment_size)
+            }
+            USE_HUGE | USE_HUGE_TAIL => {
+                // A tail region always follows its block's head or another of its tails,
+                // so a range whose every later region is a tail lies inside one block.
+                let mut next = region + 1;
+                while self.sb.region_offset(next) < end {
+                    if next >= self.sb.region_count
+                        || self.uses[next as usize].load(Ordering::Acquire) & USE_KIND
+                            != USE_HUGE_TAIL
+                    {
+                        return None;
+                    }
+                    next += 1;
+                }
+                Some(true)
+            }
+            _ => None,
         }
-        let geometry = small::Geometry::of(self.sb.region_offset(region), self.sb.segment_size);
-        Some(geometry.chunk_containing(offset).is_some_and(|chunk| {
-            offset
-                .checked_add(len)
-                .is_some_and(|end| end <= chunk + CHUNK)
-        }))
     }
 
     /// Every live block `(offset, usable size)`, sorted, from the persistent metadata.
