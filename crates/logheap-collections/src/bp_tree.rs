@@ -244,7 +244,7 @@ impl BpTree {
                 let v = value_object::create(tx, value)?;
                 node.insert_key(i, key, v, i);
                 write_node(tx, at, &old, &node)?;
-                striped_count::add(tx, header.count, key, 1)?;
+                striped_count::add(tx, header.count, 1)?;
                 false
             }
         };
@@ -375,7 +375,7 @@ impl BpTree {
                 value_object::free(tx, node.ptrs[i])?;
                 node.remove_key(i, i);
                 write_node(tx, at, &old, &node)?;
-                striped_count::add(tx, header.count, key, -1)?;
+                striped_count::add(tx, header.count, -1)?;
                 true
             }
             Err(_) => false,

@@ -154,7 +154,7 @@ impl HashMap {
         let fresh = self.new_entry(tx, key, head, value)?;
         tx.write(slot, &fresh)?;
         let count = tx.read(pfield!(self.header, HashHeader, count))?;
-        striped_count::add(tx, count, key, 1)?;
+        striped_count::add(tx, count, 1)?;
         Ok(false)
     }
 
@@ -179,7 +179,7 @@ impl HashMap {
         tx.write(link, &e.next)?;
         tx.free(PPtr::<Entry>::from_offset(at))?;
         let count = tx.read(pfield!(self.header, HashHeader, count))?;
-        striped_count::add(tx, count, key, -1)?;
+        striped_count::add(tx, count, -1)?;
         Ok(true)
     }
 }

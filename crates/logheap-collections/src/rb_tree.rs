@@ -282,11 +282,11 @@ impl Ops<'_, '_> {
         }
     }
 
-    fn add_len(&mut self, key: u64, delta: i64) -> Result<(), Error> {
+    fn add_len(&mut self, delta: i64) -> Result<(), Error> {
         let count = self
             .tx
             .read(PPtr::<u64>::from_offset(self.header.offset() + 16))?;
-        striped_count::add(self.tx, count, key, delta)
+        striped_count::add(self.tx, count, delta)
     }
 }
 
@@ -405,7 +405,7 @@ impl RbTree {
             ops.set_child(y, d, z)?;
         }
         ops.insert_fixup(z)?;
-        ops.add_len(key, 1)?;
+        ops.add_len(1)?;
         Ok(false)
     }
 
@@ -449,7 +449,7 @@ impl RbTree {
         let value = ops.get(z, VALUE)?;
         value_object::free(ops.tx, value)?;
         ops.tx.free(PPtr::<Node>::from_offset(z))?;
-        ops.add_len(key, -1)?;
+        ops.add_len(-1)?;
         Ok(true)
     }
 
