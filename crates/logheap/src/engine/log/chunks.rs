@@ -261,11 +261,13 @@ impl ChunkPool {
         // read of the chunk tells, once per chunk's turn in a log.
         let start = self.geometry.offset(chunk) as usize + CHUNK_HEADER;
         let end = self.geometry.offset(chunk + 1) as usize;
-        let mut piece = [0u8; 512];
+        const ZEROS: [u8; 4096] = [0; 4096];
+        let mut piece = [0u8; ZEROS.len()];
         let zero_payload = (start..end).step_by(piece.len()).all(|at| {
-            let piece = &mut piece[..(end - at).min(512)];
-            self.media.read(at, piece);
-            piece.iter().all(|&b| b == 0)
+            let n = (end - at).min(piece.len());
+            self.media.read(at, &mut piece[..n]);
+            // A slice comparison (memcmp), not a byte loop: a fresh chunk is read whole.
+            piece[..n] == ZEROS[..n]
         });
         Some(TakenChunk {
             chunk,
