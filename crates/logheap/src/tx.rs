@@ -91,6 +91,22 @@ impl<'p> Tx<'p> {
         on_tx!(&mut self.inner, |stm, state| stm.read(state, home, buf))
     }
 
+    /// Hands the `len` bytes at home offset `home`, as this transaction sees them, to
+    /// `f` and returns what it returns. Where the engine can make it sound, `f` reads
+    /// them where they lie, without a copy: on the `log` engine, a range the log holds
+    /// in one piece (an object or value written whole in one transaction and not partly
+    /// rewritten since; the transaction's own writes to it are not in the log yet),
+    /// whose bytes nothing changes while the transaction runs. Otherwise `f` reads a
+    /// copy (in a buffer the transaction keeps). Reads that went in place are counted
+    /// in [`MediaCounters::reads_in_place`](crate::MediaCounters::reads_in_place).
+    ///
+    /// For large values read once (a key-value store's `get`), this saves the copy
+    /// [`read_bytes`](Self::read_bytes) makes into the caller's buffer.
+    pub fn read_with<R>(&mut self, home: u64, len: usize, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        on_tx!(&mut self.inner, |stm, state| stm
+            .read_with(state, home, len, f))
+    }
+
     /// Writes `bytes` at home offset `home` (buffered until commit). The range may span
     /// objects; it must lie in the home space.
     pub fn write_bytes(&mut self, home: u64, bytes: &[u8]) -> Result<()> {

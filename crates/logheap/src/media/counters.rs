@@ -41,6 +41,11 @@ pub struct MediaCounters {
     pub write_transactions: u64,
     /// Transaction attempts aborted (conflicts and errors).
     pub aborts: u64,
+    /// Reads handed to the caller where the bytes lie, without a copy
+    /// ([`Tx::read_with`](crate::Tx::read_with) on an engine that keeps committed bytes
+    /// in place; reported by the layers above).
+    #[serde(default)]
+    pub reads_in_place: u64,
 }
 
 impl MediaCounters {
@@ -71,6 +76,7 @@ impl MediaCounters {
                 .write_transactions
                 .saturating_sub(earlier.write_transactions),
             aborts: self.aborts.saturating_sub(earlier.aborts),
+            reads_in_place: self.reads_in_place.saturating_sub(earlier.reads_in_place),
         }
     }
 }
@@ -88,6 +94,7 @@ pub(crate) struct ThreadCounters {
     transactions: AtomicU64,
     write_transactions: AtomicU64,
     aborts: AtomicU64,
+    reads_in_place: AtomicU64,
     /// Bytes written back since the owning thread's last fence (for bandwidth
     /// emulation): state of the thread, not a counter of the sum.
     unfenced_bytes: AtomicU64,
@@ -139,6 +146,10 @@ impl ThreadCounters {
         bump(&self.aborts, 1);
     }
     #[inline]
+    pub(crate) fn add_read_in_place(&self) {
+        bump(&self.reads_in_place, 1);
+    }
+    #[inline]
     pub(crate) fn add_unfenced(&self, n: u64) {
         bump(&self.unfenced_bytes, n);
     }
@@ -162,6 +173,7 @@ impl ThreadCounters {
             transactions: self.transactions.load(Ordering::Relaxed),
             write_transactions: self.write_transactions.load(Ordering::Relaxed),
             aborts: self.aborts.load(Ordering::Relaxed),
+            reads_in_place: self.reads_in_place.load(Ordering::Relaxed),
         }
     }
 }
@@ -203,6 +215,7 @@ impl CounterRegistry {
                 transactions: acc.transactions + c.transactions,
                 write_transactions: acc.write_transactions + c.write_transactions,
                 aborts: acc.aborts + c.aborts,
+                reads_in_place: acc.reads_in_place + c.reads_in_place,
             })
     }
 }

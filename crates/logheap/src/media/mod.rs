@@ -575,6 +575,11 @@ impl Media {
         self.local_counters().add_abort();
     }
 
+    /// Reports a read handed to its caller in place, without a copy.
+    pub fn count_read_in_place(&self) {
+        self.local_counters().add_read_in_place();
+    }
+
     #[inline]
     fn check(&self, offset: usize, len: usize) {
         assert!(
@@ -934,6 +939,25 @@ impl Media {
         // SAFETY: as in `copy_in`: the words around the range are inside the media, and
         // every store to the mapping is an atomic word store.
         unsafe { word_copy::load(self.base.as_ptr().add(offset), buf) };
+    }
+
+    /// The bytes of `[offset, offset + len)` as a slice of the mapping, read where they
+    /// lie (no copy).
+    ///
+    /// # Safety
+    /// Nothing may store to the range while the slice lives: bytes that are never
+    /// written again while the caller holds them (the log engine's committed log bytes,
+    /// which its epoch keeps in place).
+    ///
+    /// # Panics
+    /// If the range is outside the media.
+    pub(crate) unsafe fn bytes_in_place(&self, offset: usize, len: usize) -> &[u8] {
+        self.check(offset, len);
+        // SAFETY: the range is inside the mapping (checked above), which lives as long
+        // as `self`; the caller promises that no store reaches it while the slice lives,
+        // and earlier stores (atomic, by any thread) happen before the caller's read
+        // through the synchronisation that told it where the bytes are.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(offset), len) }
     }
 
     /// Reads `len` bytes at `offset` into a new vector.

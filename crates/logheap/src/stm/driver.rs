@@ -20,6 +20,18 @@ use crate::error::{Error, Result};
 /// (boxed: taking and giving it back moves a pointer, not the buffers).
 pub(crate) type SpareState<S> = std::cell::Cell<Option<Box<TxState<S>>>>;
 
+/// The largest copy buffer of [`Stm::read_with`] a thread keeps for its next
+/// transactions (a larger one is given back to the allocator after its read).
+const KEEP_COPY_BUFFER: usize = 1 << 16;
+
+/// What [`Stm::read_in_place`] did with the reader it was handed.
+enum InPlace<R, F> {
+    /// It read the bytes in place and returned this.
+    Read(R),
+    /// The engine does not keep the bytes in place: the reader, unused.
+    NotKept(F),
+}
+
 /// The state of one transaction attempt. Its buffers are reused from one transaction of
 /// a thread to the next ([`Stm::begin`], [`Stm::finish`]); `S` is the engine's own part.
 #[derive(Debug, Default)]
@@ -32,6 +44,8 @@ pub(crate) struct TxState<S> {
     /// A read or free found a conflict: the attempt must be retried.
     conflicted: bool,
     stripe_words: Vec<(usize, u64)>,
+    /// The buffer of [`Stm::read_with`]'s copies (kept up to [`KEEP_COPY_BUFFER`]).
+    copy_buffer: Vec<u8>,
     /// Lock indices of the stripes the commit writes.
     indices: Vec<usize>,
     /// Lock words held during the commit.
@@ -290,6 +304,101 @@ impl<E: Engine> Stm<E> {
         }
         tx.writes.overlay(home, buf);
         Ok(())
+    }
+
+    /// Hands the bytes of `[home, home + len)` as of `tx`'s snapshot, with `tx`'s own
+    /// writes, to `f`. Where the engine keeps them in place
+    /// ([`Engine::committed_in_place`]) and `tx` wrote none of them, `f` reads them
+    /// there, without a copy; otherwise it reads a copy in `tx`'s buffer.
+    pub(crate) fn read_with<R>(
+        &self,
+        tx: &mut TxState<E::Scratch>,
+        home: u64,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
+        if len == 0 {
+            return Ok(f(&[]));
+        }
+        self.engine.check_range(home, len as u64)?;
+        if tx.conflicted {
+            return Err(Error::Conflict);
+        }
+        let f = if E::KEEPS_COMMITTED_IN_PLACE
+            && (tx.read_only || !tx.writes.may_touch(home, len as u64))
+        {
+            match self.read_in_place(tx, home, len as u64, f)? {
+                InPlace::Read(r) => return Ok(r),
+                InPlace::NotKept(f) => f,
+            }
+        } else {
+            f
+        };
+        // The buffer keeps its length (zeroed once, when it grows), so a read into it
+        // writes its bytes once.
+        let mut buf = std::mem::take(&mut tx.copy_buffer);
+        if buf.len() < len {
+            buf.resize(len, 0);
+        }
+        let read = self
+            .read(tx, home, &mut buf[..len])
+            .map(|()| f(&buf[..len]));
+        if buf.capacity() <= KEEP_COPY_BUFFER {
+            tx.copy_buffer = buf;
+        }
+        read
+    }
+
+    /// [`read_with`](Self::read_with) where the engine keeps the bytes in place: the
+    /// lock words of every stripe of the range checked before the engine finds the bytes
+    /// and again after, as around a copy; then `f` reads them (they do not change while
+    /// `tx` runs, so nothing needs checking after it).
+    fn read_in_place<R, F: FnOnce(&[u8]) -> R>(
+        &self,
+        tx: &mut TxState<E::Scratch>,
+        home: u64,
+        len: u64,
+        f: F,
+    ) -> Result<InPlace<R, F>> {
+        let locks = &self.shared.locks;
+        let mut words = std::mem::take(&mut tx.stripe_words);
+        let read = 'attempt: loop {
+            words.clear();
+            for s in stripes(home, len) {
+                let i = locks.index(s);
+                let w = locks.load(i);
+                if is_locked(w) {
+                    break 'attempt Err(tx.conflict());
+                }
+                if version_of(w) > tx.rv {
+                    if !tx.read_only && self.extend(tx) {
+                        continue 'attempt;
+                    }
+                    break 'attempt Err(tx.conflict());
+                }
+                words.push((i, w));
+            }
+            let Some(bytes) = self.engine.committed_in_place(&tx.scratch, home, len) else {
+                break Ok(InPlace::NotKept(f));
+            };
+            // As in `read_across_stripes`: the engine's loads before the re-check's.
+            super::atomic::fence(super::atomic::Ordering::Acquire);
+            if words.iter().any(|&(i, w)| locks.load(i) != w) {
+                break Err(tx.conflict());
+            }
+            let r = f(bytes);
+            self.engine.media().count_read_in_place();
+            break Ok(InPlace::Read(r));
+        };
+        if matches!(read, Ok(InPlace::Read(_))) && !tx.read_only {
+            for &(i, _) in &words {
+                if tx.reads.last() != Some(&(i as u32)) {
+                    tx.reads.push(i as u32);
+                }
+            }
+        }
+        tx.stripe_words = words;
+        read
     }
 
     /// A validated read whose engine check failed: the engine's error for it (a

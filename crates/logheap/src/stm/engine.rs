@@ -72,6 +72,24 @@ pub(crate) trait Engine: Send + Sync + Sized + 'static {
     /// the driver's validation says the copy was not torn by a commit, the read fails
     /// with [`read_damage`](Self::read_damage).
     fn read_committed(&self, scratch: &Self::Scratch, home: u64, buf: &mut [u8]) -> bool;
+    /// Whether [`committed_in_place`](Self::committed_in_place) can ever answer (else
+    /// the driver does not ask).
+    const KEEPS_COMMITTED_IN_PLACE: bool = false;
+    /// The committed bytes of `[home, home + len)` (not empty) where they lie, when the
+    /// engine keeps them in one place that nothing overwrites while `scratch`'s
+    /// transaction runs (the log engine's log, under the transaction's epoch guard);
+    /// `None` otherwise, and the driver copies them with
+    /// [`read_committed`](Self::read_committed). Called between the driver's lock-word
+    /// checks, as `read_committed` is: the slice is only used once they pass.
+    fn committed_in_place<'s>(
+        &'s self,
+        scratch: &'s Self::Scratch,
+        home: u64,
+        len: u64,
+    ) -> Option<&'s [u8]> {
+        let _ = (scratch, home, len);
+        None
+    }
     /// The error of a read of `[home, home + len)` whose check failed
     /// ([`read_committed`](Self::read_committed) returned false); `Conflict` makes the
     /// transaction retry.

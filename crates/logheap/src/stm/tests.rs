@@ -33,6 +33,10 @@ struct Model {
     hook: Mutex<Option<(u64, At, Hook)>>,
     /// Run once by a commit after it stored its bytes, its stripes still locked.
     commit_hook: Mutex<Option<Hook>>,
+    /// Every committed state of `bytes`, never changed once here (leaked: a test's
+    /// few commits): what the model hands out in place, as the log engine hands out
+    /// its log.
+    versions: Mutex<Vec<&'static [u8]>>,
 }
 
 impl std::fmt::Debug for Model {
@@ -80,6 +84,12 @@ impl Engine for Model {
         self.run_hook(home, At::BeforeCheck);
         Ok(())
     }
+    const KEEPS_COMMITTED_IN_PLACE: bool = true;
+    fn committed_in_place<'s>(&'s self, _: &'s (), home: u64, len: u64) -> Option<&'s [u8]> {
+        self.run_hook(home, At::BeforeCopy);
+        let latest = *self.versions.lock().unwrap().last()?;
+        Some(&latest[home as usize..(home + len) as usize])
+    }
     fn read_committed(&self, _: &(), home: u64, buf: &mut [u8]) -> bool {
         self.run_hook(home, At::BeforeCopy);
         let bytes = self.bytes.lock().unwrap();
@@ -95,6 +105,8 @@ impl Engine for Model {
             bytes[home as usize..(home + len) as usize]
                 .copy_from_slice(&data[at..at + len as usize]);
         }
+        let version: &'static [u8] = Vec::leak(bytes.clone());
+        self.versions.lock().unwrap().push(version);
         drop(bytes);
         if let Some(f) = self.commit_hook.lock().unwrap().take() {
             f();
@@ -116,21 +128,24 @@ const Y: u64 = 4096 + 128 + 56;
 /// How a test reads a word, one shape for each of the driver's read paths: alone (in
 /// one stripe); with the word after it (over two stripes, the word's first); with the
 /// stripe before it (over two, the word's last); or with the two stripes before it
-/// (over three, the path that keeps the lock words in `stripe_words`).
+/// (over three, the path that keeps the lock words in `stripe_words`); or alone, in
+/// place (`read_with` on an engine that keeps its committed bytes in place).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Shape {
     InStripe,
     FirstOfTwo,
     SecondOfTwo,
     LastOfThree,
+    InPlace,
 }
 
 impl Shape {
-    const ALL: [Shape; 4] = [
+    const ALL: [Shape; 5] = [
         Shape::InStripe,
         Shape::FirstOfTwo,
         Shape::SecondOfTwo,
         Shape::LastOfThree,
+        Shape::InPlace,
     ];
 
     /// Where the read of the word at `home` starts, its length, and the word's offset
@@ -138,7 +153,7 @@ impl Shape {
     fn start(self, home: u64) -> (u64, usize, usize) {
         assert_eq!(home % 64, 56, "the word ends its stripe");
         match self {
-            Shape::InStripe => (home, 8, 0),
+            Shape::InStripe | Shape::InPlace => (home, 8, 0),
             Shape::FirstOfTwo => (home, 16, 0),
             Shape::SecondOfTwo => (home - 64, 72, 64),
             Shape::LastOfThree => (home - 128, 136, 128),
@@ -154,6 +169,11 @@ fn read_word(
     shape: Shape,
 ) -> Result<u64> {
     let (start, len, at) = shape.start(home);
+    if shape == Shape::InPlace {
+        return stm.read_with(tx, start, len, |b| {
+            u64::from_le_bytes(b.try_into().unwrap())
+        });
+    }
     let mut buf = [0u8; 136];
     stm.read(tx, start, &mut buf[..len])?;
     Ok(u64::from_le_bytes(buf[at..at + 8].try_into().unwrap()))
@@ -173,6 +193,7 @@ fn model_after(last_version: u64) -> Arc<Stm<Model>> {
         bytes: Mutex::new(vec![0; 8192]),
         hook: Mutex::new(None),
         commit_hook: Mutex::new(None),
+        versions: Mutex::new(vec![Vec::leak(vec![0; 8192])]),
     })))
 }
 

@@ -108,6 +108,21 @@ impl WriteSet {
 
     /// Copies this transaction's writes over `buf`, which holds `[home, home + len)`.
     #[inline]
+    /// Whether a write of this set may touch `[home, home + len)` (false: none does;
+    /// true may be a false alarm of the stripe filter).
+    pub(crate) fn may_touch(&self, home: u64, len: u64) -> bool {
+        let end = home + len;
+        if end <= self.lo || home >= self.hi {
+            return false;
+        }
+        let stripes = super::stripes(home, len);
+        stripes.end() - stripes.start() >= FILTER_BITS
+            || stripes.into_iter().any(|stripe| {
+                let (w, mask) = filter_bit(stripe);
+                self.stripes_written[w] & mask != 0
+            })
+    }
+
     pub(crate) fn overlay(&mut self, home: u64, buf: &mut [u8]) {
         let end = home + buf.len() as u64;
         if end <= self.lo || home >= self.hi {

@@ -673,6 +673,44 @@ impl Engine for LogEngine {
         true
     }
 
+    const KEEPS_COMMITTED_IN_PLACE: bool = true;
+
+    /// A range the mapping holds in one run of the log (a value written whole in one
+    /// transaction and not partly rewritten since), where it lies. Committed log
+    /// bytes are never written again until their chunk is reclaimed, which waits for
+    /// every guard of the pool's epoch taken before: the transaction's own (`s.pin`,
+    /// held until it finishes) keeps them in place.
+    fn committed_in_place<'s>(
+        &'s self,
+        s: &'s LogScratch,
+        home: u64,
+        len: u64,
+    ) -> Option<&'s [u8]> {
+        let guard = s.pin.as_ref()?;
+        // The extents must follow one another in the log as they do at home (a range
+        // over several partitions comes as one extent per partition).
+        let mut start = None;
+        let mut next = Some(home);
+        self.mapping
+            .lookup_pinned(guard, home, len, |x| match (x.log, start) {
+                (Some(log), None) if next == Some(x.home) => {
+                    start = Some(log);
+                    next = Some(x.home + x.len);
+                }
+                (Some(log), Some(first))
+                    if next == Some(x.home) && log == first + (x.home - home) =>
+                {
+                    next = Some(x.home + x.len);
+                }
+                _ => next = None,
+            });
+        let log = start.filter(|_| next == Some(home + len))?;
+        // SAFETY: the bytes at `log` are committed log bytes (the mapping points at
+        // nothing else), which nothing stores to while `s.pin`, which the slice's
+        // lifetime borrows, is held (see above).
+        Some(unsafe { self.media.bytes_in_place(log as usize, len as usize) })
+    }
+
     /// Cleans when free chunks run low (or every [`CleanerSettings::every`] commits).
     fn before_commit(&self, s: &mut LogScratch) {
         if self.chunks.available() < self.low_water() {
