@@ -6,7 +6,6 @@
 //! `log` and `redo`, on `/dev/shm`. Run: `cargo bench -p logheap --bench large_read`
 
 use std::hint::black_box;
-use std::time::Duration;
 
 mod common;
 
@@ -62,16 +61,9 @@ fn benches(c: &mut Criterion) {
     }
 }
 
-fn config() -> Criterion {
-    Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(2))
-        .sample_size(10)
-}
-
 criterion_group! {
     name = large_read;
-    config = config();
+    config = common::short_runs();
     targets = benches
 }
 criterion_main!(large_read);

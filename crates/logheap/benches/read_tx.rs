@@ -13,7 +13,6 @@
 //! `cargo bench -p logheap --bench read_tx`
 
 use std::hint::black_box;
-use std::time::Duration;
 
 mod common;
 
@@ -123,16 +122,9 @@ fn benches(c: &mut Criterion) {
     }
 }
 
-fn config() -> Criterion {
-    Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(2))
-        .sample_size(10)
-}
-
 criterion_group! {
     name = read_tx;
-    config = config();
+    config = common::short_runs();
     targets = benches
 }
 criterion_main!(read_tx);

@@ -11,3 +11,13 @@ pub fn pool_dir() -> tempfile::TempDir {
         })
         .expect("temporary directory")
 }
+
+/// The settings of the transaction benchmarks (`read_tx`, `large_read`): short runs,
+/// whose spread criterion reports.
+#[allow(dead_code)] // not every benchmark that shares this module uses it
+pub fn short_runs() -> criterion::Criterion {
+    criterion::Criterion::default()
+        .warm_up_time(std::time::Duration::from_secs(1))
+        .measurement_time(std::time::Duration::from_secs(2))
+        .sample_size(10)
+}
