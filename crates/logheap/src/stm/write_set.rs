@@ -106,8 +106,6 @@ impl WriteSet {
         self.stripes_written = [0; FILTER_WORDS];
     }
 
-    /// Copies this transaction's writes over `buf`, which holds `[home, home + len)`.
-    #[inline]
     /// Whether a write of this set may touch `[home, home + len)` (false: none does;
     /// true may be a false alarm of the stripe filter).
     pub(crate) fn may_touch(&self, home: u64, len: u64) -> bool {
@@ -123,6 +121,8 @@ impl WriteSet {
             })
     }
 
+    /// Copies this transaction's writes over `buf`, which holds `[home, home + len)`.
+    #[inline]
     pub(crate) fn overlay(&mut self, home: u64, buf: &mut [u8]) {
         let end = home + buf.len() as u64;
         if end <= self.lo || home >= self.hi {

@@ -279,9 +279,10 @@ impl PersistentHeap {
     /// few KiB), answered from the region's geometry; one in a region of big blocks,
     /// whose data is all of it past its block table; and one inside a huge block (a
     /// large array), which spans whole regions from its head region through its tail
-    /// regions. `None` when the table alone does not answer (the slow path decides).
-    /// The same answer as [`data_range`](Self::data_range)'s, without its round trip
-    /// through a block address or its walk back to a huge block's head.
+    /// regions (its head found by walking back, as the slow path does). `None` when
+    /// the table alone does not answer (the slow path decides). The same answer as
+    /// [`data_range`](Self::data_range)'s, without its round trip through a block
+    /// address or the block table.
     #[inline]
     fn fast_is_data(&self, offset: u64, len: u64) -> Option<bool> {
         let region = self.sb.region_of(offset)?;
@@ -304,14 +305,20 @@ impl PersistentHeap {
                 Some(offset >= data && end <= base + self.sb.segment_size)
             }
             USE_HUGE | USE_HUGE_TAIL => {
-                // A tail region always follows its block's head or another of its tails,
-                // so a range whose every later region is a tail lies inside one block.
+                // The block's head region, back over its tails (a block being freed has
+                // its head cleared first: then the slow path answers).
+                let kind = |r: u64| self.uses[r as usize].load(Ordering::Acquire) & USE_KIND;
+                let mut head = region;
+                while head > 0 && kind(head) == USE_HUGE_TAIL {
+                    head -= 1;
+                }
+                if kind(head) != USE_HUGE {
+                    return None;
+                }
+                // A range whose every later region is a tail lies inside the block.
                 let mut next = region + 1;
                 while self.sb.region_offset(next) < end {
-                    if next >= self.sb.region_count
-                        || self.uses[next as usize].load(Ordering::Acquire) & USE_KIND
-                            != USE_HUGE_TAIL
-                    {
+                    if next >= self.sb.region_count || kind(next) != USE_HUGE_TAIL {
                         return None;
                     }
                     next += 1;
