@@ -66,26 +66,26 @@ impl Array {
     /// Reads element `i` into `out`, which must be exactly one element long: a read
     /// without a heap allocation.
     pub fn get_into(&self, tx: &mut Tx<'_>, i: u64, out: &mut [u8]) -> Result<(), Error> {
-        let (at, size) = self.at(tx, i)?;
-        if out.len() as u64 != size {
-            return Err(Error::InvalidRange {
-                home: at,
-                len: out.len() as u64,
-            });
-        }
+        let at = self.at_len(tx, i, out.len())?;
         tx.read_bytes(at, out)
     }
 
     /// Sets element `i` (`value` must be exactly one element long).
     pub fn set(&self, tx: &mut Tx<'_>, i: u64, value: &[u8]) -> Result<(), Error> {
+        let at = self.at_len(tx, i, value.len())?;
+        tx.write_bytes(at, value)
+    }
+
+    /// Where element `i` is, for a buffer of `len` bytes, which must be one element.
+    fn at_len(&self, tx: &mut Tx<'_>, i: u64, len: usize) -> Result<u64, Error> {
         let (at, size) = self.at(tx, i)?;
-        if value.len() as u64 != size {
+        if len as u64 != size {
             return Err(Error::InvalidRange {
                 home: at,
-                len: value.len() as u64,
+                len: len as u64,
             });
         }
-        tx.write_bytes(at, value)
+        Ok(at)
     }
 
     /// Swaps elements `i` and `j` (the SPS operation): one read of the header, and

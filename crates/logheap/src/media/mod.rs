@@ -605,9 +605,8 @@ impl Media {
             // least as long as `&self`.
             return unsafe { &*block };
         }
-        self.with_slot(|_| ());
-        let (_, block) = LAST_COUNTERS.with(Cell::get);
-        // SAFETY: as above; `with_slot` has just set it for this media.
+        let block = self.with_slot(|slot| -> *const ThreadCounters { &**slot.counters });
+        // SAFETY: as above: this media's block for this thread, kept by its registry.
         unsafe { &*block }
     }
 

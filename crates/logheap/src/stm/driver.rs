@@ -32,6 +32,16 @@ enum InPlace<R, F> {
     NotKept(F),
 }
 
+/// Adds the lock indices of `words` to a read set (consecutive reads of one stripe,
+/// the fields of one object, are recorded once).
+fn record_reads(reads: &mut Vec<u32>, words: &[(usize, u64)]) {
+    for &(i, _) in words {
+        if reads.last() != Some(&(i as u32)) {
+            reads.push(i as u32);
+        }
+    }
+}
+
 /// The state of one transaction attempt. Its buffers are reused from one transaction of
 /// a thread to the next ([`Stm::begin`], [`Stm::finish`]); `S` is the engine's own part.
 #[derive(Debug, Default)]
@@ -224,7 +234,7 @@ impl<E: Engine> Stm<E> {
                 return Err(tx.conflict());
             }
             let intact = self.engine.read_committed(&tx.scratch, home, buf);
-            // As in `read_across_stripes`: the copy's loads before the re-check's.
+            // As in `unchanged`: the copy's loads before the re-check's.
             super::atomic::fence(super::atomic::Ordering::Acquire);
             if locks.load(i) != w || locks.load(j) != v {
                 return Err(tx.conflict());
@@ -255,55 +265,74 @@ impl<E: Engine> Stm<E> {
         home: u64,
         buf: &mut [u8],
     ) -> Result<()> {
-        let locks = &self.shared.locks;
         let mut words = std::mem::take(&mut tx.stripe_words);
+        let read = self
+            .check_stripes(tx, home, buf.len() as u64, &mut words)
+            .and_then(|()| {
+                let intact = self.engine.read_committed(&tx.scratch, home, buf);
+                if !self.unchanged(&words) {
+                    return Err(tx.conflict());
+                }
+                if !intact {
+                    return Err(self.damaged(tx, home, buf.len()));
+                }
+                Ok(())
+            });
+        // A read-only transaction checks every read against its one snapshot as it is
+        // made (TL2's read-only path): nothing to validate at the end, so no read set.
+        if read.is_ok() && !tx.read_only {
+            record_reads(&mut tx.reads, &words);
+            tx.writes.overlay(home, buf);
+        }
+        tx.stripe_words = words;
+        read
+    }
+
+    /// Loads the lock word of every stripe of `[home, home + len)` into `words`, each
+    /// free and within `tx`'s snapshot (which a writer extends when a word is newer and
+    /// nothing it read has changed); a conflict otherwise. The first half of a read over
+    /// many stripes: the engine's copy (or lookup) follows, then [`unchanged`].
+    ///
+    /// [`unchanged`]: Self::unchanged
+    fn check_stripes(
+        &self,
+        tx: &mut TxState<E::Scratch>,
+        home: u64,
+        len: u64,
+        words: &mut Vec<(usize, u64)>,
+    ) -> Result<()> {
+        let locks = &self.shared.locks;
         'attempt: loop {
             words.clear();
-            for s in stripes(home, buf.len() as u64) {
+            for s in stripes(home, len) {
                 let i = locks.index(s);
                 let w = locks.load(i);
                 if is_locked(w) {
-                    tx.stripe_words = words;
                     return Err(tx.conflict());
                 }
                 if version_of(w) > tx.rv {
+                    // A read-only transaction keeps no read set, so it cannot extend
+                    // its snapshot: it starts again at a new one.
                     if !tx.read_only && self.extend(tx) {
                         continue 'attempt;
                     }
-                    tx.stripe_words = words;
                     return Err(tx.conflict());
                 }
                 words.push((i, w));
             }
-            let intact = self.engine.read_committed(&tx.scratch, home, buf);
-            // The copy's loads happen before the re-check's (a seqlock reader's fence:
-            // an acquire load alone would not keep the earlier loads before it). Pairs
-            // with the committer's lock acquisition before its stores.
-            super::atomic::fence(super::atomic::Ordering::Acquire);
-            if words.iter().any(|&(i, w)| locks.load(i) != w) {
-                tx.stripe_words = words;
-                return Err(tx.conflict());
-            }
-            if !intact {
-                tx.stripe_words = words;
-                return Err(self.damaged(tx, home, buf.len()));
-            }
-            break;
-        }
-        tx.stripe_words = words;
-        if tx.read_only {
-            // Every read is checked against the one snapshot as it is made (TL2's
-            // read-only path): nothing to validate at the end, so no read set.
             return Ok(());
         }
-        // Consecutive reads of one stripe (the fields of one object) are recorded once.
-        for &(i, _) in &tx.stripe_words {
-            if tx.reads.last() != Some(&(i as u32)) {
-                tx.reads.push(i as u32);
-            }
-        }
-        tx.writes.overlay(home, buf);
-        Ok(())
+    }
+
+    /// Whether every lock word [`check_stripes`](Self::check_stripes) loaded is still
+    /// the same: the second half of a read over many stripes, after the engine's copy.
+    fn unchanged(&self, words: &[(usize, u64)]) -> bool {
+        // The copy's loads happen before the re-check's (a seqlock reader's fence: an
+        // acquire load alone would not keep the earlier loads before it). Pairs with
+        // the committer's lock acquisition before its stores.
+        super::atomic::fence(super::atomic::Ordering::Acquire);
+        let locks = &self.shared.locks;
+        words.iter().all(|&(i, w)| locks.load(i) == w)
     }
 
     /// Hands the bytes of `[home, home + len)` as of `tx`'s snapshot, with `tx`'s own
@@ -360,42 +389,22 @@ impl<E: Engine> Stm<E> {
         len: u64,
         f: F,
     ) -> Result<InPlace<R, F>> {
-        let locks = &self.shared.locks;
         let mut words = std::mem::take(&mut tx.stripe_words);
-        let read = 'attempt: loop {
-            words.clear();
-            for s in stripes(home, len) {
-                let i = locks.index(s);
-                let w = locks.load(i);
-                if is_locked(w) {
-                    break 'attempt Err(tx.conflict());
+        let read = self
+            .check_stripes(tx, home, len, &mut words)
+            .and_then(|()| {
+                let Some(bytes) = self.engine.committed_in_place(&tx.scratch, home, len) else {
+                    return Ok(InPlace::NotKept(f));
+                };
+                if !self.unchanged(&words) {
+                    return Err(tx.conflict());
                 }
-                if version_of(w) > tx.rv {
-                    if !tx.read_only && self.extend(tx) {
-                        continue 'attempt;
-                    }
-                    break 'attempt Err(tx.conflict());
-                }
-                words.push((i, w));
-            }
-            let Some(bytes) = self.engine.committed_in_place(&tx.scratch, home, len) else {
-                break Ok(InPlace::NotKept(f));
-            };
-            // As in `read_across_stripes`: the engine's loads before the re-check's.
-            super::atomic::fence(super::atomic::Ordering::Acquire);
-            if words.iter().any(|&(i, w)| locks.load(i) != w) {
-                break Err(tx.conflict());
-            }
-            let r = f(bytes);
-            self.engine.media().count_read_in_place();
-            break Ok(InPlace::Read(r));
-        };
+                let r = f(bytes);
+                self.engine.media().count_read_in_place();
+                Ok(InPlace::Read(r))
+            });
         if matches!(read, Ok(InPlace::Read(_))) && !tx.read_only {
-            for &(i, _) in &words {
-                if tx.reads.last() != Some(&(i as u32)) {
-                    tx.reads.push(i as u32);
-                }
-            }
+            record_reads(&mut tx.reads, &words);
         }
         tx.stripe_words = words;
         read

@@ -108,6 +108,7 @@ impl WriteSet {
 
     /// Whether a write of this set may touch `[home, home + len)` (false: none does;
     /// true may be a false alarm of the stripe filter).
+    #[inline]
     pub(crate) fn may_touch(&self, home: u64, len: u64) -> bool {
         let end = home + len;
         if end <= self.lo || home >= self.hi {
@@ -124,18 +125,10 @@ impl WriteSet {
     /// Copies this transaction's writes over `buf`, which holds `[home, home + len)`.
     #[inline]
     pub(crate) fn overlay(&mut self, home: u64, buf: &mut [u8]) {
+        if !self.may_touch(home, buf.len() as u64) {
+            return;
+        }
         let end = home + buf.len() as u64;
-        if end <= self.lo || home >= self.hi {
-            return;
-        }
-        let written = |stripe| {
-            let (w, mask) = filter_bit(stripe);
-            self.stripes_written[w] & mask != 0
-        };
-        let stripes = super::stripes(home, buf.len() as u64);
-        if stripes.end() - stripes.start() < FILTER_BITS && !stripes.clone().any(written) {
-            return;
-        }
         if self.writes.len() > SCAN_LIMIT {
             // Candidates start within `max_len` before the range; apply in program order.
             let mut candidates = std::mem::take(&mut self.candidates);
