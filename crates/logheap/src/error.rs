@@ -119,6 +119,9 @@ pub enum Error {
         source: MediaError,
     },
     /// The log is damaged in a way recovery cannot repair without losing committed data.
+    /// Returned by an open, or, after an open that loaded the clean-close snapshot
+    /// without reading the log, by a read of data in a chunk whose check failed (the
+    /// read returns nothing of it; `logheap check` lists the damage).
     #[error("{path}: the log is damaged at offset {offset}: {reason}")]
     Corrupt {
         /// The file.

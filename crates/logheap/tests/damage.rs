@@ -92,35 +92,56 @@ enum Outcome {
     },
 }
 
+/// Opens an image and reads everything. An open after a clean close reads only what
+/// it needs and checks the rest of the log later, chunk by chunk: damage found then
+/// fails the read that meets it ([`Error::Corrupt`]), or is counted by the background
+/// scrub, which this waits for. Either is a refusal, as a refused open is.
 fn open(image: Vec<u8>) -> Result<Outcome, String> {
     let opened = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let Ok(pool) = Pool::open_image(image, &config(), SimConfig::default()) else {
             return Ok(Outcome::Refused);
         };
         let root: PPtr<Table> = pool.root().unwrap();
-        let (state, mut referenced) = pool
-            .read(|tx| {
-                let table = tx.read(root)?;
-                let mut state = Model::new();
-                let mut referenced = Vec::new();
-                for s in table {
-                    if s.ptr == 0 {
-                        state.push(None);
-                        continue;
-                    }
-                    let mut bytes = vec![0u8; s.len.min(1 << 16) as usize];
-                    tx.read_bytes(s.ptr, &mut bytes)?;
-                    state.push(Some(bytes));
-                    referenced.push((s.ptr, s.len));
+        let read = pool.read(|tx| {
+            let table = tx.read(root)?;
+            let mut state = Model::new();
+            let mut referenced = Vec::new();
+            for s in table {
+                if s.ptr == 0 {
+                    state.push(None);
+                    continue;
                 }
-                Ok::<_, Error>((state, referenced))
-            })
-            .map_err(|e| e.to_string())?;
+                let mut bytes = vec![0u8; s.len.min(1 << 16) as usize];
+                tx.read_bytes(s.ptr, &mut bytes)?;
+                state.push(Some(bytes));
+                referenced.push((s.ptr, s.len));
+            }
+            Ok::<_, Error>((state, referenced))
+        });
+        let (state, mut referenced) = match read {
+            Ok(read) => read,
+            Err(Error::Corrupt { .. }) => return Ok(Outcome::Refused),
+            Err(e) => return Err(e.to_string()),
+        };
+        let waited = std::time::Instant::now();
+        let log = loop {
+            let log = pool.stats().log().cloned().unwrap();
+            if log.chunks_unchecked == 0 {
+                break log;
+            }
+            if waited.elapsed() > std::time::Duration::from_secs(60) {
+                return Err("the scrub did not finish".to_string());
+            }
+            std::thread::yield_now();
+        };
+        if log.chunks_damaged > 0 {
+            return Ok(Outcome::Refused);
+        }
         referenced.sort_unstable();
         if pool.allocations() != referenced {
             return Err("the allocations are not the referenced objects".to_string());
         }
-        let recovery = pool.stats().log().cloned().unwrap().recovery;
+        let recovery = log.recovery;
         Ok(Outcome::Opened {
             state,
             dropped: recovery.dropped_transactions,

@@ -280,6 +280,12 @@ impl super::LogEngine {
             if !self.chunks.holds_records(c) {
                 continue;
             }
+            // Records are folded only from a chunk found as the clean close left it
+            // (after an open that did not read the log); a damaged one stops them.
+            if !self.chunks.readable(c) {
+                self.chunks.hold_for_checkpoint(0);
+                return 0;
+            }
             let at = self.geometry.offset(c) as usize;
             self.media.read(at, &mut bytes);
             let Some(header) = ChunkHeader::decode(&bytes) else {

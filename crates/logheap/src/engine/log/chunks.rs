@@ -4,9 +4,10 @@
 //! Memory", USENIX ATC 2017, §3.3). The log sets (each a committer's three logs) are in
 //! [`super::log_writer`].
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::chunk_checks::ChunkChecks;
 use super::layout::{CHUNK_HEADER, ChunkHeader, LogKind, header_erase_order};
 use super::superblock::LogSuperblock;
 use crate::media::Media;
@@ -63,6 +64,9 @@ pub(crate) struct ChunkPool {
     /// Per chunk: the committed blocks in it, for the clean-close record, the log's
     /// fingerprint and the cleaner (a chunk's largest version).
     books: Box<[Book]>,
+    /// Per chunk: whether its blocks were read and found as the clean-close snapshot
+    /// recorded them (after an open that loaded it without reading the log).
+    checks: ChunkChecks,
     /// Chunks the cleaner reclaimed, waiting for readers to leave them.
     released: Arc<Released>,
     /// Each chunk's neighbours in its log, as their durable headers say.
@@ -108,6 +112,8 @@ struct Book {
     /// Their share of the log's fingerprint
     /// ([`block_digest`](super::layout::block_digest)).
     digest: AtomicU64,
+    /// Offset in the chunk where its last block ends (0 if none).
+    end: AtomicU32,
 }
 
 impl Book {
@@ -115,6 +121,30 @@ impl Book {
         self.blocks.store(0, Ordering::Relaxed);
         self.max_version.store(0, Ordering::Relaxed);
         self.digest.store(0, Ordering::Relaxed);
+        self.end.store(0, Ordering::Relaxed);
+    }
+}
+
+/// One chunk's book as values: what the committed blocks in it add up to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct ChunkBook {
+    /// Blocks.
+    pub blocks: u64,
+    /// Their largest version (0 if none).
+    pub max_version: u64,
+    /// Their share of the log's fingerprint.
+    pub digest: u64,
+    /// Offset in the chunk where the last of them ends (0 if none).
+    pub end: u32,
+}
+
+impl ChunkBook {
+    /// Adds a block (of `version`, fingerprint share `digest`, ending at `end`).
+    pub(crate) fn add(&mut self, version: u64, digest: u64, end: u32) {
+        self.blocks += 1;
+        self.max_version = self.max_version.max(version);
+        self.digest ^= digest;
+        self.end = self.end.max(end);
     }
 }
 
@@ -187,6 +217,7 @@ impl ChunkPool {
                 .map(|_| AtomicBool::new(false))
                 .collect(),
             books: (0..geometry.count).map(|_| Book::default()).collect(),
+            checks: ChunkChecks::new(geometry.count),
             released: Arc::default(),
             records: (0..geometry.count)
                 .map(|_| AtomicBool::new(false))
@@ -386,14 +417,49 @@ impl ChunkPool {
             .is_some_and(|s| s.load(Ordering::Acquire))
     }
 
-    /// Records a committed block (of `version`, fingerprint share `digest`) in chunk
-    /// `c`.
-    pub(crate) fn record_block(&self, c: u32, version: u64, digest: u64) {
+    /// Records a committed block (of `version`, fingerprint share `digest`, ending at
+    /// offset `end` of the chunk) in chunk `c`.
+    pub(crate) fn record_block(&self, c: u32, version: u64, digest: u64, end: u32) {
         if let Some(b) = self.books.get(c as usize) {
             b.blocks.fetch_add(1, Ordering::Relaxed);
             b.max_version.fetch_max(version, Ordering::Relaxed);
             b.digest.fetch_xor(digest, Ordering::Relaxed);
+            b.end.fetch_max(end, Ordering::Relaxed);
         }
+    }
+
+    /// Records the committed blocks of chunk `c` at once (at open).
+    pub(crate) fn record_book(&self, c: u32, book: ChunkBook) {
+        if let Some(b) = self.books.get(c as usize) {
+            b.blocks.fetch_add(book.blocks, Ordering::Relaxed);
+            b.max_version.fetch_max(book.max_version, Ordering::Relaxed);
+            b.digest.fetch_xor(book.digest, Ordering::Relaxed);
+            b.end.fetch_max(book.end, Ordering::Relaxed);
+        }
+    }
+
+    /// Chunk `c`'s book (for the clean-close snapshot).
+    pub(crate) fn book_of(&self, c: u32) -> ChunkBook {
+        self.books
+            .get(c as usize)
+            .map_or_else(ChunkBook::default, |b| ChunkBook {
+                blocks: b.blocks.load(Ordering::Relaxed),
+                max_version: b.max_version.load(Ordering::Relaxed),
+                digest: b.digest.load(Ordering::Relaxed),
+                end: b.end.load(Ordering::Relaxed),
+            })
+    }
+
+    /// The check state of the chunks ([`ChunkChecks`]).
+    pub(crate) fn checks(&self) -> &ChunkChecks {
+        &self.checks
+    }
+
+    /// Whether the data in chunk `c` may be read: checked, or checked now and found
+    /// sound ([`ChunkChecks::readable`]).
+    #[inline]
+    pub(crate) fn readable(&self, c: u32) -> bool {
+        self.checks.readable(&self.media, &self.geometry, c)
     }
 
     /// The largest version of a block in chunk `c` (0 if none).
@@ -464,9 +530,15 @@ impl ChunkPool {
             ..header
         };
         let (word_at, word) = repointed.last_word();
-        self.media.write_u64(next_at + word_at, word);
-        self.media.flush(next_at + word_at, 8);
-        self.media.fence();
+        // A pending check of the successor expects its new header from now on.
+        self.checks.rewrite_header(next, repointed, || {
+            self.media.write_u64(next_at + word_at, word);
+            self.media.flush(next_at + word_at, 8);
+            self.media.fence();
+        });
+        // The victim leaves its log: a pending check of it is dropped (and one in
+        // progress finished) before its header goes.
+        self.checks.settle(victim);
         links.prev[next as usize] = prev;
         if prev != NO_LINK {
             links.next[prev as usize] = next;

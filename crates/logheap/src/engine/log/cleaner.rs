@@ -514,6 +514,11 @@ impl LogEngine {
         };
         let base = self.geometry.offset(victim);
         let fast = self.chunks.live_of(victim) == 0;
+        // Live data is moved only out of a chunk found as the clean close left it
+        // (after an open that did not read the log): a damaged one stays where it is.
+        if !fast && !self.chunks.readable(victim) {
+            return false;
+        }
         if !fast {
             work.bytes.resize(self.geometry.size as usize, 0);
             self.media.read(base as usize, &mut work.bytes);
@@ -691,7 +696,8 @@ impl LogEngine {
             let digest = block_digest(tail.chunk, tail.offset, stored_crc(&set.scratch));
             self.media.write_nt(block_at as usize, &set.scratch);
             self.media.fence();
-            self.chunks.record_block(tail.chunk, version, digest);
+            self.chunks
+                .record_block(tail.chunk, version, digest, end as u32);
             let mut to = block_at + PREAMBLE as u64;
             for p in now {
                 to += ENTRY_HEADER as u64;

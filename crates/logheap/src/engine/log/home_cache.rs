@@ -414,9 +414,16 @@ impl LogEngine {
     /// Reads `[home, home + buf.len())` through the home cache: each page from its copy,
     /// filled first when it is not cached (or through the mapping when it cannot be).
     #[inline]
-    pub(super) fn read_cached(&self, cache: &HomeCache, guard: &Guard, home: u64, buf: &mut [u8]) {
+    pub(super) fn read_cached(
+        &self,
+        cache: &HomeCache,
+        guard: &Guard,
+        home: u64,
+        buf: &mut [u8],
+    ) -> bool {
         let end = home + buf.len() as u64;
         let mut at = home;
+        let mut intact = true;
         while at < end {
             let n = at / PAGE;
             let stop = ((n + 1) * PAGE).min(end);
@@ -428,21 +435,32 @@ impl LogEngine {
                 Some(page) => page.load((at % PAGE) as usize, out),
                 None => {
                     cache.count_bypass();
-                    self.read_mapped(Some(guard), at, out);
+                    intact &= self.read_mapped(Some(guard), at, out);
                 }
             }
             at = stop;
         }
+        intact
     }
 
-    /// Reads `[home, home + buf.len())` through the mapping (under `guard` when given).
-    pub(super) fn read_mapped(&self, guard: Option<&Guard>, home: u64, buf: &mut [u8]) {
+    /// Reads `[home, home + buf.len())` through the mapping (under `guard` when given);
+    /// `false` when some of it lies in a chunk whose check failed (those bytes read as
+    /// zeros).
+    pub(super) fn read_mapped(&self, guard: Option<&Guard>, home: u64, buf: &mut [u8]) -> bool {
         let len = buf.len() as u64;
+        let mut intact = true;
         let copy = |x: Extent| {
             let at = (x.home - home) as usize;
             let dst = &mut buf[at..at + x.len as usize];
             match x.log {
-                Some(log) => self.media.read(log as usize, dst),
+                // A mapped extent lies in one block, so in one chunk.
+                Some(log) if self.chunks.readable(self.geometry.chunk_of(log)) => {
+                    self.media.read(log as usize, dst)
+                }
+                Some(_) => {
+                    intact = false;
+                    dst.fill(0);
+                }
                 None => dst.fill(0),
             }
         };
@@ -450,6 +468,7 @@ impl LogEngine {
             Some(guard) => self.mapping.lookup_pinned(guard, home, len, copy),
             None => self.mapping.lookup(home, len, copy),
         }
+        intact
     }
 
     /// The stripe locks of page `n`, taken (trying) for an engine owner; `None` when a
@@ -471,7 +490,12 @@ impl LogEngine {
         }
         let held = self.lock_page(n)?;
         let mut bytes = [0u8; PAGE as usize];
-        self.read_mapped(Some(guard), n * PAGE, &mut bytes);
+        if !self.read_mapped(Some(guard), n * PAGE, &mut bytes) {
+            // A damaged chunk's bytes are never cached: the read goes on through the
+            // mapping and fails.
+            held.restore(&self.stm.locks);
+            return None;
+        }
         let page = cache.install(n, &bytes, guard);
         held.restore(&self.stm.locks);
         Some(page)

@@ -71,7 +71,7 @@ pub(crate) enum LogKind {
 impl LogKind {
     pub(crate) const ALL: [LogKind; 3] = [LogKind::Update, LogKind::Alloc, LogKind::Dealloc];
 
-    fn from_byte(b: u8) -> Option<LogKind> {
+    pub(crate) fn from_byte(b: u8) -> Option<LogKind> {
         LogKind::ALL.into_iter().find(|k| *k as u8 == b)
     }
 

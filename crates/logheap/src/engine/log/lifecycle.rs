@@ -6,6 +6,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use super::chunk_checks::Scrub;
 use super::{CleanerSettings, CleanerThreads, Compaction, Examination, LogEngine, LogOptions};
 use crate::config::Config;
 use crate::engine::{
@@ -13,6 +14,16 @@ use crate::engine::{
 };
 use crate::error::Result;
 use crate::file::{EngineKind, PoolFile, ReadOnlyPool};
+
+/// The log engine's background work: its cleaners, and the scrub of the chunks an
+/// open did not read ([`super::chunk_checks`]).
+#[derive(Debug)]
+struct LogBackground {
+    #[allow(dead_code, reason = "held for its Drop, which stops the threads")]
+    cleaners: CleanerThreads,
+    #[allow(dead_code, reason = "held for its Drop, which stops the thread")]
+    scrub: Option<Scrub>,
+}
 
 impl EngineLifecycle for LogEngine {
     const KIND: EngineKind = EngineKind::Log;
@@ -82,7 +93,16 @@ impl EngineLifecycle for LogEngine {
     }
 
     fn background(engine: &Arc<LogEngine>) -> Option<Background> {
-        Some(Box::new(CleanerThreads::start(engine)))
+        let weak = Arc::downgrade(engine);
+        let scrub = Scrub::start(engine.chunks.checks().pending_chunks(), move |c| {
+            weak.upgrade()
+                .map(|e| e.chunks.checks().check(&e.media, &e.geometry, c))
+                .is_some()
+        });
+        Some(Box::new(LogBackground {
+            cleaners: CleanerThreads::start(engine),
+            scrub,
+        }))
     }
 
     fn examine(pool: &ReadOnlyPool) -> Result<Examination> {

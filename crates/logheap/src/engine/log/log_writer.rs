@@ -338,7 +338,7 @@ impl LogWriter<'_> {
         // The blocks are durable: book them, and let the cleaner have the chunks no log
         // appends to any more.
         for (b, &d) in plan.blocks.iter().zip(&plan.digests) {
-            pool.record_block(b.chunk, version, d);
+            pool.record_block(b.chunk, version, d, b.offset + b.size() as u32);
             if let Some(h) = &b.new_header {
                 pool.link(h.prev, b.chunk, h.kind);
             }

@@ -13,6 +13,7 @@
 //! domain, which the mapping's frees and the cleaner's reclaimed chunks wait on).
 
 mod checkpoint;
+mod chunk_checks;
 mod chunks;
 mod cleaner;
 mod commit_data;
@@ -42,6 +43,7 @@ pub use options::LogOptions;
 pub(crate) use recovery::Examination;
 pub use recovery::{DroppedTransaction, LogSummary, RecoveryReport, SnapshotUse};
 
+use self::chunk_checks::ChunkRecord;
 use self::chunks::{ChunkGeometry, ChunkPool};
 use self::commit_data::CommitBuffers;
 use self::epoch::PoolEpoch;
@@ -151,6 +153,13 @@ pub struct LogEngineStats {
     pub allocated_bytes: u64,
     /// What recovery found when the pool was opened.
     pub recovery: RecoveryReport,
+    /// Chunks in a log not yet checked since an open that did not read them
+    /// ([`RecoveryReport::chunks_unchecked`]); the background scrub takes them down
+    /// to 0.
+    pub chunks_unchecked: u64,
+    /// Chunks whose check after the open failed: reads of data in them fail with
+    /// [`Error::Corrupt`].
+    pub chunks_damaged: u64,
 }
 
 /// The log-structured engine of one open pool.
@@ -326,9 +335,12 @@ impl LogEngine {
         for (c, &live) in recovered.live.iter().enumerate() {
             chunks.add_live(c as u32, live);
         }
-        for &(c, version, digest) in &recovered.books {
-            chunks.record_block(c, version, digest);
+        for &(c, book) in &recovered.books {
+            chunks.record_book(c, book);
         }
+        chunks
+            .checks()
+            .expect(recovered.pending.iter().copied(), &recovered.chains);
         let books = chunks.book_totals();
         debug_assert_eq!(
             (books.blocks, books.digest),
@@ -458,10 +470,34 @@ impl LogEngine {
         for (home, size) in self.heap.allocations() {
             snapshot.push_allocation(home, size);
         }
+        if let Some(table) = self.chunk_table(record.chunks_in_use) {
+            snapshot.push_chunk_table(&table);
+        }
         if let Some(at) = snapshot.write(&self.media, &self.geometry, &self.chunks.unused()) {
             self.superblock.write_snapshot_locator(&self.media, &at);
         }
         self.superblock.write_close_record(&self.media, &record);
+    }
+
+    /// A record of every chunk in a log (its header, read now, and its book), for the
+    /// clean-close snapshot; `None` when the headers read are not `chunks_in_use`
+    /// valid ones (then the next open reads the log, which finds what is wrong).
+    fn chunk_table(&self, chunks_in_use: u64) -> Option<Vec<ChunkRecord>> {
+        let mut head = [0u8; layout::CHUNK_HEADER];
+        let mut table = Vec::new();
+        for c in 0..self.chunks.formatted() {
+            self.media.read(self.geometry.offset(c) as usize, &mut head);
+            match layout::HeaderState::of(&head) {
+                layout::HeaderState::Free => {}
+                layout::HeaderState::Valid(header) => table.push(ChunkRecord {
+                    index: c,
+                    header,
+                    book: self.chunks.book_of(c),
+                }),
+                _ => return None,
+            }
+        }
+        (table.len() as u64 == chunks_in_use).then_some(table)
     }
 
     /// The home range of the root object.
@@ -616,6 +652,8 @@ impl LogEngine {
             allocations,
             allocated_bytes,
             recovery: self.report.clone(),
+            chunks_unchecked: self.chunks.checks().pending(),
+            chunks_damaged: self.chunks.checks().damaged(),
         }
     }
 }
@@ -664,13 +702,26 @@ impl Engine for LogEngine {
     /// mapping, it spares the lookup a pin of its own.
     #[inline]
     fn read_committed(&self, s: &LogScratch, home: u64, buf: &mut [u8]) -> bool {
+        // Blocks' CRCs are checked when the log is read whole (recovery, a chunk's
+        // check after an open that loaded the snapshot, the cleaner), not per read;
+        // a read of a chunk whose check failed fails.
         match (&self.home_cache, &s.pin) {
             (Some(cache), Some(guard)) => self.read_cached(cache, guard, home, buf),
             _ => self.read_mapped(s.pin.as_ref(), home, buf),
         }
-        // Its blocks' CRCs are checked when they are read from the log (recovery, the
-        // cleaner), not per read.
-        true
+    }
+
+    /// A read met a chunk whose check failed ([`chunk_checks`]).
+    fn read_damage(&self, home: u64, len: u64) -> Error {
+        let found = self.chunks.checks().first_damage();
+        Error::Corrupt {
+            path: self.file.path().into(),
+            offset: found.as_ref().map_or(0, |d| d.offset),
+            reason: format!(
+                "the log holding home {home:#x}+{len} is damaged: {}",
+                found.map_or_else(|| "a chunk failed its check".into(), |d| d.reason)
+            ),
+        }
     }
 
     const KEEPS_COMMITTED_IN_PLACE: bool = true;
@@ -705,6 +756,10 @@ impl Engine for LogEngine {
                 _ => next = None,
             });
         let log = start.filter(|_| next == Some(home + len))?;
+        // Not before the chunk is checked (else the copying read reports the damage).
+        if !self.chunks.readable(self.geometry.chunk_of(log)) {
+            return None;
+        }
         // SAFETY: the bytes at `log` are committed log bytes (the mapping points at
         // nothing else), which nothing stores to while `s.pin`, which the slice's
         // lifetime borrows, is held (see above).

@@ -2,13 +2,15 @@
 //! need not replay the log ("Log-structured Non-volatile Main Memory", USENIX ATC 2017,
 //! §3.5).
 //!
-//! Replaying the log is most of what recovery costs (the mapping inserts and the
-//! allocator rebuild; reading and checking the blocks is a tenth of it). So a clean close
-//! writes what replay would rebuild — every mapped piece (home, length, log address) and
-//! every live allocation (home, size) — and the next open, after a clean close, loads it
-//! instead of replaying. Opening still reads the log and checks every chunk header and
-//! block checksum against the clean-close record, as any open does: a damaged log is
-//! refused whether or not a snapshot exists, so a snapshot never hides damage.
+//! A clean close writes what recovery would rebuild — every mapped piece (home, length,
+//! log address), every live allocation (home, size) and a record of every chunk in a
+//! log (its header and its book: blocks, largest version, fingerprint share, where its
+//! blocks end) — and the next open, after a clean close, loads it instead of reading
+//! the log: it reads the chunk headers and the last chunk of each log, not the blocks
+//! of the others, which are checked later, before anything is read from them and by a
+//! background scrub ([`super::chunk_checks`]). A damaged block is then found by the
+//! read that meets it (which fails) or by the scrub, never returned: a snapshot never
+//! hides damage.
 //!
 //! **Where**: in chunks that are in no log (free formatted chunks first, then chunks not
 //! yet formatted). The first [`CHUNK_HEADER`] bytes of each are left as they are (zero in
@@ -24,11 +26,15 @@
 //!
 //! **Trusted only when** the pool was closed cleanly, the locator and every chunk header
 //! check out, the payload's CRC32C matches, its close record equals the superblock's, the
-//! log just read has the fingerprint it recorded (an order-free hash of every committed
-//! block's place and checksum: a block rewritten since, even with a valid checksum of
-//! its own, is noticed), and its contents are consistent with the log (pieces sorted, disjoint, each
-//! inside a committed run of a chunk in a log; allocations accepted by the allocator's
-//! rebuild). Otherwise the open replays the log as after a crash (and says why in
+//! chunk table adds up to the close record and to the log's fingerprint it recorded (an
+//! order-free hash of every committed block's place and checksum: a block rewritten
+//! since, even with a valid checksum of its own, is noticed when its chunk is checked),
+//! the chunk headers read are those of the table, and its contents are consistent
+//! (pieces sorted, disjoint, each inside the recorded run of blocks of a chunk in a
+//! log; allocations accepted by the allocator's rebuild). Otherwise the open reads the
+//! whole log: it loads the snapshot when the log agrees with it (a snapshot without a
+//! chunk table, of an earlier format, is used so), else replays the log as after a
+//! crash (and says why in
 //! [`RecoveryReport::snapshot`](super::RecoveryReport::snapshot)).
 //!
 //! **Never stale**: every open durably erases the locator before it writes anything else
@@ -39,15 +45,21 @@
 //!
 //! [`LogSuperblock::write_snapshot_locator`]: super::superblock::LogSuperblock::write_snapshot_locator
 
-use super::chunks::ChunkGeometry;
-use super::layout::{CHUNK_HEADER, HOME_LIMIT, u32_at, u64_at};
+use super::chunk_checks::ChunkRecord;
+use super::chunks::{ChunkBook, ChunkGeometry};
+use super::layout::{CHUNK_HEADER, ChunkHeader, HOME_LIMIT, LogKind, u32_at, u64_at};
 use super::mapping::Piece;
 use super::superblock::{CloseRecord, SnapshotLocator};
 use crate::media::Media;
 use integer_encoding::VarInt;
 
-/// The payload magic of the varint format written now.
+/// The payload magic of the varint format with a chunk table, written now.
+const PAYLOAD_MAGIC_TABLE: [u8; 8] = *b"LHSNAP03";
+/// The payload magic of the varint format without a chunk table (still read; written
+/// when the log's chunk headers cannot all be read at close).
 const PAYLOAD_MAGIC: [u8; 8] = *b"LHSNAP02";
+/// Bytes after a chunk table: its record count and its length in bytes.
+const TABLE_TRAILER: usize = 16;
 /// The payload magic of the first format (fixed little-endian words), still read.
 const PAYLOAD_MAGIC_FIXED: [u8; 8] = *b"LHSNAP01";
 const CHUNK_MAGIC: [u8; 8] = *b"LHSNAPCH";
@@ -75,6 +87,12 @@ const ALLOCATION_BYTES: usize = 16;
 /// one per live allocation, is then a few percent of the data it describes rather than
 /// a tenth of it. The shape is checked once, when a payload is read; the pieces and
 /// allocations are decoded again as they are used.
+///
+/// A payload of the `LHSNAP03` format goes on with a *chunk table*: a record of every
+/// chunk in a log (its index, header and book, in index order; [`ChunkRecord`]), so
+/// that an open need not read the log to know the logs' chains, their tails and the
+/// chunk books, and can check each chunk later ([`super::chunk_checks`]); then the
+/// table's record count and byte length (little-endian u64s).
 #[derive(Debug)]
 pub(crate) struct Snapshot {
     payload: Vec<u8>,
@@ -82,6 +100,8 @@ pub(crate) struct Snapshot {
     allocations_at: usize,
     /// The encoder's state for the next piece or allocation pushed.
     next: Encoder,
+    /// Where the chunk table starts, with its record count, when there is one.
+    table: Option<(usize, u64)>,
 }
 
 /// Two snapshots are equal when their payloads are (the rest follows from it).
@@ -136,6 +156,60 @@ impl Encoder {
     }
 }
 
+/// Appends chunk record `r` (after one of index `prev_index`) to `out`: the index less
+/// the previous one's, the kind with the zeroed flag (bit 7), owner, generation,
+/// previous chunk plus one (0: none), sequence number, blocks, largest version and end
+/// offset as varints, then the fingerprint share as a little-endian u64.
+fn push_chunk_record(out: &mut Vec<u8>, prev_index: u32, r: &ChunkRecord) {
+    let h = &r.header;
+    push_var(out, r.index.wrapping_sub(prev_index));
+    push_var(out, h.kind as u8 | (h.zeroed as u8) << 7);
+    push_var(out, h.owner);
+    push_var(out, h.generation);
+    push_var(out, h.prev.map_or(0, |p| p as u64 + 1));
+    push_var(out, h.seq);
+    push_var(out, r.book.blocks);
+    push_var(out, r.book.max_version);
+    push_var(out, r.book.end);
+    out.extend_from_slice(&r.book.digest.to_le_bytes());
+}
+
+/// The chunk record at `*at` in `b` (after one of index `prev_index`), moving `at`
+/// past it; `None` when it does not decode.
+fn read_chunk_record(b: &[u8], at: &mut usize, prev_index: u32) -> Option<ChunkRecord> {
+    let index = prev_index.wrapping_add(read_var::<u32>(b, at)?);
+    let kind_byte = read_var::<u8>(b, at)?;
+    let owner = read_var::<u32>(b, at)?;
+    let generation = read_var::<u64>(b, at)?;
+    let prev = match read_var::<u64>(b, at)? {
+        0 => None,
+        p => Some(u32::try_from(p - 1).ok()?),
+    };
+    let seq = read_var::<u32>(b, at)?;
+    let blocks = read_var::<u64>(b, at)?;
+    let max_version = read_var::<u64>(b, at)?;
+    let end = read_var::<u32>(b, at)?;
+    let digest = u64_at(b.get(*at..*at + 8)?, 0);
+    *at += 8;
+    Some(ChunkRecord {
+        index,
+        header: ChunkHeader {
+            kind: LogKind::from_byte(kind_byte & 0x7f)?,
+            zeroed: kind_byte & 0x80 != 0,
+            owner,
+            generation,
+            prev,
+            seq,
+        },
+        book: ChunkBook {
+            blocks,
+            max_version,
+            digest,
+            end,
+        },
+    })
+}
+
 /// Appends `v` as a LEB128 varint (zigzag-encoded when signed).
 fn push_var<V: VarInt>(out: &mut Vec<u8>, v: V) {
     let mut buf = [0u8; 10];
@@ -175,7 +249,42 @@ impl Snapshot {
             allocations_at: payload.len(),
             payload,
             next: Encoder::default(),
+            table: None,
         }
+    }
+
+    /// Adds the chunk table: `records`, one per chunk in a log, in index order (after
+    /// every piece and allocation; once).
+    pub(crate) fn push_chunk_table(&mut self, records: &[ChunkRecord]) {
+        debug_assert!(self.table.is_none(), "one chunk table");
+        debug_assert!(records.windows(2).all(|w| w[0].index < w[1].index));
+        let start = self.payload.len();
+        let mut prev = 0;
+        for r in records {
+            push_chunk_record(&mut self.payload, prev, r);
+            prev = r.index;
+        }
+        let len = (self.payload.len() - start) as u64;
+        self.payload
+            .extend_from_slice(&(records.len() as u64).to_le_bytes());
+        self.payload.extend_from_slice(&len.to_le_bytes());
+        self.payload[..8].copy_from_slice(&PAYLOAD_MAGIC_TABLE);
+        self.table = Some((start, records.len() as u64));
+    }
+
+    /// The chunk table's records, in index order, when the snapshot has one.
+    pub(crate) fn chunk_records(&self) -> Option<Vec<ChunkRecord>> {
+        let (start, count) = self.table?;
+        let mut at = start;
+        let mut prev = 0;
+        let mut out = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            // The shape was checked when the payload was made or read.
+            let r = read_chunk_record(&self.payload, &mut at, prev)?;
+            prev = r.index;
+            out.push(r);
+        }
+        Some(out)
     }
 
     fn bump_count(&mut self, at: usize) {
@@ -242,9 +351,32 @@ impl Snapshot {
         if b.len() >= PAYLOAD_HEADER && b[..8] == PAYLOAD_MAGIC_FIXED {
             return Snapshot::decode_fixed(payload);
         }
-        if b.len() < PAYLOAD_HEADER || b[..8] != PAYLOAD_MAGIC {
-            return Err("the snapshot payload has no valid header".into());
-        }
+        let table = match b.get(..8) {
+            Some(m) if b.len() >= PAYLOAD_HEADER && m == PAYLOAD_MAGIC => None,
+            Some(m) if b.len() >= PAYLOAD_HEADER + TABLE_TRAILER && m == PAYLOAD_MAGIC_TABLE => {
+                let trailer = b.len() - TABLE_TRAILER;
+                let (count, len) = (u64_at(b, trailer), u64_at(b, trailer + 8));
+                // A record takes 17 bytes at least.
+                if len > (trailer - PAYLOAD_HEADER) as u64 || count.saturating_mul(17) > len {
+                    return Err("the snapshot's chunk table does not fit its payload".into());
+                }
+                let start = trailer - len as usize;
+                let (mut at, mut prev) = (start, 0);
+                for i in 0..count {
+                    let r = read_chunk_record(b, &mut at, prev)
+                        .filter(|r| i == 0 || r.index > prev)
+                        .ok_or_else(|| format!("snapshot chunk record {i} does not decode"))?;
+                    prev = r.index;
+                }
+                if at != trailer {
+                    return Err("the snapshot's chunk table holds more than its records".into());
+                }
+                Some((start, count))
+            }
+            _ => return Err("the snapshot payload has no valid header".into()),
+        };
+        let body_end = table.map_or(b.len(), |(start, _)| start);
+        let b = &b[..body_end];
         let (pieces, allocations) = (u64_at(b, PIECES_AT), u64_at(b, ALLOCATIONS_AT));
         // A piece takes three bytes at least and an allocation two: counts the bytes
         // cannot hold are damage (and are not looped over).
@@ -279,6 +411,7 @@ impl Snapshot {
             payload,
             allocations_at,
             next,
+            table,
         })
     }
 
@@ -424,13 +557,15 @@ impl Snapshot {
     /// disjoint, inside the home space (as [`Mapping::load_sorted`] also checks), and
     /// each inside the committed run of blocks of a chunk in a log (`run_end(chunk)`:
     /// pool offset where that run ends, `None` for a chunk in no log), which only the
-    /// log can tell.
+    /// log can tell. `each` is shown every piece that passed (so that a caller needs no
+    /// pass of its own over them).
     ///
     /// [`Mapping::load_sorted`]: super::mapping::Mapping::load_sorted
     pub(crate) fn check_pieces(
         &self,
         geometry: &ChunkGeometry,
         run_end: impl Fn(u32) -> Option<u64>,
+        mut each: impl FnMut(&Piece),
     ) -> Result<(), String> {
         let mut home_end = 0;
         for p in self.pieces() {
@@ -455,6 +590,7 @@ impl Snapshot {
             if !inside {
                 return bad("maps outside the committed blocks of a log chunk");
             }
+            each(&p);
         }
         Ok(())
     }
@@ -758,7 +894,7 @@ mod tests {
         let ok = |pieces: Vec<Piece>| {
             let mut s = Snapshot::new(CloseRecord::default(), 0);
             pieces.into_iter().for_each(|p| s.push_piece(p));
-            s.check_pieces(&geometry, run_end)
+            s.check_pieces(&geometry, run_end, |_| {})
         };
         let p = |home, len, log| Piece { home, len, log };
         assert!(ok(vec![p(1 << 20, 8, 64), p((1 << 20) + 8, 8, 72)]).is_ok());

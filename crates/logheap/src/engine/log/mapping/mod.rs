@@ -585,8 +585,6 @@ impl Mapping {
     /// untouched (empty); then they are loaded. Sorted-array partitions are built
     /// directly at their final size, one block each, with no per-entry insertion; skip
     /// lists get plain inserts. The mapping not being empty is an error too.
-    // Its user, opening a pool from the snapshot written at clean close, is being written
-    // on another branch.
     pub(crate) fn load_sorted<I>(&self, pieces: I) -> Result<(), String>
     where
         I: IntoIterator<Item = Piece>,
@@ -616,6 +614,19 @@ impl Mapping {
                 ));
             }
             end = x.home + x.len;
+        }
+        self.load_sorted_checked(pieces)
+    }
+
+    /// [`load_sorted`](Self::load_sorted) of pieces already checked against its rules
+    /// (as [`Snapshot::check_pieces`](super::snapshot::Snapshot::check_pieces) does):
+    /// one pass over them. Only the mapping not being empty is an error.
+    pub(crate) fn load_sorted_checked(
+        &self,
+        pieces: impl Iterator<Item = Piece>,
+    ) -> Result<(), String> {
+        if self.nodes() != 0 {
+            return Err("the mapping to load pieces into is not empty".into());
         }
         match self.partitions_kind() {
             Some(Kind::Narrow) => self.load_arrays::<Narrow>(pieces, |i| match i {

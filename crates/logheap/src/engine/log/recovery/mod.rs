@@ -39,9 +39,12 @@
 //!
 //! *After a clean close* nothing can be torn: any tail region, torn header or uncommitted
 //! block is damage, and the log must hold exactly what the clean-close record says
-//! (transactions, blocks, chunks, largest version). The log is read and judged all the
-//! same, but when the close left a sound snapshot of the mapping and the allocator
-//! ([`snapshot`](super::snapshot)), that is loaded instead of replaying the log
+//! (transactions, blocks, chunks, largest version). When the close left a sound
+//! snapshot with its chunk table ([`snapshot`](super::snapshot)), the open loads it
+//! and reads only the chunk headers and each log's last chunk ([`lazy`]); the other
+//! chunks are checked later against their records
+//! ([`chunk_checks`](super::chunk_checks)), by the same rules. Otherwise the log is read
+//! and judged, and a sound snapshot is loaded instead of replaying the log
 //! ([`RecoveryReport::snapshot`] says whether it was, or why not).
 //!
 //! *Moved data* ([`cleaner`](super::cleaner)). The cleaner re-appends the live pieces of
@@ -90,13 +93,17 @@
 #[cfg(test)]
 mod equivalence;
 mod held;
+mod lazy;
 mod parallel;
 mod replay;
 mod rules;
 mod scan;
 
+pub(crate) use lazy::check_chunk;
+
 use super::checkpoint::Seed;
-use super::chunks::{ChunkGeometry, TailChunk, payload_start};
+use super::chunk_checks::ChunkRecord;
+use super::chunks::{ChunkBook, ChunkGeometry, TailChunk, payload_start};
 use super::damage::Damage;
 use super::layout::{CHUNK_HEADER, LogKind, block_digest, header_erase_order};
 use super::mapping::{AddressMap, Mapping};
@@ -135,6 +142,11 @@ pub struct RecoveryReport {
     /// this version or newer, so that the pool is as it was before its first damage;
     /// `dropped_transactions` counts them.
     pub salvaged_from: Option<u64>,
+    /// Chunks in a log that the open did not read: it loaded the clean-close snapshot
+    /// and read only the last chunk of each log. Each is checked before anything is
+    /// read from it, and by a background scrub (`LogEngineStats::chunks_unchecked`
+    /// says how many are left).
+    pub chunks_unchecked: u64,
 }
 
 /// Whether an open loaded the clean-close snapshot.
@@ -145,8 +157,12 @@ pub enum SnapshotUse {
     /// (or was written by a version without snapshots). The log was replayed.
     #[default]
     None,
-    /// The mapping and the allocator were loaded from it (the log was still read and
-    /// checked, but not replayed).
+    /// The mapping and the allocator were loaded from it, and the log was not
+    /// replayed. With its chunk table (the format written now) the open read only the
+    /// chunk headers and each log's last chunk, and every other chunk is checked
+    /// before it is read and by a background scrub
+    /// ([`RecoveryReport::chunks_unchecked`]); without one the whole log was read and
+    /// checked first.
     Loaded,
     /// It could not be used, for the reason given; the log was replayed instead.
     Rejected(String),
@@ -204,11 +220,12 @@ pub(crate) struct Recovery {
     pub in_log: CloseRecord,
     /// The fingerprint of the committed blocks ([`Committed`]).
     pub log_digest: u64,
-    /// The committed blocks, as (chunk, version, fingerprint share), for the chunk
-    /// books.
-    pub books: Vec<(u32, u64, u64)>,
+    /// The committed blocks of each chunk in a log, for the chunk books.
+    pub books: Vec<(u32, ChunkBook)>,
     /// The chunks of each log, in order (after the repair), with the log's kind.
     pub chains: Vec<(LogKind, Vec<u32>)>,
+    /// Chunks in a log the open did not read, to be checked before they are read.
+    pub pending: Vec<ChunkRecord>,
     /// Byte ranges (pool offsets) to zero: what the dropped transactions left.
     erase: Vec<(u64, u64)>,
     /// Chunks whose header is erased: they held nothing committed, or are orphans
@@ -255,6 +272,7 @@ impl RecoveryReport {
             max_version: verdict.max_version,
             snapshot: SnapshotUse::None,
             salvaged_from: verdict.salvage_cut,
+            chunks_unchecked: 0,
         }
     }
 }
@@ -329,6 +347,18 @@ pub(crate) fn recover(
         (None, _) | (Some(_), Ok(None)) => {}
         (Some(_), Err(why)) => snapshot_use = SnapshotUse::Rejected(why),
         (Some(close), Ok(Some(locator))) => {
+            // Without reading the log, when the snapshot has a sound chunk table.
+            if let Ok(recovery) = lazy::recover(
+                media,
+                geometry,
+                marks,
+                close,
+                &locator,
+                mapping,
+                (threads, seed),
+            ) {
+                return Ok(recovery);
+            }
             let (prepared, (scan, verdict, problems)) =
                 read_judge_and_prepare(media, geometry, marks, close, &locator, threads);
             if !problems.is_empty() {
@@ -336,15 +366,20 @@ pub(crate) fn recover(
             }
             let committed = Committed::of(&scan, &verdict);
             summary = Some(committed);
+            // A sound snapshot of this close is a second witness of the log: a log
+            // whose fingerprint differs from it was changed while the pool was closed
+            // (blocks rewritten with valid checksums of their own), which an open that
+            // reads only the chunks it needs would refuse too.
+            if let Ok((snapshot, _)) = &prepared
+                && (snapshot.log_digest() != committed.digest
+                    || snapshot
+                        .chunk_records()
+                        .is_some_and(|t| t != chunk_table(&scan, &verdict)))
+            {
+                return Err(vec![changed_log(geometry)]);
+            }
             match prepared.and_then(|(snapshot, allocator)| {
-                load_snapshot(
-                    &snapshot,
-                    allocator,
-                    geometry,
-                    &scan,
-                    committed.digest,
-                    mapping,
-                )
+                load_snapshot(&snapshot, allocator, geometry, &scan, mapping)
             }) {
                 Ok(replayed) => {
                     snapshot_use = SnapshotUse::Loaded;
@@ -467,9 +502,7 @@ pub(crate) fn recover(
         .chunks
         .iter()
         .filter(|c| !reclaim.contains(&c.index))
-        .flat_map(|c| c.blocks.iter().map(move |b| (c.index, b)))
-        .filter(|(_, b)| !verdict.uncommitted.contains(&b.version))
-        .map(|(c, b)| (c, b.version, block_digest(c, b.offset, b.crc)))
+        .map(|c| (c.index, book_of(c, &verdict)))
         .collect();
     Ok(Recovery {
         allocator: replayed.allocator,
@@ -483,6 +516,7 @@ pub(crate) fn recover(
         log_digest: committed.digest,
         books,
         chains,
+        pending: Vec::new(),
         erase,
         reclaim,
     })
@@ -611,7 +645,15 @@ pub(crate) fn examine(
                 SnapshotUse::Rejected("the snapshot was written at another close".into())
             }
             Ok(s) if s.log_digest() != Committed::of(&scan, &verdict).digest => {
+                problems.push(changed_log(geometry));
                 SnapshotUse::Rejected(STALE_LOG.into())
+            }
+            Ok(s)
+                if s.chunk_records()
+                    .is_some_and(|t| t != chunk_table(&scan, &verdict)) =>
+            {
+                problems.push(changed_log(geometry));
+                SnapshotUse::Rejected("the snapshot's chunk table disagrees with the log".into())
             }
             Ok(s)
                 if joined(s.pieces()) == joined(pieces.iter().copied())
@@ -638,8 +680,42 @@ pub(crate) fn examine(
     }
 }
 
+/// The record of every chunk in a log as read (what a clean close's chunk table holds):
+/// its header and the book of its committed blocks.
+fn chunk_table(scan: &scan::Scan, verdict: &rules::Verdict) -> Vec<ChunkRecord> {
+    scan.chunks
+        .iter()
+        .map(|c| ChunkRecord {
+            index: c.index,
+            header: c.header,
+            book: book_of(c, verdict),
+        })
+        .collect()
+}
+
+/// The book of chunk `c`'s committed blocks.
+fn book_of(c: &scan::ScannedChunk, verdict: &rules::Verdict) -> ChunkBook {
+    let mut book = ChunkBook::default();
+    for b in &c.blocks {
+        if !verdict.uncommitted.contains(&b.version) {
+            book.add(b.version, block_digest(c.index, b.offset, b.crc), b.end);
+        }
+    }
+    book
+}
+
 /// Why a snapshot whose log fingerprint does not match is not loaded.
 const STALE_LOG: &str = "the log is not the one the snapshot was written for";
+
+/// The damage of a cleanly closed log that is not what its sound clean-close snapshot
+/// recorded (the fingerprint of its blocks, or its chunk table, differs).
+fn changed_log(geometry: &ChunkGeometry) -> Damage {
+    Damage::at(
+        geometry.start,
+        "the log is not what the clean close left (its blocks or chunk headers differ from what the clean-close snapshot recorded): it was changed since"
+            .into(),
+    )
+}
 
 /// The committed blocks of a log as read: how many, their largest version, and the
 /// log's fingerprint (the XOR of their [`block_digest`]s), taken in one pass.
@@ -763,32 +839,29 @@ fn read_judge_and_prepare(
     })
 }
 
-/// Loads `snapshot` into the empty `mapping`, after checking that it was written for
-/// the log just read (`scan`, whose fingerprint is `digest`) and that its pieces agree
-/// with it; returns the state as replay would have, with `allocator` (rebuilt from the
+/// Loads `snapshot` (written for the log just read, `scan`: its fingerprint was
+/// checked) into the empty `mapping`, after checking that its pieces agree with the
+/// log; returns the state as replay would have, with `allocator` (rebuilt from the
 /// snapshot). Nothing is loaded when they do not agree.
 fn load_snapshot(
     snapshot: &Snapshot,
     allocator: HomeAllocator,
     geometry: &ChunkGeometry,
     scan: &scan::Scan,
-    digest: u64,
     mapping: &Mapping,
 ) -> Result<replay::Replayed, String> {
-    if snapshot.log_digest() != digest {
-        return Err(STALE_LOG.into());
-    }
     let mut run_end = vec![None; geometry.count as usize];
     for c in &scan.chunks {
         run_end[c.index as usize] = Some(geometry.offset(c.index) + c.stop.offset() as u64);
     }
-    snapshot.check_pieces(geometry, |c| run_end.get(c as usize).copied().flatten())?;
-    mapping.load_sorted(snapshot.pieces())?;
     let mut live = vec![0i64; geometry.count as usize];
-    for p in snapshot.pieces() {
-        // Inside a chunk in a log: checked above.
-        live[geometry.chunk_of(p.log) as usize] += p.len as i64;
-    }
+    snapshot.check_pieces(
+        geometry,
+        |c| run_end.get(c as usize).copied().flatten(),
+        // Inside a chunk in a log: checked.
+        |p| live[geometry.chunk_of(p.log) as usize] += p.len as i64,
+    )?;
+    mapping.load_sorted(snapshot.pieces())?;
     Ok(replay::Replayed { allocator, live })
 }
 

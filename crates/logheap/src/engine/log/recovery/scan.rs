@@ -138,7 +138,7 @@ impl Batches {
 }
 
 /// Reads the chunks of `range` (`buf` is scratch space).
-fn scan_range(
+pub(super) fn scan_range(
     media: &Media,
     geometry: &ChunkGeometry,
     range: std::ops::Range<u32>,

@@ -1,0 +1,278 @@
+//! Checking a log after an open that did not read it: an open after a clean close loads
+//! the snapshot that close left, with a record of every chunk in a log (its header and
+//! its book: blocks, largest version, fingerprint share, where its blocks end), and
+//! reads none of the log's blocks ("Log-structured Non-volatile Main Memory", §3.5: a
+//! restart takes the time of loading the snapshot). Each such chunk is *pending* until
+//! its blocks are read and found to be exactly those its record describes: by the
+//! first read of data in it (the read waits for the check), by the cleaner before it
+//! moves anything out of it, or by the background scrub, which goes through every
+//! pending chunk after the open. A chunk whose check fails is *damaged*: every read of
+//! data in it fails with [`Error::Corrupt`](crate::Error::Corrupt), the cleaner leaves
+//! it alone, and the next clean close records it as it was recorded before (so the
+//! damage is found again). Nothing is ever read from a chunk before its check passes,
+//! so a damaged log never returns wrong data.
+//!
+//! A chunk's state only moves from pending to checked or damaged, under the lock the
+//! check holds; a chunk that leaves its log (the cleaner or an allocation checkpoint
+//! reclaims it: [`ChunkChecks::settle`]) is settled under the same lock first, so a
+//! scrub never reads a chunk that is being reused.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::chunks::{ChunkBook, ChunkGeometry};
+use super::damage::Damage;
+use super::layout::{ChunkHeader, LogKind};
+use super::recovery::check_chunk;
+use crate::media::Media;
+use crate::sync::lock;
+
+/// What a chunk in a log holds, as a clean close recorded it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ChunkRecord {
+    pub index: u32,
+    pub header: ChunkHeader,
+    pub book: ChunkBook,
+}
+
+/// Its blocks were read and are those its record describes (or it never needed a
+/// check: it was written by this run, or is in no log).
+const CHECKED: u8 = 0;
+/// Not read since the open.
+const PENDING: u8 = 1;
+/// Read, and not what its record describes.
+const DAMAGED: u8 = 2;
+
+/// What the checks of the pending chunks compare with.
+#[derive(Debug, Default)]
+struct Expected {
+    /// The records of the pending chunks.
+    records: HashMap<u32, ChunkRecord>,
+    /// Each chunk's successor in its log (the chunk whose header names it as
+    /// previous), for the chunks with one: a check needs it to tell a lost end mark
+    /// from damage ([`check_chunk`]).
+    next: HashMap<u32, u32>,
+}
+
+/// The check state of every chunk.
+#[derive(Debug)]
+pub(crate) struct ChunkChecks {
+    state: Box<[AtomicU8]>,
+    /// Chunks pending or damaged: while 0, every chunk is readable (one load decides).
+    unsettled: AtomicU64,
+    pending: AtomicU64,
+    damaged: AtomicU64,
+    /// The records of the pending chunks; its lock is held while a chunk is checked.
+    expected: Mutex<Expected>,
+    /// What the checks that failed found, in the order found.
+    damage: Mutex<Vec<Damage>>,
+}
+
+impl ChunkChecks {
+    /// `count` chunks, all checked.
+    pub(crate) fn new(count: u32) -> ChunkChecks {
+        ChunkChecks {
+            state: (0..count).map(|_| AtomicU8::new(CHECKED)).collect(),
+            unsettled: AtomicU64::new(0),
+            pending: AtomicU64::new(0),
+            damaged: AtomicU64::new(0),
+            expected: Mutex::new(Expected::default()),
+            damage: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Makes the chunks of `records` pending (before the pool is used); `chains` are
+    /// the logs' chunks, in order.
+    pub(crate) fn expect(
+        &self,
+        records: impl IntoIterator<Item = ChunkRecord>,
+        chains: &[(LogKind, Vec<u32>)],
+    ) {
+        let mut expected = lock(&self.expected);
+        for (_, chain) in chains {
+            for pair in chain.windows(2) {
+                expected.next.insert(pair[0], pair[1]);
+            }
+        }
+        for r in records {
+            let Some(state) = self.state.get(r.index as usize) else {
+                continue;
+            };
+            if state.swap(PENDING, Ordering::AcqRel) == CHECKED {
+                self.pending.fetch_add(1, Ordering::Relaxed);
+                self.unsettled.fetch_add(1, Ordering::Release);
+            }
+            expected.records.insert(r.index, r);
+        }
+    }
+
+    /// Whether the data in chunk `c` may be read: it is checked, or checking it now
+    /// (reading it from `media`) finds it as its record says.
+    #[inline]
+    pub(crate) fn readable(&self, media: &Media, geometry: &ChunkGeometry, c: u32) -> bool {
+        if self.unsettled.load(Ordering::Acquire) == 0 {
+            return true;
+        }
+        match self
+            .state
+            .get(c as usize)
+            .map(|s| s.load(Ordering::Acquire))
+        {
+            Some(CHECKED) | None => true,
+            Some(DAMAGED) => false,
+            _ => self.check(media, geometry, c),
+        }
+    }
+
+    /// Checks chunk `c` if it is pending; whether it is readable.
+    #[cold]
+    pub(crate) fn check(&self, media: &Media, geometry: &ChunkGeometry, c: u32) -> bool {
+        let mut expected = lock(&self.expected);
+        let Some(state) = self.state.get(c as usize) else {
+            return true;
+        };
+        match state.load(Ordering::Acquire) {
+            CHECKED => return true,
+            DAMAGED => return false,
+            _ => {}
+        }
+        let Some(record) = expected.records.remove(&c) else {
+            // Pending chunks always have a record; settle as checked if not.
+            self.finish(state, CHECKED);
+            return true;
+        };
+        match check_chunk(media, geometry, &record, expected.next.get(&c).copied()) {
+            Ok(()) => {
+                self.finish(state, CHECKED);
+                true
+            }
+            Err(d) => {
+                lock(&self.damage).push(d);
+                self.damaged.fetch_add(1, Ordering::Relaxed);
+                self.unsettled.fetch_add(1, Ordering::Relaxed);
+                self.finish(state, DAMAGED);
+                false
+            }
+        }
+    }
+
+    /// Moves a pending chunk to `to` (with the lock of `expected` held).
+    fn finish(&self, state: &AtomicU8, to: u8) {
+        state.store(to, Ordering::Release);
+        self.pending.fetch_sub(1, Ordering::Relaxed);
+        self.unsettled.fetch_sub(1, Ordering::Release);
+    }
+
+    /// Chunk `c` leaves its log (its data is elsewhere or dead): whatever it held is
+    /// never read again, so it needs no check, and it is checked from now on (a log
+    /// that takes it again writes it afresh). Waits for a check of it in progress.
+    pub(crate) fn settle(&self, c: u32) {
+        let Some(state) = self.state.get(c as usize) else {
+            return;
+        };
+        if self.unsettled.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut expected = lock(&self.expected);
+        expected.next.remove(&c);
+        match state.load(Ordering::Acquire) {
+            PENDING => {
+                expected.records.remove(&c);
+                self.finish(state, CHECKED);
+            }
+            DAMAGED => {
+                state.store(CHECKED, Ordering::Release);
+                self.damaged.fetch_sub(1, Ordering::Relaxed);
+                self.unsettled.fetch_sub(1, Ordering::Release);
+            }
+            _ => {}
+        }
+    }
+
+    /// Rewrites chunk `c`'s header to `header` (`write` does it), which names a new
+    /// previous chunk: a pending check of `c` expects the new header from then on, and
+    /// `c` is that chunk's successor. A check in progress finishes first.
+    pub(crate) fn rewrite_header(&self, c: u32, header: ChunkHeader, write: impl FnOnce()) {
+        if self.unsettled.load(Ordering::Acquire) == 0 {
+            return write();
+        }
+        let mut expected = lock(&self.expected);
+        if let Some(r) = expected.records.get_mut(&c) {
+            r.header = header;
+        }
+        if let Some(prev) = header.prev {
+            expected.next.insert(prev, c);
+        }
+        write();
+    }
+
+    /// The chunks still pending, lowest first (for the scrub).
+    pub(crate) fn pending_chunks(&self) -> Vec<u32> {
+        let mut out: Vec<u32> = lock(&self.expected).records.keys().copied().collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// Chunks not checked yet.
+    pub(crate) fn pending(&self) -> u64 {
+        self.pending.load(Ordering::Relaxed)
+    }
+
+    /// Chunks whose check failed (and are still in a log).
+    pub(crate) fn damaged(&self) -> u64 {
+        self.damaged.load(Ordering::Relaxed)
+    }
+
+    /// What the first failed check found, if one failed.
+    pub(crate) fn first_damage(&self) -> Option<Damage> {
+        lock(&self.damage).first().cloned()
+    }
+}
+
+/// The background scrub: one thread that checks every chunk pending after the open,
+/// lowest first, then ends. Stopped (and joined) before the pool closes or is dropped.
+#[derive(Debug)]
+pub(crate) struct Scrub {
+    stop: Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Scrub {
+    /// Starts checking `chunks` with `check` (which returns `false` once the pool is
+    /// gone); `None` when there is nothing to check or no thread can start (then each
+    /// chunk is checked by its first read).
+    pub(crate) fn start(
+        chunks: Vec<u32>,
+        check: impl Fn(u32) -> bool + Send + 'static,
+    ) -> Option<Scrub> {
+        if chunks.is_empty() {
+            return None;
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("logheap-scrub".into())
+            .spawn(move || {
+                for c in chunks {
+                    if stopping.load(Ordering::Acquire) || !check(c) {
+                        return;
+                    }
+                }
+            })
+            .ok()?;
+        Some(Scrub {
+            stop,
+            handle: Some(handle),
+        })
+    }
+}
+
+impl Drop for Scrub {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.join();
+        }
+    }
+}
