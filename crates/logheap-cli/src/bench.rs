@@ -406,10 +406,12 @@ fn check_plan(runs: &[Planned]) -> Result<(), String> {
         }
         // `alloc` (the bare heap) was handled above with the persistent heap.
         if let Err(e) = logheap_bench::harness::config_for(engine) {
-            let known: Vec<String> = MappingConfig::NAMED
+            let mut known: Vec<String> = MappingConfig::NAMED
                 .iter()
+                .chain(&MappingConfig::SKIPLIST_LADDER[1..4])
                 .map(|&(_, m)| engine_of(m))
                 .collect();
+            known.dedup();
             return Err(format!(
                 "--engine {engine}: {e}; the engines built are {}, {LOG_CLEANING}, redo, undo, redo-fastlog, undo-fastlog, undo-nt, undo-uc, undo-adaptive, oop, hoop{}, and for the fragmentation workloads {GLIBC} and {JEMALLOC}",
                 known.join(", "),

@@ -129,7 +129,37 @@ impl MappingConfig {
         ("2l-gu-c", Self::TWO_LAYER_GU_C),
         ("full", Self::FULL),
     ];
-    /// Every named configuration: the ladder, then `full-skiplist`.
+    /// The paper's ablation ladder as the paper ran it, with a skip list in each
+    /// partition (the `LADDER` above uses sorted arrays, our own index): `base`,
+    /// `2l-skiplist`, `2l-gu-skiplist`, `2l-gu-c-skiplist`, `full-skiplist`.
+    pub const SKIPLIST_LADDER: [(&'static str, MappingConfig); 5] = [
+        ("base", Self::BASE),
+        (
+            "2l-skiplist",
+            MappingConfig {
+                index: PartitionIndex::SkipList,
+                ..Self::TWO_LAYER
+            },
+        ),
+        (
+            "2l-gu-skiplist",
+            MappingConfig {
+                index: PartitionIndex::SkipList,
+                ..Self::TWO_LAYER_GU
+            },
+        ),
+        (
+            "2l-gu-c-skiplist",
+            MappingConfig {
+                index: PartitionIndex::SkipList,
+                ..Self::TWO_LAYER_GU_C
+            },
+        ),
+        ("full-skiplist", Self::FULL_SKIPLIST),
+    ];
+    /// Every named configuration the tests go through: the ladder, then
+    /// `full-skiplist` (the other rows of [`SKIPLIST_LADDER`](Self::SKIPLIST_LADDER)
+    /// have names too, for [`named`](Self::named)).
     pub const NAMED: [(&'static str, MappingConfig); 6] = [
         Self::LADDER[0],
         Self::LADDER[1],
@@ -140,10 +170,11 @@ impl MappingConfig {
     ];
 
     /// The configuration called `name` (`base`, `2l`, `2l-gu`, `2l-gu-c`, `full`,
-    /// `full-skiplist`).
+    /// `full-skiplist`, `2l-skiplist`, `2l-gu-skiplist`, `2l-gu-c-skiplist`).
     pub fn named(name: &str) -> Option<MappingConfig> {
         Self::NAMED
             .iter()
+            .chain(&Self::SKIPLIST_LADDER)
             .find(|(n, _)| *n == name)
             .map(|&(_, c)| c)
     }
@@ -151,7 +182,11 @@ impl MappingConfig {
     /// The configuration's name, or a description of its switches when it is not one
     /// of the named ones.
     pub fn label(&self) -> String {
-        match Self::NAMED.iter().find(|(_, c)| c == self) {
+        match Self::NAMED
+            .iter()
+            .chain(&Self::SKIPLIST_LADDER)
+            .find(|(_, c)| c == self)
+        {
             Some((n, _)) => (*n).to_string(),
             None => format!(
                 "2l={}({}B,{:?}),gu={},c={},lf={}",
