@@ -1,8 +1,8 @@
 //! Opening after a clean close without reading the log: the clean-close snapshot's
 //! chunk table says which chunks are in which log, where each log ends and what each
 //! chunk's blocks add up to, so the open loads the snapshot (mapping, allocator, chunk
-//! books) and reads of the log only the chunk headers and the last chunk of each log
-//! (where appends go on).
+//! books) and reads of the log only the header lines of the chunks in no log (which
+//! must be free) and the last chunk of each log (where appends go on).
 //! Every other chunk in a log is checked later, before anything is read from it
 //! ([`super::super::chunk_checks`]), with [`check_chunk`].
 //!
@@ -20,7 +20,7 @@ use crate::engine::log::checkpoint::Seed;
 use crate::engine::log::chunk_checks::ChunkRecord;
 use crate::engine::log::chunks::{ChunkBook, ChunkGeometry, TailChunk, payload_start};
 use crate::engine::log::damage::Damage;
-use crate::engine::log::layout::{CHUNK_HEADER, ChunkHeader, HeaderState, LogKind, block_digest};
+use crate::engine::log::layout::{CHUNK_HEADER, HeaderState, LogKind, block_digest};
 use crate::engine::log::mapping::Mapping;
 use crate::engine::log::snapshot::Snapshot;
 use crate::engine::log::superblock::{CloseRecord, Marks, SnapshotLocator};
@@ -40,15 +40,7 @@ pub(super) fn recover(
     (threads, seed): (usize, Option<&Seed>),
 ) -> Result<Recovery, String> {
     let formatted = marks.formatted.min(geometry.count);
-    // Every formatted chunk's header is read (one line per chunk, not its blocks) while
-    // the snapshot is: those in a log must be the table's, the others free, so a
-    // damaged or torn header anywhere is found by the open, as when it reads the log.
-    let (headers, snapshot) = beside(
-        threads,
-        || valid_headers(media, geometry, formatted),
-        || Snapshot::read(media, geometry, locator),
-    );
-    let snapshot = snapshot?;
+    let snapshot = Snapshot::read(media, geometry, locator)?;
     if snapshot.record() != *close {
         return Err("the snapshot was written at another close".into());
     }
@@ -83,15 +75,6 @@ pub(super) fn recover(
             ));
         }
     }
-    let headers = headers?;
-    if headers.len() != records.len()
-        || !headers
-            .iter()
-            .zip(&records)
-            .all(|(&(c, h), r)| c == r.index && h == r.header)
-    {
-        return Err("the chunk headers are not those the snapshot records".into());
-    }
     let chains = chains(&records)?;
     // The tails: appends go on there, so they are checked now.
     let mut tails = Vec::with_capacity(chains.len());
@@ -115,12 +98,24 @@ pub(super) fn recover(
     for r in &records {
         run_end[r.index as usize] = Some(geometry.offset(r.index) + end_of(r) as u64);
     }
-    // The allocator is rebuilt beside the pieces' check; the mapping is loaded once
-    // both passed.
+    let mut in_table = vec![false; geometry.count as usize];
+    for r in &records {
+        in_table[r.index as usize] = true;
+    }
+    // The header line of every other formatted chunk must be free (zero), so that a
+    // damaged or torn header in no log is found by the open, as when it reads the log
+    // (those of the table's chunks are compared with it when each is checked). The
+    // allocator is rebuilt after, beside the pieces' check; the mapping is loaded once
+    // all passed.
     let mut live = vec![0i64; geometry.count as usize];
     let (allocator, checked) = beside(
         threads,
         || {
+            free_headers(
+                media,
+                geometry,
+                (0..formatted).filter(|&c| !in_table[c as usize]),
+            )?;
             HomeAllocator::rebuild(snapshot.allocations())
                 .map_err(|e| format!("the snapshot's allocations are inconsistent: {e:?}"))
         },
@@ -137,10 +132,6 @@ pub(super) fn recover(
     let allocator = allocator?;
     // Checked just now: loaded without a second pass of checks.
     mapping.load_sorted_checked(snapshot.pieces())?;
-    let mut in_table = vec![false; geometry.count as usize];
-    for r in &records {
-        in_table[r.index as usize] = true;
-    }
     let free_chunks = (0..formatted)
         .filter(|&c| !in_table[c as usize] && !checkpoint_chunks.contains(&c))
         .collect();
@@ -204,24 +195,22 @@ fn beside<H: Send, M>(
     })
 }
 
-/// The valid headers of the first `formatted` chunks, in index order; `Err` when a
-/// header is neither valid nor free (torn or damaged).
-fn valid_headers(
+/// `Err` unless the header line of each of `chunks` is free (zero).
+fn free_headers(
     media: &Media,
     geometry: &ChunkGeometry,
-    formatted: u32,
-) -> Result<Vec<(u32, ChunkHeader)>, String> {
+    chunks: impl Iterator<Item = u32>,
+) -> Result<(), String> {
     let mut head = [0u8; CHUNK_HEADER];
-    let mut out = Vec::new();
-    for c in 0..formatted {
+    for c in chunks {
         media.read(geometry.offset(c) as usize, &mut head);
-        match HeaderState::of(&head) {
-            HeaderState::Free => {}
-            HeaderState::Valid(h) => out.push((c, h)),
-            _ => return Err(format!("the header of chunk {c} is damaged or torn")),
+        if !matches!(HeaderState::of(&head), HeaderState::Free) {
+            return Err(format!(
+                "chunk {c} is in no log by the snapshot, but its header line is not free"
+            ));
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Where the blocks of the recorded chunk end (the payload's start when it has none).
