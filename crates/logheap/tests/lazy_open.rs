@@ -193,3 +193,34 @@ fn the_scrub_finds_damage_that_no_read_meets() {
     assert_eq!(s.chunks_damaged, 1, "{s:?}");
     assert!(matches!(read(&pool, i, false), Err(Error::Corrupt { .. })));
 }
+
+#[test]
+fn a_damaged_chunk_header_found_after_the_open_costs_that_chunk_only_and_is_found_again() {
+    let image = closed_image(1);
+    let (victim, at) = (0..OBJECTS)
+        .find_map(|i| place_of(&image, i).map(|at| (i, at)))
+        .unwrap();
+    // The header of the chunk holding it (chunks of 4096 bytes start at 8192).
+    let chunk_start = at - (at - 8192) % 4096;
+    assert_eq!(&image[chunk_start..chunk_start + 4], b"LHC1");
+    let other = (0..OBJECTS)
+        .rev()
+        .find(|&i| place_of(&image, i).is_some_and(|o| o / 4096 != at / 4096))
+        .unwrap();
+    let mut damaged = image;
+    damaged[chunk_start + 9] ^= 4;
+    let mut next = damaged;
+    for round in 0..2 {
+        let pool = Pool::open_image(next, &config(1), SimConfig::default()).unwrap();
+        assert_eq!(log_stats(&pool).recovery.snapshot, SnapshotUse::Loaded);
+        assert!(
+            matches!(read(&pool, victim, false), Err(Error::Corrupt { .. })),
+            "round {round}"
+        );
+        assert_eq!(read(&pool, other, true).unwrap(), value(other));
+        assert_eq!(scrubbed(&pool).chunks_damaged, 1);
+        let media = pool.media().clone();
+        pool.close().unwrap();
+        next = media.crash_simulator().unwrap().persisted_image();
+    }
+}

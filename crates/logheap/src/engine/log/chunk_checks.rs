@@ -49,6 +49,9 @@ const DAMAGED: u8 = 2;
 struct Expected {
     /// The records of the pending chunks.
     records: HashMap<u32, ChunkRecord>,
+    /// The records of the damaged chunks (what they should hold, for the next clean
+    /// close's table).
+    damaged: HashMap<u32, ChunkRecord>,
     /// Each chunk's successor in its log (the chunk whose header names it as
     /// previous), for the chunks with one: a check needs it to tell a lost end mark
     /// from damage ([`check_chunk`]).
@@ -148,6 +151,7 @@ impl ChunkChecks {
                 true
             }
             Err(d) => {
+                expected.damaged.insert(c, record);
                 lock(&self.damage).push(d);
                 self.damaged.fetch_add(1, Ordering::Relaxed);
                 self.unsettled.fetch_add(1, Ordering::Relaxed);
@@ -176,6 +180,7 @@ impl ChunkChecks {
         }
         let mut expected = lock(&self.expected);
         expected.next.remove(&c);
+        expected.damaged.remove(&c);
         match state.load(Ordering::Acquire) {
             PENDING => {
                 expected.records.remove(&c);
@@ -198,13 +203,30 @@ impl ChunkChecks {
             return write();
         }
         let mut expected = lock(&self.expected);
-        if let Some(r) = expected.records.get_mut(&c) {
+        let Expected {
+            records, damaged, ..
+        } = &mut *expected;
+        if let Some(r) = records.get_mut(&c).or(damaged.get_mut(&c)) {
             r.header = header;
         }
         if let Some(prev) = header.prev {
             expected.next.insert(prev, c);
         }
         write();
+    }
+
+    /// The header chunk `c` should have when it is pending or damaged (what the clean
+    /// close recorded, as its log has changed it since); `None` for a checked chunk.
+    pub(crate) fn recorded_header(&self, c: u32) -> Option<ChunkHeader> {
+        if self.unsettled.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let expected = lock(&self.expected);
+        expected
+            .records
+            .get(&c)
+            .or(expected.damaged.get(&c))
+            .map(|r| r.header)
     }
 
     /// The chunks still pending, lowest first (for the scrub).

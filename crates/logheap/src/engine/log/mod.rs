@@ -479,13 +479,23 @@ impl LogEngine {
         self.superblock.write_close_record(&self.media, &record);
     }
 
-    /// A record of every chunk in a log (its header, read now, and its book), for the
-    /// clean-close snapshot; `None` when the headers read are not `chunks_in_use`
-    /// valid ones (then the next open reads the log, which finds what is wrong).
+    /// A record of every chunk in a log (its header and its book), for the clean-close
+    /// snapshot; `None` when the headers are not `chunks_in_use` valid ones (then the
+    /// next open reads the log, which finds what is wrong). A chunk not checked since
+    /// the open, or whose check failed, keeps the header it should have (so the next
+    /// open checks it again, and finds the same); the others' are read now.
     fn chunk_table(&self, chunks_in_use: u64) -> Option<Vec<ChunkRecord>> {
         let mut head = [0u8; layout::CHUNK_HEADER];
         let mut table = Vec::new();
         for c in 0..self.chunks.formatted() {
+            if let Some(header) = self.chunks.checks().recorded_header(c) {
+                table.push(ChunkRecord {
+                    index: c,
+                    header,
+                    book: self.chunks.book_of(c),
+                });
+                continue;
+            }
             self.media.read(self.geometry.offset(c) as usize, &mut head);
             match layout::HeaderState::of(&head) {
                 layout::HeaderState::Free => {}
