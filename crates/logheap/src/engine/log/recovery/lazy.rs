@@ -14,7 +14,7 @@
 //! whole log as before (which finds and reports any damage).
 
 use super::scan::{self, Stop};
-use super::{Recovery, RecoveryReport, ResumedTail, SnapshotUse};
+use super::{Recovery, RecoveryReport, ResumedTail, SnapshotUse, beside};
 use crate::alloc::home::HomeAllocator;
 use crate::engine::log::checkpoint::Seed;
 use crate::engine::log::chunk_checks::ChunkRecord;
@@ -172,26 +172,6 @@ pub(super) fn recover(
         pending,
         erase: Vec::new(),
         reclaim: Vec::new(),
-    })
-}
-
-/// Runs `helper` on a thread of its own beside `main` when `threads` allows two, else
-/// one after the other.
-fn beside<H: Send, M>(
-    threads: usize,
-    helper: impl FnOnce() -> H + Send,
-    main: impl FnOnce() -> M,
-) -> (H, M) {
-    if threads < 2 {
-        return (helper(), main());
-    }
-    std::thread::scope(|s| {
-        let helping = s.spawn(helper);
-        let m = main();
-        let h = helping
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (h, m)
     })
 }
 

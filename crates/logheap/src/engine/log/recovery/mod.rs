@@ -823,19 +823,30 @@ fn read_judge_and_prepare(
             .map_err(|e| format!("the snapshot's allocations are inconsistent: {e:?}"))?;
         Ok((snapshot, allocator))
     };
+    // The reading gets the threads but the preparing one.
+    let readers = threads.saturating_sub(1).max(1);
+    beside(threads, prepare, || {
+        read_judge(media, geometry, marks, Some(close), readers, false)
+    })
+}
+
+/// Runs `helper` on a thread of its own beside `main` when `threads` allows two, else
+/// one after the other.
+fn beside<H: Send, M>(
+    threads: usize,
+    helper: impl FnOnce() -> H + Send,
+    main: impl FnOnce() -> M,
+) -> (H, M) {
     if threads < 2 {
-        return (
-            prepare(),
-            read_judge(media, geometry, marks, Some(close), 1, false),
-        );
+        return (helper(), main());
     }
     std::thread::scope(|s| {
-        let preparing = s.spawn(prepare);
-        let judged = read_judge(media, geometry, marks, Some(close), threads - 1, false);
-        let prepared = preparing
+        let helping = s.spawn(helper);
+        let m = main();
+        let h = helping
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (prepared, judged)
+        (h, m)
     })
 }
 
