@@ -224,3 +224,31 @@ fn a_damaged_chunk_header_found_after_the_open_costs_that_chunk_only_and_is_foun
         next = media.crash_simulator().unwrap().persisted_image();
     }
 }
+
+#[test]
+fn a_read_of_a_damaged_chunk_names_that_chunk() {
+    let image = closed_image(1);
+    let chunk_of = |at: usize| (at - 8192) / 4096;
+    let placed: Vec<(usize, usize)> = (0..OBJECTS)
+        .filter_map(|i| place_of(&image, i).map(|at| (i, at)))
+        .collect();
+    let (a, at_a) = placed[0];
+    let (b, at_b) = placed
+        .iter()
+        .copied()
+        .find(|&(_, at)| chunk_of(at) != chunk_of(at_a))
+        .unwrap();
+    let mut damaged = image;
+    damaged[at_a + 10] ^= 1;
+    damaged[at_b + 10] ^= 1;
+    let pool = Pool::open_image(damaged, &config(1), SimConfig::default()).unwrap();
+    // `b`'s chunk is found damaged first, then `a`'s: each read names its own.
+    for (i, at) in [(b, at_b), (a, at_a)] {
+        match read(&pool, i, false) {
+            Err(Error::Corrupt { offset, .. }) => {
+                assert_eq!(chunk_of(offset as usize), chunk_of(at), "object {i}")
+            }
+            other => panic!("object {i}: {other:?}"),
+        }
+    }
+}

@@ -15,7 +15,12 @@
 //! A chunk's state only moves from pending to checked or damaged, under the lock the
 //! check holds; a chunk that leaves its log (the cleaner or an allocation checkpoint
 //! reclaims it: [`ChunkChecks::settle`]) is settled under the same lock first, so a
-//! scrub never reads a chunk that is being reused.
+//! scrub never reads a chunk that is being reused, and its predecessor in its log is
+//! checked before it goes (invalid bytes after the predecessor's last block are a lost
+//! end mark, not damage, when that block's transaction goes on at the start of the
+//! chunk after it: the one leaving). A damaged chunk with live data is never the
+//! cleaner's victim; a damaged allocation or deallocation chunk stops allocation
+//! checkpoints (their records are never folded from a damaged chunk).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
@@ -68,8 +73,8 @@ pub(crate) struct ChunkChecks {
     damaged: AtomicU64,
     /// The records of the pending chunks; its lock is held while a chunk is checked.
     expected: Mutex<Expected>,
-    /// What the checks that failed found, in the order found.
-    damage: Mutex<Vec<Damage>>,
+    /// What the checks that failed found, by chunk, in the order found.
+    damage: Mutex<Vec<(u32, Damage)>>,
 }
 
 impl ChunkChecks {
@@ -152,7 +157,7 @@ impl ChunkChecks {
             }
             Err(d) => {
                 expected.damaged.insert(c, record);
-                lock(&self.damage).push(d);
+                lock(&self.damage).push((c, d));
                 self.damaged.fetch_add(1, Ordering::Relaxed);
                 self.unsettled.fetch_add(1, Ordering::Relaxed);
                 self.finish(state, DAMAGED);
@@ -195,10 +200,11 @@ impl ChunkChecks {
         }
     }
 
-    /// Rewrites chunk `c`'s header to `header` (`write` does it), which names a new
-    /// previous chunk: a pending check of `c` expects the new header from then on, and
-    /// `c` is that chunk's successor. A check in progress finishes first.
-    pub(crate) fn rewrite_header(&self, c: u32, header: ChunkHeader, write: impl FnOnce()) {
+    /// Repoints chunk `c`'s header to the previous chunk `prev` (`write` does it):
+    /// a pending check of `c` expects that previous chunk from then on (and the rest of
+    /// the header as recorded), and `c` is `prev`'s successor. A check in progress
+    /// finishes first.
+    pub(crate) fn repoint(&self, c: u32, prev: Option<u32>, write: impl FnOnce()) {
         if self.unsettled.load(Ordering::Acquire) == 0 {
             return write();
         }
@@ -207,12 +213,21 @@ impl ChunkChecks {
             records, damaged, ..
         } = &mut *expected;
         if let Some(r) = records.get_mut(&c).or(damaged.get_mut(&c)) {
-            r.header = header;
+            r.header.prev = prev;
         }
-        if let Some(prev) = header.prev {
+        if let Some(prev) = prev {
             expected.next.insert(prev, c);
         }
         write();
+    }
+
+    /// Whether chunk `c`'s check failed.
+    pub(crate) fn is_damaged(&self, c: u32) -> bool {
+        self.unsettled.load(Ordering::Acquire) != 0
+            && self
+                .state
+                .get(c as usize)
+                .is_some_and(|s| s.load(Ordering::Acquire) == DAMAGED)
     }
 
     /// The header chunk `c` should have when it is pending or damaged (what the clean
@@ -246,9 +261,14 @@ impl ChunkChecks {
         self.damaged.load(Ordering::Relaxed)
     }
 
-    /// What the first failed check found, if one failed.
-    pub(crate) fn first_damage(&self) -> Option<Damage> {
-        lock(&self.damage).first().cloned()
+    /// What the check of chunk `c` found, if it failed (the first failed check's
+    /// finding for `None`).
+    pub(crate) fn damage_of(&self, c: Option<u32>) -> Option<Damage> {
+        let damage = lock(&self.damage);
+        damage
+            .iter()
+            .find(|(d, _)| c.is_none_or(|c| c == *d))
+            .map(|(_, d)| d.clone())
     }
 }
 

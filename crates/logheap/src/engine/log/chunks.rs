@@ -530,8 +530,14 @@ impl ChunkPool {
             ..header
         };
         let (word_at, word) = repointed.last_word();
-        // A pending check of the successor expects its new header from now on.
-        self.checks.rewrite_header(next, repointed, || {
+        // A pending predecessor is checked while the victim still holds its blocks: a
+        // lost end mark at its end is told from damage by the transaction going on at
+        // the start of the chunk after it, which is the victim.
+        if prev != NO_LINK {
+            self.checks.check(&self.media, &self.geometry, prev);
+        }
+        // A pending check of the successor expects its new previous chunk from now on.
+        self.checks.repoint(next, repointed.prev, || {
             self.media.write_u64(next_at + word_at, word);
             self.media.flush(next_at + word_at, 8);
             self.media.fence();

@@ -396,7 +396,12 @@ impl LogEngine {
                 continue;
             }
             let live = self.chunks.live_of(c);
-            if live <= limit && self.chunks.max_version_in(c) <= w {
+            // A damaged chunk with live data is never a victim (its data is not
+            // moved); one with none is reclaimed like any other.
+            if live <= limit
+                && self.chunks.max_version_in(c) <= w
+                && !(live > 0 && self.chunks.checks().is_damaged(c))
+            {
                 victims.push((live, c));
             }
         }

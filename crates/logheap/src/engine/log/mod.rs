@@ -721,9 +721,20 @@ impl Engine for LogEngine {
         }
     }
 
-    /// A read met a chunk whose check failed ([`chunk_checks`]).
+    /// A read met a chunk whose check failed ([`chunk_checks`]): the error names the
+    /// first such chunk the range maps into.
     fn read_damage(&self, home: u64, len: u64) -> Error {
-        let found = self.chunks.checks().first_damage();
+        let checks = self.chunks.checks();
+        let mut chunk = None;
+        self.mapping.lookup(home, len, |x| {
+            if let Some(log) = x.log
+                && chunk.is_none()
+                && checks.is_damaged(self.geometry.chunk_of(log))
+            {
+                chunk = Some(self.geometry.chunk_of(log));
+            }
+        });
+        let found = checks.damage_of(chunk);
         Error::Corrupt {
             path: self.file.path().into(),
             offset: found.as_ref().map_or(0, |d| d.offset),

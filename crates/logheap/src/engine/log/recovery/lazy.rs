@@ -49,7 +49,8 @@ pub(super) fn recover(
         .ok_or("the snapshot has no chunk table")?;
     let mut total = ChunkBook::default();
     for r in &records {
-        total.blocks += r.book.blocks;
+        // A hostile count that overflows cannot add up to the record.
+        total.blocks = total.blocks.saturating_add(r.book.blocks);
         total.max_version = total.max_version.max(r.book.max_version);
         total.digest ^= r.book.digest;
     }
