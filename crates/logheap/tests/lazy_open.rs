@@ -62,6 +62,28 @@ fn place_of(image: &[u8], i: usize) -> Option<usize> {
     Some(at)
 }
 
+/// The objects whose bytes lie in one piece, with where: (object, offset), by object.
+fn placed(image: &[u8]) -> Vec<(usize, usize)> {
+    (0..OBJECTS)
+        .filter_map(|i| place_of(image, i).map(|at| (i, at)))
+        .collect()
+}
+
+/// The chunk holding image offset `at` (chunks of 4096 bytes start at 8192).
+fn chunk_of(at: usize) -> usize {
+    (at - 8192) / 4096
+}
+
+/// An object (the last such) whose bytes lie in one piece in another chunk than `at`.
+fn other_than(image: &[u8], at: usize) -> usize {
+    placed(image)
+        .into_iter()
+        .rev()
+        .find(|&(_, o)| chunk_of(o) != chunk_of(at))
+        .unwrap()
+        .0
+}
+
 /// Reads object `i`, by copy or in place.
 fn read(pool: &Pool, i: usize, in_place: bool) -> Result<Vec<u8>, Error> {
     let root: PPtr<Table> = pool.root().unwrap();
@@ -132,13 +154,8 @@ fn a_clean_open_reads_only_the_tails_and_checks_every_other_chunk_after() {
 fn a_damaged_block_found_after_the_open_fails_only_the_reads_that_meet_it() {
     let image = closed_image(1);
     // Object 3's bytes, and an object whose bytes lie in another chunk.
-    let (victim, at) = (0..OBJECTS)
-        .find_map(|i| place_of(&image, i).map(|at| (i, at)))
-        .unwrap();
-    let other = (0..OBJECTS)
-        .rev()
-        .find(|&i| place_of(&image, i).is_some_and(|o| o / 4096 != at / 4096))
-        .unwrap();
+    let (victim, at) = placed(&image)[0];
+    let other = other_than(&image, at);
     let mut damaged = image.clone();
     damaged[at + 100] ^= 0x10;
     for in_place in [false, true] {
@@ -183,9 +200,7 @@ fn a_damaged_block_found_after_the_open_fails_only_the_reads_that_meet_it() {
 #[test]
 fn the_scrub_finds_damage_that_no_read_meets() {
     let image = closed_image(2);
-    let (i, at) = (0..OBJECTS)
-        .find_map(|i| place_of(&image, i).map(|at| (i, at)))
-        .unwrap();
+    let (i, at) = placed(&image)[0];
     let mut damaged = image;
     damaged[at] ^= 1;
     let pool = Pool::open_image(damaged, &config(2), SimConfig::default()).unwrap();
@@ -197,16 +212,11 @@ fn the_scrub_finds_damage_that_no_read_meets() {
 #[test]
 fn a_damaged_chunk_header_found_after_the_open_costs_that_chunk_only_and_is_found_again() {
     let image = closed_image(1);
-    let (victim, at) = (0..OBJECTS)
-        .find_map(|i| place_of(&image, i).map(|at| (i, at)))
-        .unwrap();
-    // The header of the chunk holding it (chunks of 4096 bytes start at 8192).
-    let chunk_start = at - (at - 8192) % 4096;
+    let (victim, at) = placed(&image)[0];
+    // The header of the chunk holding it.
+    let chunk_start = 8192 + chunk_of(at) * 4096;
     assert_eq!(&image[chunk_start..chunk_start + 4], b"LHC1");
-    let other = (0..OBJECTS)
-        .rev()
-        .find(|&i| place_of(&image, i).is_some_and(|o| o / 4096 != at / 4096))
-        .unwrap();
+    let other = other_than(&image, at);
     let mut damaged = image;
     damaged[chunk_start + 9] ^= 4;
     let mut next = damaged;
@@ -228,10 +238,7 @@ fn a_damaged_chunk_header_found_after_the_open_costs_that_chunk_only_and_is_foun
 #[test]
 fn a_read_of_a_damaged_chunk_names_that_chunk() {
     let image = closed_image(1);
-    let chunk_of = |at: usize| (at - 8192) / 4096;
-    let placed: Vec<(usize, usize)> = (0..OBJECTS)
-        .filter_map(|i| place_of(&image, i).map(|at| (i, at)))
-        .collect();
+    let placed = placed(&image);
     let (a, at_a) = placed[0];
     let (b, at_b) = placed
         .iter()

@@ -92,6 +92,7 @@
 
 #[cfg(test)]
 mod equivalence;
+mod examine;
 mod held;
 mod lazy;
 mod parallel;
@@ -99,6 +100,7 @@ mod replay;
 mod rules;
 mod scan;
 
+pub(crate) use examine::{Examination, examine};
 pub(crate) use lazy::check_chunk;
 
 use super::checkpoint::Seed;
@@ -112,8 +114,6 @@ use super::superblock::{CloseRecord, Marks, SnapshotLocator};
 use crate::alloc::home::HEAP_START;
 use crate::alloc::home::HomeAllocator;
 use crate::media::Media;
-
-use rules::log_kind_name;
 
 /// What recovery found when the pool was opened.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -231,17 +231,6 @@ pub(crate) struct Recovery {
     /// Chunks whose header is erased: they held nothing committed, or are orphans
     /// (whose data the cleaner had moved).
     reclaim: Vec<u32>,
-}
-
-/// What a read-only examination of a pool found (for `logheap check` and `inspect`).
-#[derive(Debug)]
-pub(crate) struct Examination {
-    pub report: RecoveryReport,
-    pub logs: Vec<LogSummary>,
-    pub allocations: u64,
-    pub allocated_bytes: u64,
-    pub live_log_bytes: u64,
-    pub problems: Vec<Damage>,
 }
 
 impl RecoveryReport {
@@ -556,130 +545,6 @@ impl Recovery {
     }
 }
 
-/// Examines the log read-only (for `logheap check` and `inspect`), collecting every
-/// problem (up to a bound): the recovery rules, the replay (from the allocation
-/// checkpoint `seed`, as an open does), and the consistency of the mapping it implies;
-/// after a clean close (`close`) also whether the snapshot at `snapshot` would be
-/// loaded, and whether it holds exactly what replaying the log rebuilds. `threads` as
-/// for [`recover`] (the result is the same whatever the number).
-pub(crate) fn examine(
-    media: &Media,
-    geometry: &ChunkGeometry,
-    marks: Marks,
-    close: Option<CloseRecord>,
-    snapshot: Result<Option<SnapshotLocator>, String>,
-    mapping: &Mapping,
-    (threads, seed): (usize, Option<&Seed>),
-) -> Examination {
-    let (scan, verdict, mut problems, replayed) = read_judge_replay(
-        media,
-        geometry,
-        marks,
-        close.as_ref(),
-        mapping,
-        (threads, seed, false),
-        true,
-    );
-    let replayed = replayed.expect("replayed whatever the problems");
-    // The mapping the log implies: pieces that do not overlap, each inside the payload
-    // of a chunk in a log, adding up to each chunk's live bytes.
-    let mut pieces = Vec::new();
-    mapping.for_each_piece(|p| pieces.push(p));
-    pieces.sort_unstable_by_key(|p| p.home);
-    let in_use: std::collections::HashSet<u32> = scan.chunks.iter().map(|c| c.index).collect();
-    let mut live = vec![0i64; geometry.count as usize];
-    for w in pieces.windows(2) {
-        if w[0].home + w[0].len > w[1].home {
-            problems.push(Damage::at(
-                w[1].log,
-                format!("the mapping overlaps itself at home {:#x}", w[1].home),
-            ));
-        }
-    }
-    for p in &pieces {
-        let inside = p.log >= geometry.start
-            && p.log < geometry.offset(geometry.count)
-            && in_use.contains(&geometry.chunk_of(p.log))
-            && p.log - geometry.offset(geometry.chunk_of(p.log)) >= CHUNK_HEADER as u64
-            && p.log + p.len <= geometry.offset(geometry.chunk_of(p.log)) + geometry.size;
-        if inside {
-            live[geometry.chunk_of(p.log) as usize] += p.len as i64;
-        } else {
-            problems.push(Damage::at(
-                p.log,
-                format!("home {:#x}+{} maps outside the log", p.home, p.len),
-            ));
-        }
-    }
-    if live != replayed.live {
-        problems.push(Damage::at(
-            geometry.start,
-            "the mapping does not account for every live byte of the log".into(),
-        ));
-    }
-    problems.truncate(MAX_PROBLEMS);
-    let logs = verdict
-        .logs
-        .iter()
-        .map(|log| {
-            let chunks = log.chunks.iter().map(|&ci| &scan.chunks[ci]);
-            let blocks = chunks.clone().map(|c| c.blocks.len() as u64).sum();
-            let live_bytes: i64 = chunks.clone().map(|c| live[c.index as usize]).sum();
-            LogSummary {
-                log_set: log.owner,
-                kind: log_kind_name(log.kind),
-                chunks: log.chunks.len() as u64,
-                blocks,
-                live_bytes: live_bytes.max(0) as u64,
-            }
-        })
-        .collect();
-    let allocations = replayed.allocator.allocations();
-    let mut report = RecoveryReport::of(close.is_some(), &scan, &verdict);
-    report.snapshot = match (close.as_ref(), snapshot) {
-        (None, _) | (Some(_), Ok(None)) => SnapshotUse::None,
-        (Some(_), Err(why)) => SnapshotUse::Rejected(why),
-        (Some(close), Ok(Some(locator))) => match Snapshot::read(media, geometry, &locator) {
-            Err(why) => SnapshotUse::Rejected(why),
-            Ok(s) if s.record() != *close => {
-                SnapshotUse::Rejected("the snapshot was written at another close".into())
-            }
-            Ok(s) if s.log_digest() != Committed::of(&scan, &verdict).digest => {
-                problems.push(changed_log(geometry));
-                SnapshotUse::Rejected(STALE_LOG.into())
-            }
-            Ok(s)
-                if s.chunk_records()
-                    .is_some_and(|t| t != chunk_table(&scan, &verdict)) =>
-            {
-                problems.push(changed_log(geometry));
-                SnapshotUse::Rejected("the snapshot's chunk table disagrees with the log".into())
-            }
-            Ok(s)
-                if joined(s.pieces()) == joined(pieces.iter().copied())
-                    && s.allocations().eq(allocations.iter().copied()) =>
-            {
-                SnapshotUse::Loaded
-            }
-            Ok(_) => {
-                problems.push(Damage::at(
-                    geometry.offset(locator.first),
-                    "the clean-close snapshot disagrees with the log".into(),
-                ));
-                SnapshotUse::Rejected("the snapshot disagrees with the log".into())
-            }
-        },
-    };
-    Examination {
-        report,
-        logs,
-        allocations: allocations.len() as u64,
-        allocated_bytes: allocations.iter().map(|a| a.1).sum(),
-        live_log_bytes: live.iter().sum::<i64>().max(0) as u64,
-        problems,
-    }
-}
-
 /// The record of every chunk in a log as read (what a clean close's chunk table holds):
 /// its header and the book of its committed blocks.
 fn chunk_table(scan: &scan::Scan, verdict: &rules::Verdict) -> Vec<ChunkRecord> {
@@ -900,22 +765,6 @@ fn read_judge(
     let scan_problems = std::mem::take(&mut scan.problems);
     let (verdict, problems) = judge(geometry, marks, close, &scan, scan_problems, salvage);
     (scan, verdict, problems)
-}
-
-/// `pieces` (sorted by home) with neighbours joined when they continue each other in
-/// home space and in the log: how a mapping cuts its ranges (at its partitions) does not
-/// change what it maps.
-fn joined(pieces: impl Iterator<Item = super::mapping::Piece>) -> Vec<super::mapping::Piece> {
-    let mut out: Vec<super::mapping::Piece> = Vec::new();
-    for p in pieces {
-        match out.last_mut() {
-            Some(last) if last.home + last.len == p.home && last.log + last.len == p.log => {
-                last.len += p.len
-            }
-            _ => out.push(p),
-        }
-    }
-    out
 }
 
 /// Reads the log, judges it and, when nothing is wrong or `replay_anyway`, replays the
