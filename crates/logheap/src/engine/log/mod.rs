@@ -488,24 +488,22 @@ impl LogEngine {
         let mut head = [0u8; layout::CHUNK_HEADER];
         let mut table = Vec::new();
         for c in 0..self.chunks.formatted() {
-            if let Some(header) = self.chunks.checks().recorded_header(c) {
-                table.push(ChunkRecord {
-                    index: c,
-                    header,
-                    book: self.chunks.book_of(c),
-                });
-                continue;
-            }
-            self.media.read(self.geometry.offset(c) as usize, &mut head);
-            match layout::HeaderState::of(&head) {
-                layout::HeaderState::Free => {}
-                layout::HeaderState::Valid(header) => table.push(ChunkRecord {
-                    index: c,
-                    header,
-                    book: self.chunks.book_of(c),
-                }),
-                _ => return None,
-            }
+            let header = match self.chunks.checks().recorded_header(c) {
+                Some(header) => header,
+                None => {
+                    self.media.read(self.geometry.offset(c) as usize, &mut head);
+                    match layout::HeaderState::of(&head) {
+                        layout::HeaderState::Free => continue,
+                        layout::HeaderState::Valid(header) => header,
+                        _ => return None,
+                    }
+                }
+            };
+            table.push(ChunkRecord {
+                index: c,
+                header,
+                book: self.chunks.book_of(c),
+            });
         }
         (table.len() as u64 == chunks_in_use).then_some(table)
     }
