@@ -914,3 +914,68 @@ fn compaction_beside_running_transactions_keeps_the_last_values() {
     let c = pool.compact();
     assert_eq!(c.chunks_skipped, 0, "{c:?}");
 }
+
+/// A pool whose live data, with the entry headers that go with it, leaves the cleaner
+/// nothing worth cleaning refuses commits with `PoolFull` at once: a refused commit
+/// writes next to nothing (it does not grind through cleaning passes that gain
+/// nothing), and the pool stays usable once objects are freed. The objects are small
+/// and written in 8-byte pieces, so entry headers are a large share of the log.
+#[test]
+fn a_pool_too_full_to_clean_refuses_rather_than_thrashes() {
+    use rand::{Rng, SeedableRng};
+    let dir = tempfile::tempdir().unwrap();
+    let pool = Pool::create(dir.path().join("p"), &small(1024)).unwrap();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+    let mut objs: Vec<PPtr<[u64; 6]>> = Vec::new();
+    // Fill: each transaction allocates an object and stores a word into an older one.
+    let mut refused = 0;
+    while refused < 50 {
+        let old = (!objs.is_empty()).then(|| objs[rng.random_range(0..objs.len())]);
+        let word: u64 = rng.random();
+        let made = pool.transaction(|tx| {
+            if let Some(o) = old {
+                tx.write_bytes(o.offset() + 8 * (word % 6), &word.to_le_bytes())?;
+            }
+            tx.alloc([word; 6])
+        });
+        match made {
+            Ok(p) => objs.push(p),
+            Err(logheap::Error::PoolFull) => refused += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(objs.len() > 5_000, "full after only {} objects", objs.len());
+    // Updates of one word each in the full pool: some may still commit; the refused
+    // ones write (almost) nothing.
+    let before = pool.stats().media;
+    let mut refusals = 0u64;
+    for _ in 0..300 {
+        let o = objs[rng.random_range(0..objs.len())];
+        let word: u64 = rng.random();
+        match pool
+            .transaction(|tx| tx.write_bytes(o.offset() + 8 * (word % 6), &word.to_le_bytes()))
+        {
+            Ok(()) => {}
+            Err(logheap::Error::PoolFull) => refusals += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let after = pool.stats().media;
+    let per_attempt = (after.nt_bytes - before.nt_bytes) / 300;
+    assert!(
+        per_attempt < 16 << 10,
+        "each update attempt wrote {per_attempt} bytes on average ({refusals} of 300 refused): the cleaner thrashes"
+    );
+    // Frees commit in the full pool, and make room again.
+    for o in objs.drain(..objs.len() / 4) {
+        pool.transaction(|tx| tx.free(o)).unwrap();
+    }
+    for _ in 0..200 {
+        pool.transaction(|tx| tx.alloc([7u64; 6])).unwrap();
+    }
+    for i in 0..500u64 {
+        let o = objs[i as usize % objs.len()];
+        pool.transaction(|tx| tx.write_bytes(o.offset(), &i.to_le_bytes()))
+            .unwrap();
+    }
+}

@@ -114,6 +114,10 @@ struct Book {
     digest: AtomicU64,
     /// Offset in the chunk where its last block ends (0 if none).
     end: AtomicU32,
+    /// Entries of the blocks.
+    entries: AtomicU64,
+    /// Data bytes of those entries.
+    data: AtomicU64,
 }
 
 impl Book {
@@ -122,6 +126,18 @@ impl Book {
         self.max_version.store(0, Ordering::Relaxed);
         self.digest.store(0, Ordering::Relaxed);
         self.end.store(0, Ordering::Relaxed);
+        self.entries.store(0, Ordering::Relaxed);
+        self.data.store(0, Ordering::Relaxed);
+    }
+
+    fn add(&self, book: ChunkBook) {
+        self.blocks.fetch_add(book.blocks, Ordering::Relaxed);
+        self.max_version
+            .fetch_max(book.max_version, Ordering::Relaxed);
+        self.digest.fetch_xor(book.digest, Ordering::Relaxed);
+        self.end.fetch_max(book.end, Ordering::Relaxed);
+        self.entries.fetch_add(book.entries, Ordering::Relaxed);
+        self.data.fetch_add(book.data, Ordering::Relaxed);
     }
 }
 
@@ -136,15 +152,53 @@ pub(crate) struct ChunkBook {
     pub digest: u64,
     /// Offset in the chunk where the last of them ends (0 if none).
     pub end: u32,
+    /// Entries of the blocks (0 when not known: read from a snapshot that did not
+    /// record them).
+    pub entries: u64,
+    /// Data bytes of those entries (0 when not known).
+    pub data: u64,
 }
 
 impl ChunkBook {
-    /// Adds a block (of `version`, fingerprint share `digest`, ending at `end`).
-    pub(crate) fn add(&mut self, version: u64, digest: u64, end: u32) {
-        self.blocks += 1;
-        self.max_version = self.max_version.max(version);
-        self.digest ^= digest;
-        self.end = self.end.max(end);
+    /// The book of one block: of `version`, fingerprint share `digest`, ending at
+    /// `end`, holding `entries` entries of `data` data bytes in all.
+    pub(crate) fn block(version: u64, digest: u64, end: u32, entries: u64, data: u64) -> Self {
+        ChunkBook {
+            blocks: 1,
+            max_version: version,
+            digest,
+            end,
+            entries,
+            data,
+        }
+    }
+
+    /// The book of decoded block `b` of chunk `chunk`.
+    pub(crate) fn of_block(chunk: u32, b: &super::layout::DecodedBlock) -> Self {
+        let data = b.entries.iter().map(|e| e.size as u64).sum();
+        let digest = super::layout::block_digest(chunk, b.offset, b.crc);
+        ChunkBook::block(b.version, digest, b.end, b.entries.len() as u64, data)
+    }
+
+    /// Adds the blocks of `other`.
+    pub(crate) fn add(&mut self, other: ChunkBook) {
+        self.blocks += other.blocks;
+        self.max_version = self.max_version.max(other.max_version);
+        self.digest ^= other.digest;
+        self.end = self.end.max(other.end);
+        self.entries += other.entries;
+        self.data += other.data;
+    }
+
+    /// `live` data bytes of the chunk with their share of entry headers (as many per
+    /// data byte as its entries have on average): what moving them costs, and what
+    /// they take in a log packed tight. `live` when the entries are not known.
+    pub(crate) fn with_headers(&self, live: i64) -> i64 {
+        if self.data == 0 || live <= 0 {
+            return live;
+        }
+        let headers = self.entries as u128 * super::layout::ENTRY_HEADER as u128;
+        live + (live as u128 * headers / self.data as u128) as i64
     }
 }
 
@@ -417,24 +471,11 @@ impl ChunkPool {
             .is_some_and(|s| s.load(Ordering::Acquire))
     }
 
-    /// Records a committed block (of `version`, fingerprint share `digest`, ending at
-    /// offset `end` of the chunk) in chunk `c`.
-    pub(crate) fn record_block(&self, c: u32, version: u64, digest: u64, end: u32) {
-        if let Some(b) = self.books.get(c as usize) {
-            b.blocks.fetch_add(1, Ordering::Relaxed);
-            b.max_version.fetch_max(version, Ordering::Relaxed);
-            b.digest.fetch_xor(digest, Ordering::Relaxed);
-            b.end.fetch_max(end, Ordering::Relaxed);
-        }
-    }
-
-    /// Records the committed blocks of chunk `c` at once (at open).
+    /// Records committed blocks in chunk `c`: one as it is written
+    /// ([`ChunkBook::block`]), or all of a chunk's at open.
     pub(crate) fn record_book(&self, c: u32, book: ChunkBook) {
         if let Some(b) = self.books.get(c as usize) {
-            b.blocks.fetch_add(book.blocks, Ordering::Relaxed);
-            b.max_version.fetch_max(book.max_version, Ordering::Relaxed);
-            b.digest.fetch_xor(book.digest, Ordering::Relaxed);
-            b.end.fetch_max(book.end, Ordering::Relaxed);
+            b.add(book);
         }
     }
 
@@ -447,6 +488,8 @@ impl ChunkPool {
                 max_version: b.max_version.load(Ordering::Relaxed),
                 digest: b.digest.load(Ordering::Relaxed),
                 end: b.end.load(Ordering::Relaxed),
+                entries: b.entries.load(Ordering::Relaxed),
+                data: b.data.load(Ordering::Relaxed),
             })
     }
 
@@ -602,6 +645,20 @@ impl ChunkPool {
     pub(crate) fn total_live_bytes(&self) -> i64 {
         self.live.iter().map(|l| l.load(Ordering::Relaxed)).sum()
     }
+
+    /// Live bytes of chunk `c` with their entry headers ([`ChunkBook::with_headers`]):
+    /// what the cleaner copies to move them.
+    pub(crate) fn live_with_headers(&self, c: u32) -> i64 {
+        self.book_of(c).with_headers(self.live_of(c))
+    }
+
+    /// Live bytes with their entry headers over all chunks: what the live data takes
+    /// in a log packed tight.
+    pub(crate) fn total_live_with_headers(&self) -> i64 {
+        (0..self.live.len() as u32)
+            .map(|c| self.live_with_headers(c))
+            .sum()
+    }
 }
 
 /// The chunk a log appends to.
@@ -668,5 +725,20 @@ mod tests {
         assert!(!chunks.checkpoint_fits(), "16 held, 13 free");
         chunks.hold_for_checkpoint(5);
         assert_eq!(chunks.available(), 13 - chunks.reserve() - 5);
+    }
+
+    #[test]
+    fn live_bytes_carry_their_share_of_entry_headers() {
+        let mut book = ChunkBook::default();
+        // Unknown entries: the live bytes as they are.
+        assert_eq!(book.with_headers(1000), 1000);
+        book.add(ChunkBook::block(5, 1, 2000, 10, 800));
+        book.add(ChunkBook::block(6, 2, 4000, 10, 1200));
+        assert_eq!((book.blocks, book.max_version, book.end), (2, 6, 4000));
+        assert_eq!((book.entries, book.data, book.digest), (20, 2000, 3));
+        // 20 headers of 8 bytes for 2,000 data bytes: 8% more.
+        assert_eq!(book.with_headers(1000), 1080);
+        assert_eq!(book.with_headers(2000), 2160);
+        assert_eq!(book.with_headers(0), 0);
     }
 }

@@ -37,7 +37,7 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
 use super::LogEngine;
-use super::chunks::{TailChunk, payload_start};
+use super::chunks::{ChunkBook, TailChunk, payload_start};
 use super::layout::{
     BLOCK_ALIGN, BlockScan, CHUNK_HEADER, ChunkHeader, DecodedEntry, END_MARK, ENTRY_HEADER,
     EntryRef, LogKind, PREAMBLE, block_digest, block_size, decode_block_into, encode_block,
@@ -248,7 +248,7 @@ impl Drop for CleanerThreads {
 struct Work {
     /// The cleaner's log set (made on the first pass that moves data).
     set: Option<LogSet>,
-    /// Victims of the pass: (live bytes, chunk).
+    /// Victims of the pass: (live bytes with their entry headers, chunk).
     victims: Vec<(i64, u32)>,
     /// The victim's bytes.
     bytes: Vec<u8>,
@@ -397,12 +397,16 @@ impl LogEngine {
             }
             let live = self.chunks.live_of(c);
             // A damaged chunk with live data is never a victim (its data is not
-            // moved); one with none is reclaimed like any other.
+            // moved); one with none is reclaimed like any other. What moving its live
+            // data costs counts the entry headers that go with it.
             if live <= limit
                 && self.chunks.max_version_in(c) <= w
                 && !(live > 0 && self.chunks.checks().is_damaged(c))
             {
-                victims.push((live, c));
+                let cost = self.chunks.live_with_headers(c);
+                if cost <= limit {
+                    victims.push((cost, c));
+                }
             }
         }
         victims.sort_unstable();
@@ -701,8 +705,9 @@ impl LogEngine {
             let digest = block_digest(tail.chunk, tail.offset, stored_crc(&set.scratch));
             self.media.write_nt(block_at as usize, &set.scratch);
             self.media.fence();
-            self.chunks
-                .record_block(tail.chunk, version, digest, end as u32);
+            let moved = now.iter().map(|p| p.len).sum();
+            let book = ChunkBook::block(version, digest, end as u32, now.len() as u64, moved);
+            self.chunks.record_book(tail.chunk, book);
             let mut to = block_at + PREAMBLE as u64;
             for p in now {
                 to += ENTRY_HEADER as u64;

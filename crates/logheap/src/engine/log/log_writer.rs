@@ -6,7 +6,7 @@
 //! the last block in each chunk, and new chunk headers are written with non-temporal
 //! stores and made durable by a single fence.
 
-use super::chunks::{ChunkGeometry, ChunkPool, TailChunk, TakenChunk, payload_start};
+use super::chunks::{ChunkBook, ChunkGeometry, ChunkPool, TailChunk, TakenChunk, payload_start};
 use super::commit_data::{Placed, Staged};
 use super::layout::{
     ChunkHeader, END_MARK, ENTRY_HEADER, LogKind, MAX_BLOCK_ENTRIES, PREAMBLE, block_digest,
@@ -19,7 +19,11 @@ const MIN_SPLIT: usize = 64;
 
 /// The pool has no free chunk for the transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct OutOfChunks;
+pub(crate) struct OutOfChunks {
+    /// Free chunks the transaction needs at least (those it had taken when it found
+    /// none, and one more).
+    pub needed: u64,
+}
 
 #[derive(Debug)]
 struct PlannedBlock {
@@ -187,7 +191,9 @@ impl LogWriter<'_> {
                     let need = block_size(1, e.len.min(MIN_SPLIT));
                     let fits = tail.is_some_and(|t| t.offset as usize + need <= chunk_size);
                     if !fits {
-                        let taken = pool.take().ok_or(OutOfChunks)?;
+                        let taken = pool.take().ok_or(OutOfChunks {
+                            needed: plan.taken.len() as u64 + 1,
+                        })?;
                         plan.taken.push(taken);
                         if let Some(t) = tail {
                             seal(geometry, t);
@@ -338,7 +344,9 @@ impl LogWriter<'_> {
         // The blocks are durable: book them, and let the cleaner have the chunks no log
         // appends to any more.
         for (b, &d) in plan.blocks.iter().zip(&plan.digests) {
-            pool.record_block(b.chunk, version, d, b.offset + b.size() as u32);
+            let end = b.offset + b.size() as u32;
+            let book = ChunkBook::block(version, d, end, b.count as u64, b.data as u64);
+            pool.record_book(b.chunk, book);
             if let Some(h) = &b.new_header {
                 pool.link(h.prev, b.chunk, h.kind);
             }

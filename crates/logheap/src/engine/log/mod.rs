@@ -67,10 +67,15 @@ pub(crate) const ROOT_HOME: u64 = 4096;
 /// Chunk generations reserved (durably) at each open; see [`LogEngine::open`].
 const GENERATION_RESERVATION: u64 = 1 << 40;
 /// Live bytes (as a fraction of a chunk's payload) below which a committer that found
-/// no free chunk cleans a chunk: a chunk more live than this costs more than ten bytes
-/// copied per byte gained, so a pool whose chunks are all that full is full
-/// (`PoolFull`), rather than ground through ever dearer cleaning passes.
-const URGENT_THRESHOLD: f64 = 0.9;
+/// no free chunk cleans a chunk (live bytes counted with their entry headers): a chunk
+/// more live than this costs more than twenty bytes copied per byte gained, so a pool
+/// whose chunks are all that full is full (`PoolFull`), rather than ground through
+/// ever dearer cleaning passes.
+const URGENT_THRESHOLD: f64 = 0.97;
+/// The share of the log that live data (with its entry headers) may fill: a commit that
+/// would grow it beyond fails with `PoolFull`. Below [`URGENT_THRESHOLD`], so that a
+/// full pool always has a victim worth cleaning, and stores and frees still commit.
+const FILL_LIMIT: f64 = 0.93;
 /// How long a committer that found no free chunk waits at most, each time it cleans
 /// inline, for a chunk (from cleaning, or reclaimed chunks passing their grace period).
 const GRACE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -98,6 +103,12 @@ pub(crate) struct LogScratch {
     /// lookups run under it (handed down, no pin of their own), and the mapping's other
     /// pins inside the transaction are nested: a counter increment instead of a fence.
     pin: Option<crossbeam_epoch::Guard>,
+    /// Free chunks the last commit that ran out of them needed at least (what
+    /// [`make_room`](Engine::make_room) waits for).
+    chunks_wanted: u64,
+    /// What that commit adds to the live data: the bytes (and entry headers) of its
+    /// allocations less the bytes it frees (stores into existing data add nothing).
+    growth: i64,
 }
 
 thread_local! {
@@ -519,15 +530,33 @@ impl LogEngine {
             .unwrap_or_else(|| LogSet::new(self.next_log_set.fetch_add(1, Ordering::Relaxed)))
     }
 
-    /// Whether a commit logging `bytes` of entry data could fit once the cleaner had
-    /// reclaimed the stale bytes it can afford to (those of chunks at most
-    /// [`URGENT_THRESHOLD`] live, so live data may fill that much of the log): when not,
-    /// waiting for the cleaner is pointless and the commit fails with `PoolFull` at once.
-    fn could_fit(&self, bytes: u64) -> bool {
+    /// Whether a commit adding `growth` bytes to the live data (its allocations, less
+    /// what it frees) could fit once the cleaner had reclaimed the stale bytes it can
+    /// afford to (those of chunks at most [`URGENT_THRESHOLD`] live, so live data may
+    /// fill that much of the log): when not, waiting for the cleaner is pointless and
+    /// the commit fails with `PoolFull` at once. Live data counts with its entry
+    /// headers, as the cleaner packs it. A commit that frees more than it allocates
+    /// always may wait: that is how a full pool is emptied.
+    fn could_fit(&self, growth: i64) -> bool {
+        if growth <= 0 {
+            return true;
+        }
+        // The room live data may fill: free chunks and sealed update chunks (the
+        // cleaner's reserve, the logs' tails, allocation records and checkpoints hold
+        // no data it can move). Filled to `FILL_LIMIT` of it, some victim is at most
+        // that live, below the urgent threshold: cleaning always gains.
         let payload = self.geometry.size - layout::CHUNK_HEADER as u64;
-        let usable = (self.geometry.count as u64).saturating_sub(self.chunks.reserve()) * payload;
-        let live = self.chunks.total_live_bytes().max(0) as u64;
-        (live + bytes) as f64 <= usable as f64 * URGENT_THRESHOLD
+        let sealed_updates = (0..self.geometry.count)
+            .filter(|&c| self.chunks.is_sealed(c) && !self.chunks.holds_records(c))
+            .count() as u64;
+        let room = (self
+            .chunks
+            .free_count()
+            .saturating_sub(self.chunks.reserve())
+            + sealed_updates)
+            * payload;
+        let live = self.chunks.total_live_with_headers();
+        (live + growth) as f64 <= room as f64 * FILL_LIMIT
     }
 
     /// Free chunks below which committing threads clean inline.
@@ -559,6 +588,9 @@ impl LogEngine {
             self.cleaner.settings.threshold
         };
         let clean = || if inline { self.clean(threshold) } else { 0 };
+        // A commit may need chunks in several logs at once: one free chunk is not
+        // room for it.
+        let wanted = s.chunks_wanted.max(1);
         let mut free = self.chunks.free_count();
         let cleaned = clean();
         // A chunk could be taken at some moment (another committer may take it first).
@@ -574,7 +606,7 @@ impl LogEngine {
             let start = std::time::Instant::now();
             let (mut waiting, mut moved) = (self.chunks.waiting(), start);
             for round in 0.. {
-                if self.chunks.available() > 0 {
+                if self.chunks.available() >= wanted {
                     came = true;
                     break;
                 }
@@ -624,7 +656,7 @@ impl LogEngine {
                 .store(self.geometry.count as u64 / 4 + 16, Ordering::Relaxed);
         }
         s.pin = Some(self.epoch.pin());
-        came || self.chunks.available() > 0
+        came || self.chunks.available() >= wanted
     }
 
     /// Engine figures.
@@ -845,7 +877,13 @@ impl Engine for LogEngine {
         s.held = Some(HeldLogSet::new(logs, &self.log_sets));
         match appended {
             Ok(_) => Ok(Persisted::Durable { payload }),
-            Err(_) => Err(Error::PoolFull),
+            Err(short) => {
+                s.chunks_wanted = short.needed;
+                let sizes = |list: &[(u64, u64)]| list.iter().map(|&(_, n)| n as i64).sum::<i64>();
+                s.growth = sizes(&a.allocs) + (a.allocs.len() * layout::ENTRY_HEADER) as i64
+                    - sizes(&a.frees);
+                Err(Error::PoolFull)
+            }
         }
     }
 
@@ -881,7 +919,7 @@ impl Engine for LogEngine {
     /// first is no sign of a full pool: then try again, within a time bound.
     fn make_room(&self, s: &mut LogScratch, since: std::time::Instant) -> bool {
         self.cleaner.enabled()
-            && self.could_fit(s.buffers.staging.len() as u64)
+            && self.could_fit(s.growth)
             && since.elapsed() <= GRACE_WAIT
             && self.clean_inline(s, true)
     }

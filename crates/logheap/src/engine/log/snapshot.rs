@@ -53,8 +53,12 @@ use super::superblock::{CloseRecord, SnapshotLocator};
 use crate::media::Media;
 use integer_encoding::VarInt;
 
-/// The payload magic of the varint format with a chunk table, written now.
-const PAYLOAD_MAGIC_TABLE: [u8; 8] = *b"LHSNAP03";
+/// The payload magic of the varint format with a chunk table whose records hold their
+/// chunk's entry and data byte counts, written now.
+const PAYLOAD_MAGIC_TABLE: [u8; 8] = *b"LHSNAP04";
+/// The payload magic of the varint format with a chunk table without those counts
+/// (still read: the counts are then unknown, 0).
+const PAYLOAD_MAGIC_TABLE_03: [u8; 8] = *b"LHSNAP03";
 /// The payload magic of the varint format without a chunk table (still read; written
 /// when the log's chunk headers cannot all be read at close).
 const PAYLOAD_MAGIC: [u8; 8] = *b"LHSNAP02";
@@ -88,7 +92,8 @@ const ALLOCATION_BYTES: usize = 16;
 /// a tenth of it. The shape is checked once, when a payload is read; the pieces and
 /// allocations are decoded again as they are used.
 ///
-/// A payload of the `LHSNAP03` format goes on with a *chunk table*: a record of every
+/// A payload of the `LHSNAP04` format (and of `LHSNAP03`, whose records lack the entry
+/// and data byte counts) goes on with a *chunk table*: a record of every
 /// chunk in a log (its index, header and book, in index order; [`ChunkRecord`]), so
 /// that an open need not read the log to know the logs' chains, their tails and the
 /// chunk books, and can check each chunk later ([`super::chunk_checks`]); then the
@@ -102,6 +107,8 @@ pub(crate) struct Snapshot {
     next: Encoder,
     /// Where the chunk table starts, with its record count, when there is one.
     table: Option<(usize, u64)>,
+    /// Its records hold their chunk's entry and data byte counts (`LHSNAP04`).
+    table_counts: bool,
 }
 
 /// Two snapshots are equal when their payloads are (the rest follows from it).
@@ -158,8 +165,9 @@ impl Encoder {
 
 /// Appends chunk record `r` (after one of index `prev_index`) to `out`: the index less
 /// the previous one's, the kind with the zeroed flag (bit 7), owner, generation,
-/// previous chunk plus one (0: none), sequence number, blocks, largest version and end
-/// offset as varints, then the fingerprint share as a little-endian u64.
+/// previous chunk plus one (0: none), sequence number, blocks, largest version, end
+/// offset, entries and data bytes as varints, then the fingerprint share as a
+/// little-endian u64.
 fn push_chunk_record(out: &mut Vec<u8>, prev_index: u32, r: &ChunkRecord) {
     let h = &r.header;
     push_var(out, r.index.wrapping_sub(prev_index));
@@ -171,12 +179,20 @@ fn push_chunk_record(out: &mut Vec<u8>, prev_index: u32, r: &ChunkRecord) {
     push_var(out, r.book.blocks);
     push_var(out, r.book.max_version);
     push_var(out, r.book.end);
+    push_var(out, r.book.entries);
+    push_var(out, r.book.data);
     out.extend_from_slice(&r.book.digest.to_le_bytes());
 }
 
 /// The chunk record at `*at` in `b` (after one of index `prev_index`), moving `at`
-/// past it; `None` when it does not decode.
-fn read_chunk_record(b: &[u8], at: &mut usize, prev_index: u32) -> Option<ChunkRecord> {
+/// past it; `None` when it does not decode. `counts`: the record holds the entry and
+/// data byte counts (`LHSNAP04`; else they are 0).
+fn read_chunk_record(
+    b: &[u8],
+    at: &mut usize,
+    prev_index: u32,
+    counts: bool,
+) -> Option<ChunkRecord> {
     let index = prev_index.wrapping_add(read_var::<u32>(b, at)?);
     let kind_byte = read_var::<u8>(b, at)?;
     let owner = read_var::<u32>(b, at)?;
@@ -189,6 +205,11 @@ fn read_chunk_record(b: &[u8], at: &mut usize, prev_index: u32) -> Option<ChunkR
     let blocks = read_var::<u64>(b, at)?;
     let max_version = read_var::<u64>(b, at)?;
     let end = read_var::<u32>(b, at)?;
+    let (entries, data) = if counts {
+        (read_var::<u64>(b, at)?, read_var::<u64>(b, at)?)
+    } else {
+        (0, 0)
+    };
     let digest = u64_at(b.get(*at..*at + 8)?, 0);
     *at += 8;
     Some(ChunkRecord {
@@ -206,6 +227,8 @@ fn read_chunk_record(b: &[u8], at: &mut usize, prev_index: u32) -> Option<ChunkR
             max_version,
             digest,
             end,
+            entries,
+            data,
         },
     })
 }
@@ -250,6 +273,7 @@ impl Snapshot {
             payload,
             next: Encoder::default(),
             table: None,
+            table_counts: false,
         }
     }
 
@@ -270,6 +294,7 @@ impl Snapshot {
         self.payload.extend_from_slice(&len.to_le_bytes());
         self.payload[..8].copy_from_slice(&PAYLOAD_MAGIC_TABLE);
         self.table = Some((start, records.len() as u64));
+        self.table_counts = true;
     }
 
     /// The chunk table's records, in index order, when the snapshot has one.
@@ -280,7 +305,7 @@ impl Snapshot {
         let mut out = Vec::with_capacity(count as usize);
         for _ in 0..count {
             // The shape was checked when the payload was made or read.
-            let r = read_chunk_record(&self.payload, &mut at, prev)?;
+            let r = read_chunk_record(&self.payload, &mut at, prev, self.table_counts)?;
             prev = r.index;
             out.push(r);
         }
@@ -351,9 +376,13 @@ impl Snapshot {
         if b.len() >= PAYLOAD_HEADER && b[..8] == PAYLOAD_MAGIC_FIXED {
             return Snapshot::decode_fixed(payload);
         }
+        let counts = b.get(..8) == Some(&PAYLOAD_MAGIC_TABLE[..]);
         let table = match b.get(..8) {
             Some(m) if b.len() >= PAYLOAD_HEADER && m == PAYLOAD_MAGIC => None,
-            Some(m) if b.len() >= PAYLOAD_HEADER + TABLE_TRAILER && m == PAYLOAD_MAGIC_TABLE => {
+            Some(m)
+                if b.len() >= PAYLOAD_HEADER + TABLE_TRAILER
+                    && (m == PAYLOAD_MAGIC_TABLE || m == PAYLOAD_MAGIC_TABLE_03) =>
+            {
                 let trailer = b.len() - TABLE_TRAILER;
                 let (count, len) = (u64_at(b, trailer), u64_at(b, trailer + 8));
                 // A record takes 17 bytes at least.
@@ -363,7 +392,7 @@ impl Snapshot {
                 let start = trailer - len as usize;
                 let (mut at, mut prev) = (start, 0);
                 for i in 0..count {
-                    let r = read_chunk_record(b, &mut at, prev)
+                    let r = read_chunk_record(b, &mut at, prev, counts)
                         .filter(|r| i == 0 || r.index > prev)
                         .ok_or_else(|| format!("snapshot chunk record {i} does not decode"))?;
                     prev = r.index;
@@ -412,6 +441,7 @@ impl Snapshot {
             allocations_at,
             next,
             table,
+            table_counts: counts,
         })
     }
 
@@ -926,5 +956,89 @@ mod tests {
         assert!(ok(vec![p(1 << 20, 8, CHUNK + 64)]).is_err());
         assert!(ok(vec![p(1 << 20, 8, 64 * CHUNK + 64)]).is_err());
         assert!(ok(vec![p(1 << 20, u64::MAX, 64)]).is_err());
+    }
+
+    fn records() -> Vec<ChunkRecord> {
+        let header = |prev| ChunkHeader {
+            kind: LogKind::Update,
+            zeroed: true,
+            owner: 3,
+            generation: 1 << 33,
+            prev,
+            seq: prev.map_or(0, |_| 1),
+        };
+        let book = ChunkBook {
+            blocks: 7,
+            max_version: 1234,
+            digest: 0xfeed_beef_0123_4567,
+            end: 30_000,
+            entries: 250,
+            data: 21_000,
+        };
+        vec![
+            ChunkRecord {
+                index: 4,
+                header: header(None),
+                book,
+            },
+            ChunkRecord {
+                index: 9,
+                header: header(Some(4)),
+                book: ChunkBook { blocks: 1, ..book },
+            },
+        ]
+    }
+
+    #[test]
+    fn the_chunk_table_round_trips_with_its_counts() {
+        let (media, geometry) = setup();
+        let mut snap = sample(300);
+        snap.push_chunk_table(&records());
+        assert_eq!(snap.chunk_records(), Some(records()));
+        let locator = snap.write(&media, &geometry, &[20, 21, 22]).unwrap();
+        let read = Snapshot::read(&media, &geometry, &locator).unwrap();
+        assert_eq!(read.chunk_records(), Some(records()));
+        assert_eq!(read.pieces().count(), 300);
+    }
+
+    #[test]
+    fn a_table_without_counts_is_still_read() {
+        // The `LHSNAP03` table: each record without its entry and data counts.
+        let mut snap = sample(10);
+        let start = snap.payload.len();
+        let mut prev = 0;
+        for r in records() {
+            let mut full = Vec::new();
+            push_chunk_record(&mut full, prev, &r);
+            // Drop the two count varints before the 8-byte digest.
+            let counts = {
+                let mut c = Vec::new();
+                push_var(&mut c, r.book.entries);
+                push_var(&mut c, r.book.data);
+                c.len()
+            };
+            let digest_at = full.len() - 8;
+            full.drain(digest_at - counts..digest_at);
+            snap.payload.extend_from_slice(&full);
+            prev = r.index;
+        }
+        let len = (snap.payload.len() - start) as u64;
+        snap.payload.extend_from_slice(&2u64.to_le_bytes());
+        snap.payload.extend_from_slice(&len.to_le_bytes());
+        snap.payload[..8].copy_from_slice(&PAYLOAD_MAGIC_TABLE_03);
+        let read = Snapshot::decode(snap.payload.clone()).unwrap();
+        let want: Vec<ChunkRecord> = records()
+            .into_iter()
+            .map(|r| ChunkRecord {
+                book: ChunkBook {
+                    entries: 0,
+                    data: 0,
+                    ..r.book
+                },
+                ..r
+            })
+            .collect();
+        assert_eq!(read.chunk_records(), Some(want));
+        assert_eq!(read.pieces().count(), 10);
     }
 }

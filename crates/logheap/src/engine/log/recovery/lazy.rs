@@ -20,7 +20,7 @@ use crate::engine::log::checkpoint::Seed;
 use crate::engine::log::chunk_checks::ChunkRecord;
 use crate::engine::log::chunks::{ChunkBook, ChunkGeometry, TailChunk, payload_start};
 use crate::engine::log::damage::Damage;
-use crate::engine::log::layout::{CHUNK_HEADER, HeaderState, LogKind, block_digest};
+use crate::engine::log::layout::{CHUNK_HEADER, HeaderState, LogKind};
 use crate::engine::log::mapping::Mapping;
 use crate::engine::log::snapshot::Snapshot;
 use crate::engine::log::superblock::{CloseRecord, Marks, SnapshotLocator};
@@ -306,7 +306,7 @@ pub(crate) fn check_chunk(
     }
     let mut book = ChunkBook::default();
     for b in &c.blocks {
-        book.add(b.version, block_digest(r.index, b.offset, b.crc), b.end);
+        book.add(ChunkBook::of_block(r.index, b));
     }
     if (book.blocks, book.max_version, book.digest)
         != (r.book.blocks, r.book.max_version, r.book.digest)

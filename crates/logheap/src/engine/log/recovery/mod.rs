@@ -563,7 +563,7 @@ fn book_of(c: &scan::ScannedChunk, verdict: &rules::Verdict) -> ChunkBook {
     let mut book = ChunkBook::default();
     for b in &c.blocks {
         if !verdict.uncommitted.contains(&b.version) {
-            book.add(b.version, block_digest(c.index, b.offset, b.crc), b.end);
+            book.add(ChunkBook::of_block(c.index, b));
         }
     }
     book
