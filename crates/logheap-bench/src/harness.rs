@@ -2,7 +2,8 @@
 //! any number of threads, and the figures of that phase.
 //!
 //! Besides the engines the library knows by name, `log-cleaning` is the log engine in
-//! the paper's "LSNVMM-Cleaning" setting ([`LOG_CLEANING`]); with
+//! the paper's "LSNVMM-Cleaning" setting ([`LOG_CLEANING`]) and `log-mixed` the log
+//! engine with one log for stores and new objects' data ([`LOG_MIXED`]); with
 //! [`RunSpec::utilisation`] the pool is sized so that the preloaded data fills that
 //! share of the log, so the cleaner works throughout the measured phase (Fig. 11); and
 //! the fragmentation workloads run through [`crate::fragmentation`] (Fig. 9).
@@ -93,14 +94,22 @@ impl Default for FragOptions {
 pub const LOG_CLEANING: &str = "log-cleaning";
 /// Commits between the cleaning passes of [`LOG_CLEANING`].
 pub const CLEAN_EVERY: u64 = 1000;
+/// The engine name of the log engine with new objects' initial data in the update log
+/// rather than a log of its own (`Config::separate_initial_data(false)`): the baseline
+/// of Fig. 10 of "Log-structured Non-volatile Main Memory" (one log for stores and
+/// allocations, against the separate logs of `log`).
+pub const LOG_MIXED: &str = "log-mixed";
 
-/// The pool configuration of a logheap engine name (the library's names and
-/// [`LOG_CLEANING`]).
+/// The pool configuration of a logheap engine name (the library's names,
+/// [`LOG_CLEANING`] and [`LOG_MIXED`]).
 pub fn config_for(engine: &str) -> Result<Config, String> {
     if engine == LOG_CLEANING {
         return Ok(Config::default()
             .clean_threshold(0.5)
             .clean_every(CLEAN_EVERY));
+    }
+    if engine == LOG_MIXED {
+        return Ok(Config::default().separate_initial_data(false));
     }
     Ok(Config::default().engine(engine.parse::<EngineConfig>()?))
 }

@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use indicatif::{ProgressBar, ProgressStyle};
 use logheap::{Emulation, MappingConfig};
 use logheap_bench::fragmentation::{GLIBC, JEMALLOC, is_dram_allocator};
-use logheap_bench::harness::LOG_CLEANING;
+use logheap_bench::harness::{LOG_CLEANING, LOG_MIXED};
 use logheap_bench::pmdk::{self, pmdk_available};
 use logheap_bench::{
     FragOptions, RunSpec, Workload, alloc_batch, alloc_bench, report, run_reporting,
@@ -413,7 +413,7 @@ fn check_plan(runs: &[Planned]) -> Result<(), String> {
                 .collect();
             known.dedup();
             return Err(format!(
-                "--engine {engine}: {e}; the engines built are {}, {LOG_CLEANING}, redo, undo, redo-fastlog, undo-fastlog, undo-nt, undo-uc, undo-adaptive, oop, hoop{}, and for the fragmentation workloads {GLIBC} and {JEMALLOC}",
+                "--engine {engine}: {e}; the engines built are {}, {LOG_CLEANING}, {LOG_MIXED}, redo, undo, redo-fastlog, undo-fastlog, undo-nt, undo-uc, undo-adaptive, oop, hoop{}, and for the fragmentation workloads {GLIBC} and {JEMALLOC}",
                 known.join(", "),
                 if pmdk_available() {
                     ", the peer engine pmdk"

@@ -183,6 +183,14 @@ impl Config {
         self.log_option("clean_every", |o| o.clean_every = commits)
     }
 
+    /// Sets whether the log engine puts new objects' initial data in a log of its own
+    /// (see [`LogOptions::separate_initial_data`]).
+    pub fn separate_initial_data(self, separate: bool) -> Self {
+        self.log_option("separate_initial_data", |o| {
+            o.separate_initial_data = separate
+        })
+    }
+
     /// Sets how `undo` persists its home stores (see
     /// [`UndoOptions::persist_policy`](crate::UndoOptions::persist_policy)).
     pub fn persist_policy(mut self, policy: PersistPolicy) -> Self {

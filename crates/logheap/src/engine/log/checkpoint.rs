@@ -78,7 +78,7 @@ pub(crate) fn records_of_chunk(
     let kind = match header.kind {
         LogKind::Alloc => RecordKind::Allocation,
         LogKind::Dealloc => RecordKind::Free,
-        LogKind::Update => return,
+        LogKind::Update | LogKind::Initial => return,
     };
     let mut at = payload_start() as usize;
     while let BlockScan::Block(b) = decode_block_into(bytes, chunk, header.generation, at, decoded)

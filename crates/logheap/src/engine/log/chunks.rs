@@ -533,7 +533,7 @@ impl ChunkPool {
     /// so the cleaner never sees a sealed chunk whose successor it does not know.
     pub(crate) fn link(&self, prev: Option<u32>, c: u32, kind: LogKind) {
         if let Some(r) = self.records.get(c as usize) {
-            r.store(kind != LogKind::Update, Ordering::Release);
+            r.store(!kind.holds_data(), Ordering::Release);
         }
         let mut links = lock(&self.links);
         if let Some(slot) = links.prev.get_mut(c as usize) {

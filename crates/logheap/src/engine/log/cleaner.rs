@@ -517,7 +517,7 @@ impl LogEngine {
     fn clean_victim(&self, work: &mut Work, victim: u32, w: u64) -> bool {
         let Some(header) = self
             .header_of(victim)
-            .filter(|h| h.kind == LogKind::Update && self.chunks.max_version_in(victim) <= w)
+            .filter(|h| h.kind.holds_data() && self.chunks.max_version_in(victim) <= w)
         else {
             return false;
         };

@@ -3,10 +3,10 @@
 //!
 //! - its writes, resolved into non-overlapping spans (later writes win);
 //! - writes into objects it allocates become part of their allocation image (zeros
-//!   overlaid with those writes), logged in the *update* log (the allocation log holds
-//!   only the allocation records, so the cleaner, which cleans update logs, can move and
-//!   reclaim initial data like any other data); writes into objects it frees are
-//!   dropped; no byte is logged twice;
+//!   overlaid with those writes), logged in the *initial-data* log (or, when the logs
+//!   are not separate, in the update log; the allocation log holds only the allocation
+//!   records, so the cleaner can move and reclaim initial data like any other data);
+//!   writes into objects it frees are dropped; no byte is logged twice;
 //! - with group update ("Log-structured Non-volatile Main Memory", USENIX ATC 2017,
 //!   §3.2), address-contiguous update spans become one entry (and one mapping update);
 //! - entries longer than [`MAX_ENTRY_DATA`] are split.
@@ -65,8 +65,8 @@ pub(crate) struct CommitBuffers {
     runs: Vec<(u64, usize, usize)>,
     /// Bytes of every staged entry.
     pub staging: Vec<u8>,
-    /// Entries of the update, allocation and deallocation logs (in [`LogKind`] order).
-    pub logs: [Vec<Staged>; 3],
+    /// Entries of each log (in [`LogKind`] order).
+    pub logs: [Vec<Staged>; 4],
     /// Where the logged data went.
     pub placed: Vec<Placed>,
 }
@@ -89,7 +89,9 @@ fn push_data(out: &mut Vec<Staged>, home: u64, at: usize, len: usize) {
 
 impl CommitBuffers {
     /// Stages the entries of a transaction: `writes`; `allocs`, sorted by home; `frees`;
-    /// and objects it allocated and freed again (`dropped`). Returns the payload: the
+    /// and objects it allocated and freed again (`dropped`). The images of new objects
+    /// go to the initial-data log when `separate_initial` is set, else to the update
+    /// log. Returns the payload: the
     /// distinct bytes the transaction changes (resolved writes outside new objects,
     /// plus every new object whole), so write amplification compares media traffic with
     /// the state change made durable.
@@ -100,6 +102,7 @@ impl CommitBuffers {
         frees: &[(u64, u64)],
         dropped: &[(u64, u64)],
         group_update: bool,
+        separate_initial: bool,
     ) -> u64 {
         writes.resolve_into(&mut self.resolve, &mut self.spans);
         self.staging.clear();
@@ -109,12 +112,17 @@ impl CommitBuffers {
         }
         // Allocation records and images (zeros, overlaid below).
         self.cutters.clear();
-        let [update, alloc, dealloc] = &mut self.logs;
+        let [update, alloc, dealloc, initial] = &mut self.logs;
         for &(home, size) in allocs {
             stage_record(&mut self.staging, alloc, home, size);
             let image = self.staging.len();
             self.staging.resize(image + size as usize, 0);
-            push_data(update, home, image, size as usize);
+            let log = if separate_initial {
+                &mut *initial
+            } else {
+                &mut *update
+            };
+            push_data(log, home, image, size as usize);
             self.cutters.push(Cutter {
                 start: home,
                 end: home + size,
@@ -243,18 +251,18 @@ mod tests {
         ws.push(300, &[4; 4]);
         ws.push(304, &[5; 4]); // contiguous with the previous: merged
         let mut b = CommitBuffers::default();
-        let payload = b.stage(&ws, &[(104, 16)], &[(196, 16)], &[], true);
+        let payload = b.stage(&ws, &[(104, 16)], &[(196, 16)], &[], true, false);
         let mut image = vec![1u8; 6];
         image.extend([2u8; 10]);
-        assert_eq!(
-            staged(&b, LogKind::Update),
-            vec![
-                (104, false, image),
-                (100, false, vec![1; 4]),
-                (120, false, vec![2; 10]),
-                (300, false, vec![4, 4, 4, 4, 5, 5, 5, 5]),
-            ]
-        );
+        let stores = vec![
+            (100, false, vec![1; 4]),
+            (120, false, vec![2; 10]),
+            (300, false, vec![4, 4, 4, 4, 5, 5, 5, 5]),
+        ];
+        let mut mixed = vec![(104, false, image.clone())];
+        mixed.extend(stores.clone());
+        assert_eq!(staged(&b, LogKind::Update), mixed);
+        assert!(b.log(LogKind::Initial).is_empty());
         assert_eq!(
             staged(&b, LogKind::Alloc),
             vec![(104, true, 16u64.to_le_bytes().to_vec())]
@@ -265,8 +273,13 @@ mod tests {
         );
         assert_eq!(payload, 16 + 4 + 10 + 8);
         // Without group update, the contiguous writes stay two entries.
-        b.stage(&ws, &[(104, 16)], &[(196, 16)], &[], false);
+        b.stage(&ws, &[(104, 16)], &[(196, 16)], &[], false, false);
         assert_eq!(b.log(LogKind::Update).len(), 5);
+        // Separate logs: the image goes to the initial-data log, the stores stay.
+        let again = b.stage(&ws, &[(104, 16)], &[(196, 16)], &[], true, true);
+        assert_eq!(again, payload);
+        assert_eq!(staged(&b, LogKind::Update), stores);
+        assert_eq!(staged(&b, LogKind::Initial), vec![(104, false, image)]);
     }
 
     #[test]
@@ -274,11 +287,11 @@ mod tests {
         let mut ws = WriteSet::default();
         ws.push(0, &vec![7; MAX_ENTRY_DATA + 5]);
         let mut b = CommitBuffers::default();
-        b.stage(&ws, &[], &[], &[], true);
+        b.stage(&ws, &[], &[], &[], true, true);
         let lens: Vec<usize> = b.log(LogKind::Update).iter().map(|s| s.len).collect();
         assert_eq!(lens, vec![MAX_ENTRY_DATA, 5]);
         assert!(!b.is_empty());
-        b.stage(&WriteSet::default(), &[], &[], &[], true);
+        b.stage(&WriteSet::default(), &[], &[], &[], true, true);
         assert!(b.is_empty());
     }
 }

@@ -28,10 +28,12 @@
 //! both the version and the peer word).
 //!
 //! **Entry**: a header word — home offset (47 bits), tombstone bit, data size (16 bits) —
-//! then `size` data bytes. In the update log entries carry data. In the allocation log an
-//! entry with the tombstone bit set is an *allocation record* (8 data bytes: the object's
-//! length; the object's initial data goes to the update log, as any store); in the
-//! deallocation log every entry is a *free record* (tombstone bit, 8 data bytes: the length freed).
+//! then `size` data bytes. In the update log entries carry data; so do they in the
+//! initial-data log, which holds the images of the objects transactions allocate (with
+//! `Config::separate_initial_data(false)` they go to the update log). In the allocation
+//! log an entry with the tombstone bit set is an *allocation record* (8 data bytes: the
+//! object's length); in the deallocation log every entry is a *free record* (tombstone
+//! bit, 8 data bytes: the length freed).
 
 pub(crate) use crate::bytes::{u32_at, u64_at};
 
@@ -66,10 +68,21 @@ pub(crate) enum LogKind {
     Alloc = 2,
     /// Free records (tombstones).
     Dealloc = 3,
+    /// The initial data of new objects (their images): data like the update log's,
+    /// kept apart from stores ("Log-structured Non-volatile Main Memory", §3.4,
+    /// separate logs: stores die young, new objects live long, so chunks of stores
+    /// alone are more often wholly stale and reclaimed without copying).
+    Initial = 4,
 }
 
 impl LogKind {
-    pub(crate) const ALL: [LogKind; 3] = [LogKind::Update, LogKind::Alloc, LogKind::Dealloc];
+    /// Every kind, in the order a transaction's blocks are written and linked.
+    pub(crate) const ALL: [LogKind; 4] = [
+        LogKind::Update,
+        LogKind::Alloc,
+        LogKind::Dealloc,
+        LogKind::Initial,
+    ];
 
     pub(crate) fn from_byte(b: u8) -> Option<LogKind> {
         LogKind::ALL.into_iter().find(|k| *k as u8 == b)
@@ -77,6 +90,12 @@ impl LogKind {
 
     pub(crate) fn index(self) -> usize {
         self as usize - 1
+    }
+
+    /// Whether its entries are data (mapped and cleaned chunk by chunk), not records
+    /// (which leave the pool through allocation checkpoints).
+    pub(crate) fn holds_data(self) -> bool {
+        matches!(self, LogKind::Update | LogKind::Initial)
     }
 }
 

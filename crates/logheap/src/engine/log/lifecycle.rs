@@ -64,6 +64,7 @@ impl EngineLifecycle for LogEngine {
                 every: options.clean_every,
             },
             options.home_cache,
+            options.separate_initial_data,
             config.salvage,
         )
     }

@@ -1,7 +1,7 @@
-//! Log sets ([`LogSet`]: one committer's three logs), and appending a transaction to
+//! Log sets ([`LogSet`]: one committer's four logs), and appending a transaction to
 //! its log set ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §4.2): the
 //! entries of each log are packed into transaction blocks, splitting an entry where a
-//! chunk ends and continuing in a new chunk; all blocks of the transaction, in all three
+//! chunk ends and continuing in a new chunk; all blocks of the transaction, in all four
 //! logs, are linked into one cycle by their peer pointers. Blocks, the end mark after
 //! the last block in each chunk, and new chunk headers are written with non-temporal
 //! stores and made durable by a single fence.
@@ -66,12 +66,12 @@ pub(crate) struct LogTail {
     pub current: Option<TailChunk>,
 }
 
-/// One committer's three logs (update, allocation, deallocation). A committing
+/// One committer's four logs (update, allocation, deallocation, initial data). A committing
 /// transaction checks a log set out, so concurrent commits append to different logs.
 #[derive(Debug)]
 pub(crate) struct LogSet {
     pub id: u32,
-    pub tails: [LogTail; 3],
+    pub tails: [LogTail; 4],
     /// Where blocks are encoded before they are written (reused by every commit).
     pub scratch: Vec<u8>,
     /// Where commits are planned (reused by every commit).
@@ -124,7 +124,7 @@ impl LogSet {
     pub(crate) fn new(id: u32) -> LogSet {
         LogSet {
             id,
-            tails: [LogTail::default(); 3],
+            tails: [LogTail::default(); 4],
             scratch: Vec::new(),
             plan: Plan::default(),
         }
@@ -260,8 +260,8 @@ impl LogWriter<'_> {
         Ok(())
     }
 
-    /// Writes one transaction's staged entries (per log: update, allocation,
-    /// deallocation; their bytes in `staging`) at `version` and makes them durable with
+    /// Writes one transaction's staged entries (per log, in [`LogKind`] order; their
+    /// bytes in `staging`) at `version` and makes them durable with
     /// one fence. Puts where each data
     /// entry's bytes went into `placed` (cleared first) and returns the number of blocks
     /// written and their share of the log's fingerprint
@@ -270,7 +270,7 @@ impl LogWriter<'_> {
     pub(crate) fn append(
         &self,
         set: &mut LogSet,
-        logs: [&[Staged]; 3],
+        logs: [&[Staged]; 4],
         staging: &[u8],
         version: u64,
         placed: &mut Vec<Placed>,

@@ -202,6 +202,9 @@ pub(crate) struct LogEngine {
     epoch: PoolEpoch,
     /// The DRAM home cache (`None`: reads go through the mapping).
     home_cache: Option<home_cache::HomeCache>,
+    /// New objects' initial data goes to the initial-data logs, not the update logs
+    /// ([`LogOptions::separate_initial_data`]).
+    separate_initial: bool,
     /// The pool file (its media is `media`).
     file: PoolFile,
 }
@@ -265,6 +268,7 @@ impl LogEngine {
         recovery_threads: usize,
         cleaning: CleanerSettings,
         home_cache_bytes: u64,
+        separate_initial: bool,
         salvage: bool,
     ) -> Result<LogEngine> {
         mapping.check().map_err(Error::InvalidConfig)?;
@@ -389,6 +393,7 @@ impl LogEngine {
             epoch,
             home_cache: (home_cache_bytes > 0)
                 .then(|| home_cache::HomeCache::new(home_cache_bytes, HOME_LIMIT.trailing_zeros())),
+            separate_initial,
             file,
         })
     }
@@ -840,8 +845,8 @@ impl Engine for LogEngine {
         }
     }
 
-    /// Appends the transaction's blocks to a log set (update, allocation and
-    /// deallocation logs) with one fence.
+    /// Appends the transaction's blocks to a log set (its update, allocation,
+    /// deallocation and initial-data logs) with one fence.
     fn persist(&self, set: &CommitSet<'_>, s: &mut LogScratch) -> Result<Persisted> {
         let b = &mut s.buffers;
         let a = set.allocs;
@@ -851,6 +856,7 @@ impl Engine for LogEngine {
             &a.frees,
             &a.alloc_then_freed,
             self.mapping.config().group_update,
+            self.separate_initial,
         );
         if b.is_empty() {
             return Ok(Persisted::Nothing);
@@ -866,10 +872,10 @@ impl Engine for LogEngine {
             geometry: &self.geometry,
             pool: &self.chunks,
         };
-        let [update, alloc, dealloc] = &b.logs;
+        let [update, alloc, dealloc, initial] = &b.logs;
         let appended = writer.append(
             &mut logs,
-            [update, alloc, dealloc],
+            [update, alloc, dealloc, initial],
             &b.staging,
             set.version,
             &mut b.placed,

@@ -68,8 +68,10 @@ pub(super) fn check_entry(
                 )),
             }
         }
-        (LogKind::Alloc, false) | (LogKind::Update, false) => Ok(Meaning::Data),
-        (LogKind::Update, true) => Err("a tombstone entry in an update log".into()),
+        (LogKind::Alloc | LogKind::Update | LogKind::Initial, false) => Ok(Meaning::Data),
+        (LogKind::Update | LogKind::Initial, true) => {
+            Err(format!("a tombstone entry in an {kind:?} log"))
+        }
     }
 }
 
@@ -89,7 +91,10 @@ pub(crate) fn replay(
     let phases = |kind: LogKind| match kind {
         LogKind::Dealloc => [Some(Phase::Frees), None],
         LogKind::Alloc => [Some(Phase::Allocations), Some(Phase::InitialData)],
-        LogKind::Update => [Some(Phase::Updates), None],
+        // Initial data in its own log is replayed as the update log's is (a
+        // transaction's stores into its new objects are part of their images, so the
+        // two never overlap within a version).
+        LogKind::Update | LogKind::Initial => [Some(Phase::Updates), None],
     };
     let mut order: Vec<(u64, Phase, usize, usize)> = Vec::new();
     for (ci, ch) in scan.chunks.iter().enumerate() {

@@ -40,6 +40,7 @@ pub(crate) fn log_kind_name(kind: LogKind) -> &'static str {
         LogKind::Update => "update",
         LogKind::Alloc => "allocation",
         LogKind::Dealloc => "deallocation",
+        LogKind::Initial => "initial-data",
     }
 }
 
