@@ -204,6 +204,7 @@ mod tests {
             cleaner_threads: 0,
             alloc_batch: batch,
             home_cache: None,
+            node_cache: None,
             data_checksums: false,
         }
     }

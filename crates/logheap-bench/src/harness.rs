@@ -57,6 +57,9 @@ pub struct RunSpec {
     /// The home cache's budget in bytes on the log engines that have one (`None`: the
     /// engine name's default; refused on an engine without the cache).
     pub home_cache: Option<u64>,
+    /// Entries of each thread's mapping node cache on the log engines that have one
+    /// (`None`: the default, 8,192; refused on an engine without it).
+    pub node_cache: Option<usize>,
     /// Data checksums on the in-place engines ([`logheap::Config::data_checksums`];
     /// refused on the log engines).
     pub data_checksums: bool,
@@ -433,6 +436,20 @@ pub fn run_reporting(
             }
         };
     }
+    if let Some(entries) = spec.node_cache {
+        config = match config.engine {
+            EngineConfig::Log(o) if o.mapping.node_cache => {
+                config.engine(o.node_cache_entries(entries))
+            }
+            _ => {
+                return Err(format!(
+                    "--node-cache: engine {} has no mapping node cache (log, log-2l-gu-c and log-2l-gu-c-skiplist have)",
+                    spec.engine
+                )
+                .into());
+            }
+        };
+    }
     if spec.data_checksums {
         config = config.data_checksums(true);
     }
@@ -744,6 +761,7 @@ mod tests {
             cleaner_threads: 0,
             alloc_batch: 1,
             home_cache: None,
+            node_cache: None,
             data_checksums: false,
         }
     }

@@ -713,6 +713,7 @@ mod tests {
                 cleaner_threads: 0,
                 alloc_batch: 1,
                 home_cache: None,
+                node_cache: None,
                 data_checksums: false,
             };
             let r = crate::run(&spec).unwrap();

@@ -191,6 +191,12 @@ impl Config {
         })
     }
 
+    /// Sets the entries of each thread's node cache on the log engine (see
+    /// [`LogOptions::node_cache_entries`]).
+    pub fn node_cache_entries(self, entries: usize) -> Self {
+        self.log_option("node_cache_entries", |o| o.node_cache_entries = entries)
+    }
+
     /// Sets how `undo` persists its home stores (see
     /// [`UndoOptions::persist_policy`](crate::UndoOptions::persist_policy)).
     pub fn persist_policy(mut self, policy: PersistPolicy) -> Self {

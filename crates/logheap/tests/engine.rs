@@ -658,3 +658,59 @@ fn a_zeroed_allocation_reads_zero_on_every_engine_even_where_a_freed_block_was()
         }
     }
 }
+
+/// The node cache's size is an option: out of range, or on a mapping without the
+/// cache, it is refused; in range, a bigger cache holds more of a large working set
+/// (its DRAM is counted) and the hit ratio is reported.
+#[test]
+fn the_node_cache_size_is_an_option_that_is_checked() {
+    for bad in [0, 3, (4 << 20) + 4] {
+        let config = config().node_cache_entries(bad);
+        assert!(
+            matches!(
+                Pool::create_sim(&config, Default::default()),
+                Err(Error::InvalidConfig(_))
+            ),
+            "{bad} entries"
+        );
+    }
+    let no_cache = config()
+        .mapping(MappingConfig::NAMED[2].1)
+        .node_cache_entries(1 << 16);
+    assert!(!MappingConfig::NAMED[2].1.node_cache);
+    assert!(matches!(
+        Pool::create_sim(&no_cache, Default::default()),
+        Err(Error::InvalidConfig(_))
+    ));
+    // 20,000 objects read over and over (through the mapping: no home cache): a
+    // 64-entry cache misses most, one of 64 K entries keeps them all.
+    let run = |entries: usize| {
+        let log = logheap::LogOptions::default()
+            .chunk_size(4096)
+            .home_cache(0)
+            .node_cache_entries(entries);
+        let config = config().engine(logheap::EngineConfig::Log(log));
+        let pool = Pool::create_sim(&config, Default::default()).unwrap();
+        let objs: Vec<PPtr<u64>> = (0..20)
+            .map(|k| {
+                pool.transaction(|tx| (0..1000).map(|i| tx.alloc(k * 1000 + i)).collect())
+                    .unwrap()
+            })
+            .collect::<Vec<Vec<_>>>()
+            .concat();
+        for round in 0..3 {
+            for (i, &o) in objs.iter().enumerate().rev() {
+                let v = pool.read(|tx| tx.read(o)).unwrap();
+                assert_eq!(v, i as u64, "round {round}");
+            }
+        }
+        pool.stats().log().cloned().unwrap()
+    };
+    let (small, large) = (run(64), run(1 << 16));
+    let (s, l) = (
+        small.node_cache_hit_ratio.unwrap(),
+        large.node_cache_hit_ratio.unwrap(),
+    );
+    assert!(l > s + 0.2, "hit ratio {l} with 64 K entries, {s} with 64");
+    assert!(large.mapping_dram_bytes > small.mapping_dram_bytes + (1 << 20));
+}

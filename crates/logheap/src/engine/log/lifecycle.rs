@@ -7,7 +7,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use super::chunk_checks::Scrub;
-use super::{CleanerSettings, CleanerThreads, Compaction, Examination, LogEngine, LogOptions};
+use super::{CleanerThreads, Compaction, Examination, LogEngine, LogOptions};
 use crate::config::Config;
 use crate::engine::{
     Background, EngineConfig, EngineFigures, EngineLifecycle, EngineStats, NewPool,
@@ -53,20 +53,7 @@ impl EngineLifecycle for LogEngine {
     }
 
     fn open(file: PoolFile, config: &Config, options: LogOptions) -> Result<LogEngine> {
-        LogEngine::open(
-            file,
-            options.mapping,
-            options.recovery_threads,
-            CleanerSettings {
-                threshold: options.clean_threshold,
-                threads: options.cleaner_threads,
-                inline: options.inline_cleaning,
-                every: options.clean_every,
-            },
-            options.home_cache,
-            options.separate_initial_data,
-            config.salvage,
-        )
+        LogEngine::open(file, &options, config.salvage)
     }
 
     fn file(&self) -> &PoolFile {

@@ -258,20 +258,20 @@ impl LogEngine {
     /// chunk headers recording them: each open durably records a high-water mark in the
     /// superblock and hands out generations below it.
     ///
-    /// `recovery_threads` recover the log (0: one per core, see
+    /// `options.recovery_threads` recover the log (0: one per core, see
     /// [`Config::recovery_threads`](crate::Config::recovery_threads)). `salvage` (a
     /// repair): a damaged log is cut back to before its first damage instead of being
     /// refused (see `recovery::rules::salvage_cut`).
-    pub(crate) fn open(
-        file: PoolFile,
-        mapping: MappingConfig,
-        recovery_threads: usize,
-        cleaning: CleanerSettings,
-        home_cache_bytes: u64,
-        separate_initial: bool,
-        salvage: bool,
-    ) -> Result<LogEngine> {
-        mapping.check().map_err(Error::InvalidConfig)?;
+    pub(crate) fn open(file: PoolFile, options: &LogOptions, salvage: bool) -> Result<LogEngine> {
+        options.check().map_err(Error::InvalidConfig)?;
+        let recovery_threads = options.recovery_threads;
+        let home_cache_bytes = options.home_cache;
+        let cleaning = CleanerSettings {
+            threshold: options.clean_threshold,
+            threads: options.cleaner_threads,
+            inline: options.inline_cleaning,
+            every: options.clean_every,
+        };
         let media = file.media().clone();
         let layout = file.layout();
         let root_size = layout.root.end - layout.root.start;
@@ -301,7 +301,8 @@ impl LogEngine {
             false => Ok(None),
         };
         let epoch = PoolEpoch::new();
-        let mapping = Mapping::with_epoch(mapping, epoch.clone());
+        let mapping = Mapping::with_epoch(options.mapping, epoch.clone())
+            .with_node_cache_entries(options.node_cache_entries);
         let threads = recovery::threads_for(recovery_threads, &geometry, marks.formatted);
         let checkpoint = checkpoint::read_current(&media, &geometry, &superblock)
             .map_err(|d| corrupt(vec![d]))?;
@@ -393,7 +394,7 @@ impl LogEngine {
             epoch,
             home_cache: (home_cache_bytes > 0)
                 .then(|| home_cache::HomeCache::new(home_cache_bytes, HOME_LIMIT.trailing_zeros())),
-            separate_initial,
+            separate_initial: options.separate_initial_data,
             file,
         })
     }

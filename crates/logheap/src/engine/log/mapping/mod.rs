@@ -31,7 +31,7 @@
 //! (`tests::conforms`) any other implementation can be held to.
 
 mod directory;
-mod node_cache;
+pub(crate) mod node_cache;
 pub(crate) mod seqlock;
 mod skiplist;
 mod sorted_array;
@@ -349,7 +349,8 @@ impl AddressMap for Mapping {
                     }
             })
             .sum();
-        let caches = self.cache_figures().caches as usize * node_cache::CACHE_BYTES;
+        let caches =
+            self.cache_figures().caches as usize * node_cache::cache_bytes(self.cache_set_bits);
         (self.partitions.dram_bytes() + parts + caches) as u64
     }
 }
@@ -422,6 +423,8 @@ pub(crate) struct Mapping {
     id: u64,
     alive: Arc<()>,
     cache_counters: Mutex<Vec<Arc<CachePadded<CacheCounters>>>>,
+    /// Each thread's node cache has `1 << cache_set_bits` sets.
+    cache_set_bits: u32,
     /// The pool's reclamation domain: every pin of the mapping (and of its callers
     /// reading what it maps) and every deferred free of its blocks and nodes.
     epoch: PoolEpoch,
@@ -460,8 +463,16 @@ impl Mapping {
             id: next_mapping_id(),
             alive: Arc::new(()),
             cache_counters: Mutex::new(Vec::new()),
+            cache_set_bits: node_cache::set_bits(node_cache::DEFAULT_ENTRIES),
             epoch,
         }
+    }
+
+    /// The same mapping with node caches of `entries` entries per thread (rounded down
+    /// to a power of two sets of four; at least four), before any thread uses it.
+    pub(crate) fn with_node_cache_entries(mut self, entries: usize) -> Mapping {
+        self.cache_set_bits = node_cache::set_bits(entries);
+        self
     }
 
     /// [`AddressMap::lookup`] under `guard`, a guard of this mapping's pool epoch
@@ -480,6 +491,7 @@ impl Mapping {
         let cache = self.config.node_cache.then_some(CacheHandle {
             id: self.id,
             alive: &self.alive,
+            set_bits: self.cache_set_bits,
             register: &register,
         });
         let mut at = home;

@@ -20,10 +20,23 @@ use crossbeam_utils::CachePadded;
 use super::Piece;
 use crate::stm::atomic::AtomicU64 as SeqWord;
 
-const SET_BITS: u32 = 11;
-const WAYS: usize = 4;
-/// DRAM of one thread's cache.
-pub(crate) const CACHE_BYTES: usize = (1 << SET_BITS) * (WAYS * std::mem::size_of::<Entry>() + 1);
+/// Entries per set.
+pub(crate) const WAYS: usize = 4;
+/// Entries of one thread's cache by default: 2,048 sets.
+pub(crate) const DEFAULT_ENTRIES: usize = 8192;
+/// Most entries of one thread's cache (the paper's largest, 4 M).
+pub(crate) const MAX_ENTRIES: usize = 4 << 20;
+
+/// The set bits of a cache of `entries` entries (rounded down to a power of two sets;
+/// `entries` is at least [`WAYS`]).
+pub(crate) fn set_bits(entries: usize) -> u32 {
+    (entries / WAYS).max(1).ilog2()
+}
+
+/// DRAM of one thread's cache of `1 << set_bits` sets.
+pub(crate) fn cache_bytes(set_bits: u32) -> usize {
+    (1usize << set_bits) * (WAYS * std::mem::size_of::<Entry>() + 1)
+}
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
@@ -64,19 +77,22 @@ thread_local! {
     static CACHES: RefCell<Vec<NodeCache>> = const { RefCell::new(Vec::new()) };
 }
 
-fn set_of(addr: u64) -> usize {
-    ((addr >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SET_BITS)) as usize
+fn set_of(addr: u64, set_bits: u32) -> usize {
+    // A set of one (no bits) is set 0 (a shift by 64 would overflow).
+    ((addr >> 6).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (63 - set_bits) >> 1) as usize
 }
 
 fn bump(c: &AtomicU64) {
     c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
 }
 
-/// Runs `f` with the calling thread's cache for the mapping `id` (made on first use;
-/// `alive` is the mapping's liveness token, `register` makes its counter block).
+/// Runs `f` with the calling thread's cache for the mapping `id` (made on first use,
+/// of `1 << set_bits` sets; `alive` is the mapping's liveness token, `register` makes
+/// its counter block).
 fn with_cache<R>(
     id: u64,
     alive: &Arc<()>,
+    set_bits: u32,
     register: impl FnOnce() -> Arc<CachePadded<CacheCounters>>,
     f: impl FnOnce(&mut NodeCache) -> R,
 ) -> R {
@@ -89,8 +105,8 @@ fn with_cache<R>(
                 caches.push(NodeCache {
                     mapping: Arc::downgrade(alive),
                     mapping_id: id,
-                    sets: vec![[EMPTY; WAYS]; 1 << SET_BITS].into_boxed_slice(),
-                    next_way: vec![0u8; 1 << SET_BITS].into_boxed_slice(),
+                    sets: vec![[EMPTY; WAYS]; 1 << set_bits].into_boxed_slice(),
+                    next_way: vec![0u8; 1 << set_bits].into_boxed_slice(),
                     counters: register(),
                 });
                 caches.len() - 1
@@ -104,14 +120,16 @@ fn with_cache<R>(
 pub(crate) struct CacheHandle<'m> {
     pub id: u64,
     pub alive: &'m Arc<()>,
+    /// The cache has `1 << set_bits` sets.
+    pub set_bits: u32,
     pub register: &'m dyn Fn() -> Arc<CachePadded<CacheCounters>>,
 }
 
 impl CacheHandle<'_> {
     /// The cached range covering `addr`, validated, or `None` (a miss).
     pub(crate) fn get(&self, addr: u64) -> Option<Piece> {
-        with_cache(self.id, self.alive, self.register, |c| {
-            let set = set_of(addr);
+        with_cache(self.id, self.alive, self.set_bits, self.register, |c| {
+            let set = set_of(addr, self.set_bits);
             for e in &c.sets[set] {
                 if e.word.is_null() || addr < e.range.home || addr >= e.range.home + e.range.len {
                     continue;
@@ -132,8 +150,8 @@ impl CacheHandle<'_> {
     /// Caches `range`, valid while `word` holds `seq`, for the neighbourhood of `addr`
     /// (FIFO).
     pub(crate) fn put(&self, addr: u64, word: &SeqWord, seq: u64, range: Piece) {
-        with_cache(self.id, self.alive, self.register, |c| {
-            let set = set_of(addr);
+        with_cache(self.id, self.alive, self.set_bits, self.register, |c| {
+            let set = set_of(addr, self.set_bits);
             let way = c.next_way[set] as usize % WAYS;
             c.sets[set][way] = Entry { word, seq, range };
             c.next_way[set] = ((way + 1) % WAYS) as u8;
