@@ -6,7 +6,7 @@
 //! The workload keeps a table of object slots in the root object. Each transaction does
 //! a few of: allocate an object (sizes from 8 bytes to several chunks), free one,
 //! overwrite part of one, write a range spanning two adjacent objects, or many small
-//! writes; so transactions have blocks in all three logs, span chunks, and split older
+//! writes; so transactions have blocks in all four logs, span chunks, and split older
 //! mappings.
 
 use std::sync::{Arc, Mutex};

@@ -134,8 +134,8 @@ pub enum Error {
     /// The pool (or persistent heap) has no room for the transaction or the allocation;
     /// nothing of it was written and the pool stays usable. With the log engine this
     /// means live data truly does not fit: the cleaner could not free a chunk, or live
-    /// data with the transaction's (and their entry headers) would fill more than 95%
-    /// of the log
+    /// data with the transaction's new objects (and their entry headers) would fill
+    /// more than 93% of the chunks the cleaner works in
     /// (`live_log_bytes` of `Pool::stats().log()` says how much is live; freeing objects
     /// makes room again).
     #[error(

@@ -41,6 +41,28 @@ pub(crate) struct ChunkRecord {
     pub book: ChunkBook,
 }
 
+impl ChunkRecord {
+    /// Whether `other` records the same chunk of the same log: all but the entry and
+    /// data counts of the book (estimates for the cleaner, unknown in a table an older
+    /// version wrote).
+    pub(crate) fn same_log(&self, other: &ChunkRecord) -> bool {
+        let counts = |r: &ChunkRecord| ChunkRecord {
+            book: ChunkBook {
+                entries: 0,
+                data: 0,
+                ..r.book
+            },
+            ..*r
+        };
+        counts(self) == counts(other)
+    }
+}
+
+/// Whether two chunk tables record the same log ([`ChunkRecord::same_log`]).
+pub(crate) fn same_tables(a: &[ChunkRecord], b: &[ChunkRecord]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.same_log(y))
+}
+
 /// Its blocks were read and are those its record describes (or it never needed a
 /// check: it was written by this run, or is in no log).
 const CHECKED: u8 = 0;
@@ -321,5 +343,46 @@ impl Drop for Scrub {
         if let Some(handle) = self.handle.take() {
             let _ = handle.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A table whose records lack the entry and data counts (an `LHSNAP03` snapshot's)
+    /// records the same log as one with them; any other difference is another log.
+    #[test]
+    fn tables_agree_whatever_their_counts() {
+        let record = ChunkRecord {
+            index: 3,
+            header: ChunkHeader {
+                kind: LogKind::Initial,
+                zeroed: false,
+                owner: 2,
+                generation: 9,
+                prev: None,
+                seq: 0,
+            },
+            book: ChunkBook::block(7, 0xabc, 4000, 30, 3000),
+        };
+        let without = ChunkRecord {
+            book: ChunkBook {
+                entries: 0,
+                data: 0,
+                ..record.book
+            },
+            ..record
+        };
+        assert!(same_tables(&[record], &[without]));
+        let moved = ChunkRecord {
+            book: ChunkBook {
+                end: 4016,
+                ..record.book
+            },
+            ..record
+        };
+        assert!(!same_tables(&[record], &[moved]));
+        assert!(!same_tables(&[record], &[record, record]));
     }
 }

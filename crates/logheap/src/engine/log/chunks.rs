@@ -1,7 +1,7 @@
 //! Chunks: the pool's data area cut into fixed-size pieces (32 KiB by default), a global
 //! pool of free chunks that formats more as the logs grow, per-chunk live-byte counts (for
 //! the cleaner), and the chunk each log appends to ("Log-structured Non-volatile Main
-//! Memory", USENIX ATC 2017, §3.3). The log sets (each a committer's three logs) are in
+//! Memory", USENIX ATC 2017, §3.3). The log sets (each a committer's four logs) are in
 //! [`super::log_writer`].
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
@@ -198,7 +198,10 @@ impl ChunkBook {
             return live;
         }
         let headers = self.entries as u128 * super::layout::ENTRY_HEADER as u128;
-        live + (live as u128 * headers / self.data as u128) as i64
+        // Saturating: the counts may come from a snapshot (checksummed, but never
+        // trusted to be small).
+        let extra = (live as u128).saturating_mul(headers) / self.data as u128;
+        live.saturating_add(extra.min(i64::MAX as u128) as i64)
     }
 }
 
@@ -650,14 +653,6 @@ impl ChunkPool {
     /// what the cleaner copies to move them.
     pub(crate) fn live_with_headers(&self, c: u32) -> i64 {
         self.book_of(c).with_headers(self.live_of(c))
-    }
-
-    /// Live bytes with their entry headers over all chunks: what the live data takes
-    /// in a log packed tight.
-    pub(crate) fn total_live_with_headers(&self) -> i64 {
-        (0..self.live.len() as u32)
-            .map(|c| self.live_with_headers(c))
-            .sum()
     }
 }
 

@@ -1,7 +1,8 @@
 //! The log cleaner ("Log-structured Non-volatile Main Memory", USENIX ATC 2017, §3.4,
 //! §4.4): gives the space of stale log data back to the free chunks.
 //!
-//! A *victim* is a chunk of an update log that no log appends to any more (sealed),
+//! A *victim* is a chunk of an update or initial-data log that no log appends to any
+//! more (sealed),
 //! whose live bytes are below the threshold, and whose blocks are all of a version at
 //! most the *cleaned-through version* `W`: every transaction up to `W` had finished its
 //! commit when `W` was taken (no committing transaction is at or below it). A victim
@@ -27,7 +28,8 @@
 //! Why recovery stays right is said in the recovery rules ([`super::recovery`]).
 //! Allocation and deallocation logs are not cleaned chunk by chunk: their records fold
 //! into allocation checkpoints ([`super::checkpoint`]), which a pass writes when they
-//! pile up. Allocations' initial data is in the update logs, cleaned like any update.
+//! pile up. Allocations' initial data is in the initial-data logs (or the update logs),
+//! cleaned like any update.
 //! A pass works on buffers kept from the last one ([`Work`]), so cleaning allocates
 //! only while they grow (and crossbeam-epoch's deferred-function bags, for the grace
 //! periods).
@@ -104,6 +106,9 @@ pub(crate) struct Cleaner {
     pub stalled: AtomicBool,
     /// Background passes running now.
     running: std::sync::atomic::AtomicUsize,
+    /// Free chunks a committer waits for (the most any asked for since the background
+    /// cleaners last had them ready; a commit may need chunks in several logs).
+    pub wanted: AtomicU64,
     /// A compaction is running: it holds the committers' pass (so their inline passes
     /// find nothing to do) and reclaims chunks as it goes, so a committer that waits for
     /// a chunk has one coming.
@@ -135,6 +140,7 @@ impl Cleaner {
             wakeup: Arc::default(),
             stalled: AtomicBool::new(false),
             running: std::sync::atomic::AtomicUsize::new(0),
+            wanted: AtomicU64::new(0),
             compacting: AtomicBool::new(false),
             commits: AtomicU64::new(0),
             chunks_cleaned: AtomicU64::new(0),
@@ -339,12 +345,26 @@ impl LogEngine {
     }
 
     /// What a background cleaner thread does when woken: passes while free chunks are
-    /// below twice the committers' low-water mark and a pass gains something (with the
-    /// urgent threshold when none is left at all).
+    /// below twice the committers' low-water mark (or what a committer waits for) and
+    /// a pass gains something (with the urgent threshold while fewer are left than a
+    /// committer waits for).
     fn clean_in_background(&self) {
-        let high = 2 * self.low_water();
-        while !self.cleaner.wakeup.stopped() && self.chunks.available() < high {
-            let threshold = if self.chunks.available() == 0 {
+        loop {
+            let wanted = self.cleaner.wanted.load(Ordering::Acquire).max(1);
+            let available = self.chunks.available();
+            if available >= wanted {
+                // Ready for whoever asked (a later ask raises it again).
+                let _ = self.cleaner.wanted.compare_exchange(
+                    wanted,
+                    0,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                );
+            }
+            if self.cleaner.wakeup.stopped() || available >= (2 * self.low_water()).max(wanted) {
+                break;
+            }
+            let threshold = if available < wanted {
                 super::URGENT_THRESHOLD.max(self.cleaner.settings.threshold)
             } else {
                 self.cleaner.settings.threshold
@@ -621,8 +641,17 @@ impl LogEngine {
         } = work;
         // The cleaner adopts a log set the committers left (after a reopen, one whose
         // logs go on from the last session) rather than making one per session: a set
-        // nobody appends to would keep its three tail chunks unsealed, never cleaned.
-        let set = set.get_or_insert_with(|| self.checkout_log_set());
+        // nobody appends to would keep its tail chunks unsealed, never cleaned. It
+        // appends to the update log only, so the other logs' tails are sealed.
+        let set = set.get_or_insert_with(|| {
+            let mut adopted = self.checkout_log_set();
+            for kind in LogKind::ALL.into_iter().filter(|&k| k != LogKind::Update) {
+                if let Some(t) = adopted.tails[kind.index()].current.take() {
+                    self.chunks.seal(t.chunk);
+                }
+            }
+            adopted
+        });
         placed.clear();
         pieces.clear();
         for &(home, len, log, version) in entries.iter() {

@@ -1,7 +1,7 @@
 //! The log-structured engine ("Log-structured Non-volatile Main Memory", USENIX ATC 2017): the log is the home of the data.
 //!
 //! Every allocation and store of a committing transaction is appended to the committer's
-//! logs (update, allocation, deallocation) as transaction blocks, made durable with one
+//! logs (update, allocation, deallocation, initial data) as transaction blocks, made durable with one
 //! fence, and then published in the DRAM home-to-log mapping before the transaction's
 //! locks are released. Reads translate home addresses through the mapping and copy from
 //! the log. On open, [`recovery`] rebuilds the mapping and the allocator from the log.
@@ -68,9 +68,10 @@ pub(crate) const ROOT_HOME: u64 = 4096;
 const GENERATION_RESERVATION: u64 = 1 << 40;
 /// Live bytes (as a fraction of a chunk's payload) below which a committer that found
 /// no free chunk cleans a chunk (live bytes counted with their entry headers): a chunk
-/// more live than this costs more than twenty bytes copied per byte gained, so a pool
-/// whose chunks are all that full is full (`PoolFull`), rather than ground through
-/// ever dearer cleaning passes.
+/// more live than this costs more than 32 bytes copied per byte gained, so a pool whose
+/// chunks are all that full is full (`PoolFull`), rather than ground through ever
+/// dearer cleaning passes. Growth stops earlier ([`FILL_LIMIT`]), so such a pool is
+/// rare.
 const URGENT_THRESHOLD: f64 = 0.97;
 /// The share of the log that live data (with its entry headers) may fill: a commit that
 /// would grow it beyond fails with `PoolFull`. Below [`URGENT_THRESHOLD`], so that a
@@ -536,33 +537,35 @@ impl LogEngine {
             .unwrap_or_else(|| LogSet::new(self.next_log_set.fetch_add(1, Ordering::Relaxed)))
     }
 
-    /// Whether a commit adding `growth` bytes to the live data (its allocations, less
-    /// what it frees) could fit once the cleaner had reclaimed the stale bytes it can
-    /// afford to (those of chunks at most [`URGENT_THRESHOLD`] live, so live data may
-    /// fill that much of the log): when not, waiting for the cleaner is pointless and
-    /// the commit fails with `PoolFull` at once. Live data counts with its entry
-    /// headers, as the cleaner packs it. A commit that frees more than it allocates
-    /// always may wait: that is how a full pool is emptied.
+    /// Whether a commit adding `growth` bytes to the live data (its allocations with
+    /// their entry headers, less what it frees) leaves live data within
+    /// [`FILL_LIMIT`] of the room the cleaner works in: when not, waiting for the
+    /// cleaner is pointless and the commit fails with `PoolFull` at once. A commit that
+    /// frees at least what it allocates (or only stores) always may wait: that is how a
+    /// full pool is emptied.
     fn could_fit(&self, growth: i64) -> bool {
         if growth <= 0 {
             return true;
         }
-        // The room live data may fill: free chunks and sealed update chunks (the
-        // cleaner's reserve, the logs' tails, allocation records and checkpoints hold
-        // no data it can move). Filled to `FILL_LIMIT` of it, some victim is at most
-        // that live, below the urgent threshold: cleaning always gains.
+        // The room: free chunks (but the cleaner's reserve) and sealed data chunks,
+        // with the live data (and its entry headers, as the cleaner packs it) of those
+        // chunks. The logs' tails, allocation records and checkpoints are left out on
+        // both sides. Filled to `FILL_LIMIT` of it, some victim is at most that live,
+        // below the urgent threshold: cleaning always gains.
         let payload = self.geometry.size - layout::CHUNK_HEADER as u64;
-        let sealed_updates = (0..self.geometry.count)
-            .filter(|&c| self.chunks.is_sealed(c) && !self.chunks.holds_records(c))
-            .count() as u64;
-        let room = (self
+        let (mut sealed, mut live) = (0u64, 0i64);
+        for c in 0..self.geometry.count {
+            if self.chunks.is_sealed(c) && !self.chunks.holds_records(c) {
+                sealed += 1;
+                live = live.saturating_add(self.chunks.live_with_headers(c));
+            }
+        }
+        let free = self
             .chunks
             .free_count()
-            .saturating_sub(self.chunks.reserve())
-            + sealed_updates)
-            * payload;
-        let live = self.chunks.total_live_with_headers();
-        (live + growth) as f64 <= room as f64 * FILL_LIMIT
+            .saturating_sub(self.chunks.reserve());
+        let room = (free + sealed) * payload;
+        live.saturating_add(growth) as f64 <= room as f64 * FILL_LIMIT
     }
 
     /// Free chunks below which committing threads clean inline.
@@ -579,7 +582,11 @@ impl LogEngine {
     fn clean_inline(&self, s: &mut LogScratch, urgent: bool) -> bool {
         let inline = self.cleaner.settings.inline;
         let background = self.cleaner.settings.threads > 0;
+        // A commit may need chunks in several logs at once: one free chunk is not
+        // room for it.
+        let wanted = s.chunks_wanted.max(1);
         if urgent && background {
+            self.cleaner.wanted.fetch_max(wanted, Ordering::AcqRel);
             self.cleaner.stalled.store(false, Ordering::Release);
             self.cleaner.wakeup.notify();
         }
@@ -594,9 +601,6 @@ impl LogEngine {
             self.cleaner.settings.threshold
         };
         let clean = || if inline { self.clean(threshold) } else { 0 };
-        // A commit may need chunks in several logs at once: one free chunk is not
-        // room for it.
-        let wanted = s.chunks_wanted.max(1);
         let mut free = self.chunks.free_count();
         let cleaned = clean();
         // A chunk could be taken at some moment (another committer may take it first).
@@ -622,6 +626,7 @@ impl LogEngine {
                 self.epoch.pin().flush();
                 if round % 8 == 7 {
                     if !inline {
+                        self.cleaner.wanted.fetch_max(wanted, Ordering::AcqRel);
                         self.cleaner.wakeup.notify();
                     }
                     clean();

@@ -25,7 +25,7 @@ pub struct LogOptions {
     /// The cleaner takes a chunk when its live (still mapped) bytes are below this
     /// fraction of its payload (default 0.2, as in "Log-structured Non-volatile Main
     /// Memory", USENIX ATC 2017, §3.4); committing threads clean when free chunks run
-    /// low, and take any chunk up to 95% live when none is left (live bytes counted
+    /// low, and take any chunk up to 97% live when none is left (live bytes counted
     /// with their entry headers).
     pub clean_threshold: f64,
     /// Background threads of the cleaner (default 0). They clean when committers find

@@ -8,6 +8,7 @@ use super::{
     chunk_table, read_judge_replay,
 };
 use crate::engine::log::checkpoint::Seed;
+use crate::engine::log::chunk_checks::same_tables;
 use crate::engine::log::chunks::ChunkGeometry;
 use crate::engine::log::damage::Damage;
 use crate::engine::log::layout::CHUNK_HEADER;
@@ -121,7 +122,7 @@ pub(crate) fn examine(
             }
             Ok(s)
                 if s.chunk_records()
-                    .is_some_and(|t| t != chunk_table(&scan, &verdict)) =>
+                    .is_some_and(|t| !same_tables(&t, &chunk_table(&scan, &verdict))) =>
             {
                 problems.push(changed_log(geometry));
                 SnapshotUse::Rejected("the snapshot's chunk table disagrees with the log".into())

@@ -104,7 +104,7 @@ pub(crate) use examine::{Examination, examine};
 pub(crate) use lazy::check_chunk;
 
 use super::checkpoint::Seed;
-use super::chunk_checks::ChunkRecord;
+use super::chunk_checks::{ChunkRecord, same_tables};
 use super::chunks::{ChunkBook, ChunkGeometry, TailChunk, payload_start};
 use super::damage::Damage;
 use super::layout::{CHUNK_HEADER, LogKind, block_digest, header_erase_order};
@@ -363,7 +363,7 @@ pub(crate) fn recover(
                 && (snapshot.log_digest() != committed.digest
                     || snapshot
                         .chunk_records()
-                        .is_some_and(|t| t != chunk_table(&scan, &verdict)))
+                        .is_some_and(|t| !same_tables(&t, &chunk_table(&scan, &verdict))))
             {
                 return Err(vec![changed_log(geometry)]);
             }

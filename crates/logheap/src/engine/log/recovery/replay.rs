@@ -2,7 +2,7 @@
 //! checking that their allocation records agree with each other.
 
 use super::held::Held;
-use super::rules::{Verdict, log_name};
+use super::rules::{Verdict, log_kind_name, log_name};
 use super::scan::Scan;
 use crate::alloc::home::HomeAllocator;
 use crate::engine::log::ROOT_HOME;
@@ -33,7 +33,7 @@ pub(super) enum Meaning {
 
 /// Checks what entry `e` of a `kind` log in the chunk at `base` says on its own: inside
 /// home space, records of 8 bytes, allocations of a non-zero length inside home space,
-/// no tombstone in the update log. Both replays (sequential and parallel) judge entries
+/// no tombstone in the update or initial-data log. Both replays (sequential and parallel) judge entries
 /// with it. The error is the reason the entry is damage.
 pub(super) fn check_entry(
     media: &Media,
@@ -69,9 +69,10 @@ pub(super) fn check_entry(
             }
         }
         (LogKind::Alloc | LogKind::Update | LogKind::Initial, false) => Ok(Meaning::Data),
-        (LogKind::Update | LogKind::Initial, true) => {
-            Err(format!("a tombstone entry in an {kind:?} log"))
-        }
+        (LogKind::Update | LogKind::Initial, true) => Err(format!(
+            "a tombstone entry in an {} log",
+            log_kind_name(kind)
+        )),
     }
 }
 
