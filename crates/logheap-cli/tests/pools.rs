@@ -144,8 +144,10 @@ fn check_repair_drops_what_damage_hides_after_a_backup() {
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to do"));
     assert!(!backup.exists());
-    // A damaged block: the log is cut back to before it.
-    flip(&path, 8192 + 300);
+    // A damaged block: the log is cut back to before it. The first chunk is the update
+    // log's: blocks of 48 bytes (a 40-byte block of one 8-byte store, padded) from
+    // offset 64; byte 340 is in the data of the sixth.
+    flip(&path, 8192 + 340);
     let damaged = std::fs::read(&path).unwrap();
     assert_eq!(run(&["check"], &path).status.code(), Some(1));
     let out = run(
