@@ -2,10 +2,10 @@
 //! §4.4): gives the space of stale log data back to the free chunks.
 //!
 //! A *victim* is a chunk of an update or initial-data log that no log appends to any
-//! more (sealed),
-//! whose live bytes are below the threshold, and whose blocks are all of a version at
-//! most the *cleaned-through version* `W`: every transaction up to `W` had finished its
-//! commit when `W` was taken (no committing transaction is at or below it). A victim
+//! more (sealed), whose live bytes are below the threshold, and whose blocks are all
+//! of a version at most the *cleaned-through version* `W`: every transaction up to `W`
+//! had finished its commit when `W` was taken (no committing transaction is at or below
+//! it). A victim
 //! with no live byte is reclaimed without copying (fast cleaning). Otherwise a
 //! quasi-transaction takes the STM stripe locks of the victim's entries, looks each
 //! entry up again (its bytes are live where the mapping still points into the victim:
@@ -641,17 +641,10 @@ impl LogEngine {
         } = work;
         // The cleaner adopts a log set the committers left (after a reopen, one whose
         // logs go on from the last session) rather than making one per session: a set
-        // nobody appends to would keep its tail chunks unsealed, never cleaned. It
-        // appends to the update log only, so the other logs' tails are sealed.
-        let set = set.get_or_insert_with(|| {
-            let mut adopted = self.checkout_log_set();
-            for kind in LogKind::ALL.into_iter().filter(|&k| k != LogKind::Update) {
-                if let Some(t) = adopted.tails[kind.index()].current.take() {
-                    self.chunks.seal(t.chunk);
-                }
-            }
-            adopted
-        });
+        // nobody appends to would keep its tail chunks unsealed, never cleaned. (Its
+        // other logs' tails stay as they are: a log's last chunk cannot be unlinked, so
+        // sealing one would only make it a victim that is never reclaimed.)
+        let set = set.get_or_insert_with(|| self.checkout_log_set());
         placed.clear();
         pieces.clear();
         for &(home, len, log, version) in entries.iter() {

@@ -1,10 +1,10 @@
 //! The log-structured engine ("Log-structured Non-volatile Main Memory", USENIX ATC 2017): the log is the home of the data.
 //!
 //! Every allocation and store of a committing transaction is appended to the committer's
-//! logs (update, allocation, deallocation, initial data) as transaction blocks, made durable with one
-//! fence, and then published in the DRAM home-to-log mapping before the transaction's
-//! locks are released. Reads translate home addresses through the mapping and copy from
-//! the log. On open, [`recovery`] rebuilds the mapping and the allocator from the log.
+//! logs (update, allocation, deallocation, initial data) as transaction blocks, made
+//! durable with one fence, and then published in the DRAM home-to-log mapping before
+//! the transaction's locks are released. Reads translate home addresses through the
+//! mapping and copy from the log. On open, [`recovery`] rebuilds the mapping and the allocator from the log.
 //!
 //! Parts: [`layout`] (bytes on media), [`chunks`] (chunk pool, log tails), [`cleaner`]
 //! (reclaiming the space of stale log data), [`log_writer`]
@@ -73,9 +73,11 @@ const GENERATION_RESERVATION: u64 = 1 << 40;
 /// dearer cleaning passes. Growth stops earlier ([`FILL_LIMIT`]), so such a pool is
 /// rare.
 const URGENT_THRESHOLD: f64 = 0.97;
-/// The share of the log that live data (with its entry headers) may fill: a commit that
-/// would grow it beyond fails with `PoolFull`. Below [`URGENT_THRESHOLD`], so that a
-/// full pool always has a victim worth cleaning, and stores and frees still commit.
+/// The share of the room the cleaner works in (free and sealed data chunks) that live
+/// data with its entry headers may fill: a commit whose new objects would grow it
+/// beyond fails with `PoolFull` ([`LogEngine::could_fit`]). Below [`URGENT_THRESHOLD`],
+/// so that a full pool always has a victim worth cleaning, and stores and frees still
+/// commit.
 const FILL_LIMIT: f64 = 0.93;
 /// How long a committer that found no free chunk waits at most, each time it cleans
 /// inline, for a chunk (from cleaning, or reclaimed chunks passing their grace period).

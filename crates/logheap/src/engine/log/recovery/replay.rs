@@ -33,8 +33,8 @@ pub(super) enum Meaning {
 
 /// Checks what entry `e` of a `kind` log in the chunk at `base` says on its own: inside
 /// home space, records of 8 bytes, allocations of a non-zero length inside home space,
-/// no tombstone in the update or initial-data log. Both replays (sequential and parallel) judge entries
-/// with it. The error is the reason the entry is damage.
+/// no tombstone in the update or initial-data log. Both replays (sequential and
+/// parallel) judge entries with it. The error is the reason the entry is damage.
 pub(super) fn check_entry(
     media: &Media,
     base: u64,

@@ -544,8 +544,8 @@ fn end_mark_lost(
 }
 
 /// Checks where the blocks of unfinished transactions point. A committer appends a
-/// transaction's blocks log by log (update, allocation, deallocation, initial data) and links them in
-/// that order into a cycle, so a readable block whose peer is in another log, or back at
+/// transaction's blocks log by log (update, allocation, deallocation, initial data) and
+/// links them in that order into a cycle, so a readable block whose peer is in another log, or back at
 /// the start of its own log's part (the cycle's close), names the transaction's first
 /// block in that log: which was appended right after that log's last committed block (or
 /// at the start of a new chunk). If it is not there, something in between — a committed
