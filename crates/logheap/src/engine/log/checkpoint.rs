@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 
 use super::chunks::{ChunkGeometry, payload_start};
 use super::damage::Damage;
-use super::layout::{BlockScan, ChunkHeader, DecodedEntry, LogKind, decode_block_into, u64_at};
+use super::layout::{BlockScan, ChunkHeader, DecodedEntry, LogKind, decode_block, u64_at};
 use super::snapshot::Snapshot;
 use super::superblock::{CheckpointSlot, CloseRecord};
 use crate::media::Media;
@@ -81,13 +81,17 @@ pub(crate) fn records_of_chunk(
         LogKind::Update | LogKind::Initial => return,
     };
     let mut at = payload_start() as usize;
-    while let BlockScan::Block(b) = decode_block_into(bytes, chunk, header.generation, at, decoded)
-    {
+    decoded.clear();
+    while let BlockScan::Block(b) = decode_block(bytes, chunk, header.generation, at, decoded) {
         at = b.end as usize;
         if b.version <= above || b.version > up_to {
             continue;
         }
-        for e in decoded.iter().filter(|e| e.tombstone && e.size == 8) {
+        for e in b
+            .entries_in(decoded)
+            .iter()
+            .filter(|e| e.tombstone && e.size == 8)
+        {
             out.push(Record {
                 version: b.version,
                 kind,

@@ -173,11 +173,15 @@ impl ChunkBook {
         }
     }
 
-    /// The book of decoded block `b` of chunk `chunk`.
-    pub(crate) fn of_block(chunk: u32, b: &super::layout::DecodedBlock) -> Self {
-        let data = b.entries.iter().map(|e| e.size as u64).sum();
+    /// The book of decoded block `b` of chunk `chunk`, whose entries are `entries`.
+    pub(crate) fn of_block(
+        chunk: u32,
+        b: &super::layout::DecodedBlock,
+        entries: &[super::layout::DecodedEntry],
+    ) -> Self {
+        let data = entries.iter().map(|e| e.size as u64).sum();
         let digest = super::layout::block_digest(chunk, b.offset, b.crc);
-        ChunkBook::block(b.version, digest, b.end, b.entries.len() as u64, data)
+        ChunkBook::block(b.version, digest, b.end, entries.len() as u64, data)
     }
 
     /// Adds the blocks of `other`.

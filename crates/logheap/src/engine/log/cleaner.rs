@@ -42,8 +42,7 @@ use super::LogEngine;
 use super::chunks::{ChunkBook, TailChunk, payload_start};
 use super::layout::{
     BLOCK_ALIGN, BlockScan, CHUNK_HEADER, ChunkHeader, DecodedEntry, END_MARK, ENTRY_HEADER,
-    EntryRef, LogKind, PREAMBLE, block_digest, block_size, decode_block_into, encode_block,
-    stored_crc,
+    EntryRef, LogKind, PREAMBLE, block_digest, block_size, decode_block, encode_block, stored_crc,
 };
 use super::log_writer::LogSet;
 use super::mapping::AddressMap;
@@ -553,7 +552,8 @@ impl LogEngine {
             self.media.read(base as usize, &mut work.bytes);
             work.entries.clear();
             let mut at = payload_start() as usize;
-            while let BlockScan::Block(b) = decode_block_into(
+            work.decoded.clear();
+            while let BlockScan::Block(b) = decode_block(
                 &work.bytes,
                 victim,
                 header.generation,
@@ -562,7 +562,7 @@ impl LogEngine {
             ) {
                 at = b.end as usize;
                 work.entries.extend(
-                    work.decoded
+                    b.entries_in(&work.decoded)
                         .iter()
                         .filter(|e| !e.tombstone && e.size > 0)
                         .map(|e| (e.home, e.size as u64, base + e.data as u64, b.version)),

@@ -287,9 +287,17 @@ pub(crate) struct DecodedBlock {
     pub peer: u64,
     /// The checksum stored in its preamble (what [`block_digest`] takes).
     pub crc: u32,
-    pub entries: Vec<DecodedEntry>,
+    /// Where its entries are in the list [`decode_block`] appended them to.
+    pub entries: std::ops::Range<u32>,
     /// Offset of the next block within the chunk.
     pub end: u32,
+}
+
+impl DecodedBlock {
+    /// The block's entries in `list`, the list [`decode_block`] appended them to.
+    pub(crate) fn entries_in<'a>(&self, list: &'a [DecodedEntry]) -> &'a [DecodedEntry] {
+        &list[self.entries.start as usize..self.entries.end as usize]
+    }
 }
 
 /// What is at some offset of a chunk's payload.
@@ -304,23 +312,10 @@ pub(crate) enum BlockScan {
 }
 
 /// Decodes the block at `offset` of `chunk_bytes` (a whole chunk), never panicking.
+/// A valid block's entries are appended to `entries` (the block's
+/// [`DecodedBlock::entries`] says where), so that a caller decoding many blocks into one
+/// list allocates once, not per block; otherwise `entries` is left as it was.
 pub(crate) fn decode_block(
-    chunk_bytes: &[u8],
-    chunk: u32,
-    generation: u64,
-    offset: usize,
-) -> BlockScan {
-    let mut entries = Vec::new();
-    match decode_block_into(chunk_bytes, chunk, generation, offset, &mut entries) {
-        BlockScan::Block(b) => BlockScan::Block(DecodedBlock { entries, ..b }),
-        other => other,
-    }
-}
-
-/// [`decode_block`], leaving the block's entries in `entries` (cleared first; the
-/// returned block's own list is empty), so that a caller decoding many blocks with one
-/// buffer allocates nothing once it is large enough.
-pub(crate) fn decode_block_into(
     chunk_bytes: &[u8],
     chunk: u32,
     generation: u64,
@@ -347,17 +342,22 @@ pub(crate) fn decode_block_into(
     if block_crc(chunk, generation, &pre[..20], body) != u32_at(pre, 20) {
         return BlockScan::Invalid;
     }
-    entries.clear();
-    entries.reserve(count);
+    let first = entries.len();
+    let invalid = |entries: &mut Vec<DecodedEntry>| {
+        entries.truncate(first);
+        BlockScan::Invalid
+    };
+    // `count` comes from the file: reserve no more than the body can hold.
+    entries.reserve(count.min(len / ENTRY_HEADER));
     let mut at = 0;
     while at < len {
         let Some(h) = body.get(at..at + ENTRY_HEADER) else {
-            return BlockScan::Invalid;
+            return invalid(entries);
         };
         let w = u64_at(h, 0);
         let size = (w >> 48) as usize;
         if at + ENTRY_HEADER + size > len {
-            return BlockScan::Invalid;
+            return invalid(entries);
         }
         entries.push(DecodedEntry {
             home: w & (HOME_LIMIT - 1),
@@ -367,15 +367,16 @@ pub(crate) fn decode_block_into(
         });
         at += ENTRY_HEADER + size;
     }
-    if entries.len() != count {
-        return BlockScan::Invalid;
+    if entries.len() - first != count {
+        return invalid(entries);
     }
     BlockScan::Block(DecodedBlock {
         offset: offset as u32,
         version,
         peer,
         crc: u32_at(pre, 20),
-        entries: Vec::new(),
+        // Lists hold the entries of one chunk at most: far fewer than 2^32.
+        entries: first as u32..entries.len() as u32,
         end: (offset + block_size(0, len)) as u32,
     })
 }
@@ -517,34 +518,72 @@ mod tests {
         assert_eq!(buf.len() % BLOCK_ALIGN, 0);
         let mut chunk = vec![0u8; 1024];
         chunk[64..64 + buf.len()].copy_from_slice(&buf);
-        let BlockScan::Block(b) = decode_block(&chunk, 5, 11, 64) else {
+        // Entries are appended after what the list already holds.
+        let earlier = DecodedEntry {
+            home: 0,
+            tombstone: false,
+            size: 0,
+            data: 0,
+        };
+        let mut decoded = vec![earlier];
+        let BlockScan::Block(b) = decode_block(&chunk, 5, 11, 64, &mut decoded) else {
             panic!("block did not decode")
         };
-        assert_eq!((b.version, b.peer, b.entries.len()), (42, 0x1234_5678, 2));
-        assert_eq!(b.entries[0].data, 64 + 24 + 8);
-        assert_eq!(&chunk[b.entries[0].data as usize..][..130], &data);
-        assert!(b.entries[1].tombstone && b.entries[1].home == (1 << 47) - 8);
+        assert_eq!(
+            (b.version, b.peer, b.entries.clone()),
+            (42, 0x1234_5678, 1..3)
+        );
+        let e = &decoded[b.entries.start as usize..b.entries.end as usize];
+        assert_eq!(decoded[0], earlier);
+        assert_eq!(e[0].data, 64 + 24 + 8);
+        assert_eq!(&chunk[e[0].data as usize..][..130], &data);
+        assert!(e[1].tombstone && e[1].home == (1 << 47) - 8);
         assert_eq!(b.end as usize, 64 + buf.len());
-        assert_eq!(decode_block(&chunk, 5, 11, b.end as usize), BlockScan::End);
+        assert_eq!(
+            decode_block(&chunk, 5, 11, b.end as usize, &mut decoded),
+            BlockScan::End
+        );
         // Another chunk or generation: the same bytes are not a valid block there.
-        assert_eq!(decode_block(&chunk, 6, 11, 64), BlockScan::Invalid);
-        assert_eq!(decode_block(&chunk, 5, 12, 64), BlockScan::Invalid);
+        assert_eq!(
+            decode_block(&chunk, 6, 11, 64, &mut decoded),
+            BlockScan::Invalid
+        );
+        assert_eq!(
+            decode_block(&chunk, 5, 12, 64, &mut decoded),
+            BlockScan::Invalid
+        );
         for bit in 0..(24 + 2 * 8 + 138) * 8 {
             let mut d = chunk.clone();
             d[64 + bit / 8] ^= 1 << (bit % 8);
             assert!(
-                !matches!(decode_block(&d, 5, 11, 64), BlockScan::Block(_)),
+                !matches!(
+                    decode_block(&d, 5, 11, 64, &mut decoded),
+                    BlockScan::Block(_)
+                ),
                 "bit {bit} not caught"
             );
         }
+        // What failed to decode left the list as it was.
+        assert_eq!(decoded.len(), 3);
     }
 
     #[test]
     fn truncated_or_garbage_blocks_never_panic() {
         let mut chunk = vec![0xffu8; 256];
-        assert_eq!(decode_block(&chunk, 0, 0, 200), BlockScan::Invalid);
-        assert_eq!(decode_block(&chunk, 0, 0, 250), BlockScan::End);
+        let mut decoded = Vec::new();
+        assert_eq!(
+            decode_block(&chunk, 0, 0, 200, &mut decoded),
+            BlockScan::Invalid
+        );
+        assert_eq!(
+            decode_block(&chunk, 0, 0, 250, &mut decoded),
+            BlockScan::End
+        );
         chunk[0..8].copy_from_slice(&0u64.to_le_bytes());
-        assert_eq!(decode_block(&chunk, 0, 0, 0), BlockScan::Invalid);
+        assert_eq!(
+            decode_block(&chunk, 0, 0, 0, &mut decoded),
+            BlockScan::Invalid
+        );
+        assert!(decoded.is_empty());
     }
 }

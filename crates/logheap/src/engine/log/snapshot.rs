@@ -103,8 +103,9 @@ pub(crate) struct Snapshot {
     payload: Vec<u8>,
     /// Where the allocations start in the payload.
     allocations_at: usize,
-    /// The encoder's state for the next piece or allocation pushed.
-    next: Encoder,
+    /// The encoder's state for the next piece or allocation pushed; `None` for a
+    /// snapshot read back, which is only read (its reading skips the values).
+    next: Option<Encoder>,
     /// Where the chunk table starts, with its record count, when there is one.
     table: Option<(usize, u64)>,
     /// Its records hold their chunk's entry and data byte counts (`LHSNAP04`).
@@ -146,9 +147,9 @@ impl Encoder {
     /// The piece at `*at` in `b` (moving `at` past it); `None` when the bytes end or
     /// are not varints.
     fn next_piece(&mut self, b: &[u8], at: &mut usize) -> Option<Piece> {
-        let home = self.home_end.wrapping_add(read_var::<i64>(b, at)? as u64);
-        let len = read_var::<u64>(b, at)?;
-        let log = self.log_end.wrapping_add(read_var::<i64>(b, at)? as u64);
+        let home = self.home_end.wrapping_add(read_i64(b, at)? as u64);
+        let len = read_u64(b, at)?;
+        let log = self.log_end.wrapping_add(read_i64(b, at)? as u64);
         self.home_end = home.wrapping_add(len);
         self.log_end = log.wrapping_add(len);
         Some(Piece { home, len, log })
@@ -156,8 +157,8 @@ impl Encoder {
 
     /// The allocation at `*at` in `b`, as [`next_piece`](Self::next_piece).
     fn next_allocation(&mut self, b: &[u8], at: &mut usize) -> Option<(u64, u64)> {
-        let home = self.home_end.wrapping_add(read_var::<i64>(b, at)? as u64);
-        let size = read_var::<u64>(b, at)?;
+        let home = self.home_end.wrapping_add(read_i64(b, at)? as u64);
+        let size = read_u64(b, at)?;
         self.home_end = home.wrapping_add(size);
         Some((home, size))
     }
@@ -247,10 +248,76 @@ fn read_var<V: VarInt>(b: &[u8], at: &mut usize) -> Option<V> {
     Some(v)
 }
 
+/// [`read_var`] of a u64, with the one- and two-byte varints that most of a snapshot's
+/// deltas and lengths are decoded inline: a clean open decodes millions of them, and
+/// the general decoder costs several times as much per value.
+#[inline]
+fn read_u64(b: &[u8], at: &mut usize) -> Option<u64> {
+    match b.get(*at..)? {
+        [x, ..] if *x < 0x80 => {
+            *at += 1;
+            Some(*x as u64)
+        }
+        [x, y, ..] if *y < 0x80 => {
+            *at += 2;
+            Some((*x & 0x7f) as u64 | (*y as u64) << 7)
+        }
+        _ => read_var::<u64>(b, at),
+    }
+}
+
+/// [`read_u64`] of a zigzag-encoded i64 (as [`VarInt`] encodes signed values).
+#[inline]
+fn read_i64(b: &[u8], at: &mut usize) -> Option<i64> {
+    let u = read_u64(b, at)?;
+    Some((u >> 1) as i64 ^ -((u & 1) as i64))
+}
+
+/// Moves `at` past `n` varints of `b` without decoding them (a clean open reads
+/// millions), taking as a varint what [`VarInt`]'s u64 decoder takes: up to nine bytes
+/// with the top bit set, then one without it (or, as the tenth, one below 2). `None`
+/// when one does not decode (`at` is then left where it was).
+fn skip_u64s(b: &[u8], at: &mut usize, n: u64) -> Option<()> {
+    const TOP_BITS: u64 = 0x8080_8080_8080_8080;
+    let (mut left, mut continued, mut i) = (n, 0, *at);
+    while left > 0 {
+        // Eight bytes at once while they hold fewer ends (bytes without the top bit)
+        // than are left, and the varint running into them ends in time to need no
+        // check of its tenth byte (no other varint can reach nine bytes inside them).
+        if let Some(word) = b.get(i..i + 8) {
+            let w = u64::from_le_bytes(word.try_into().expect("eight bytes"));
+            let ends = !w & TOP_BITS;
+            let count = ends.count_ones() as u64;
+            if ends != 0 && continued + ends.trailing_zeros() / 8 <= 8 && count < left {
+                left -= count;
+                continued = ends.leading_zeros() / 8;
+                i += 8;
+                continue;
+            }
+        }
+        let byte = *b.get(i)?;
+        i += 1;
+        if continued == 9 && byte >= 2 {
+            return None;
+        }
+        if continued == 9 || byte < 0x80 {
+            left -= 1;
+            continued = 0;
+        } else {
+            continued += 1;
+        }
+    }
+    *at = i;
+    Some(())
+}
+
 /// Payload bytes one snapshot chunk holds.
 fn payload_per_chunk(geometry: &ChunkGeometry) -> usize {
     geometry.size as usize - CHUNK_HEADER - SNAP_CHUNK_HEADER
 }
+
+/// Why nothing is pushed to a snapshot read back (a program error, not a file's).
+const READ_BACK: &str = "a snapshot read back is only read, never added to";
 
 /// Where the payload header keeps the piece and allocation counts.
 const PIECES_AT: usize = 48;
@@ -271,7 +338,7 @@ impl Snapshot {
         Snapshot {
             allocations_at: payload.len(),
             payload,
-            next: Encoder::default(),
+            next: Some(Encoder::default()),
             table: None,
             table_counts: false,
         }
@@ -320,17 +387,20 @@ impl Snapshot {
     /// Adds a mapped piece (pieces come in home order, before any allocation).
     pub(crate) fn push_piece(&mut self, p: Piece) {
         debug_assert_eq!(self.allocation_count(), 0, "pieces go before allocations");
-        self.next.push_piece(&mut self.payload, p);
+        let next = self.next.as_mut().expect(READ_BACK);
+        next.push_piece(&mut self.payload, p);
         self.allocations_at = self.payload.len();
         self.bump_count(PIECES_AT);
     }
 
     /// Adds a live allocation (in home order).
     pub(crate) fn push_allocation(&mut self, home: u64, size: u64) {
-        if self.allocation_count() == 0 {
-            self.next = Encoder::default();
+        let first = self.allocation_count() == 0;
+        let next = self.next.as_mut().expect(READ_BACK);
+        if first {
+            *next = Encoder::default();
         }
-        self.next.push_allocation(&mut self.payload, home, size);
+        next.push_allocation(&mut self.payload, home, size);
         self.bump_count(ALLOCATIONS_AT);
     }
 
@@ -412,24 +482,14 @@ impl Snapshot {
         if pieces.saturating_add(allocations) > b.len() as u64 {
             return Err("the snapshot payload's counts exceed its bytes".into());
         }
+        // Three varints a piece, two an allocation: each one that does not decode is
+        // found here, so the readers of the values need not look again.
         let mut at = PAYLOAD_HEADER;
-        let mut state = Encoder::default();
-        for i in 0..pieces {
-            if state.next_piece(b, &mut at).is_none() {
-                return Err(format!("snapshot piece {i} does not decode"));
-            }
-        }
+        skip_u64s(b, &mut at, 3 * pieces)
+            .ok_or_else(|| "a snapshot piece does not decode".to_string())?;
         let allocations_at = at;
-        // What the next push goes on from: the last piece while there is no allocation.
-        let mut next = state;
-        if allocations > 0 {
-            next = Encoder::default();
-        }
-        for i in 0..allocations {
-            if next.next_allocation(b, &mut at).is_none() {
-                return Err(format!("snapshot allocation {i} does not decode"));
-            }
-        }
+        skip_u64s(b, &mut at, 2 * allocations)
+            .ok_or_else(|| "a snapshot allocation does not decode".to_string())?;
         if at != b.len() {
             return Err(format!(
                 "the snapshot payload holds {} bytes, not the {at} its counts need",
@@ -439,7 +499,7 @@ impl Snapshot {
         Ok(Snapshot {
             payload,
             allocations_at,
-            next,
+            next: None,
             table,
             table_counts: counts,
         })
@@ -630,6 +690,63 @@ impl Snapshot {
 mod tests {
     use super::*;
     use crate::media::{MediaConfig, SimConfig};
+
+    #[test]
+    fn the_inline_varint_reads_agree_with_the_general_decoder() {
+        let mut values: Vec<u64> = (0..20_000).collect();
+        values.extend((0..64).map(|s| 1u64 << s));
+        values.extend((1..64).map(|s| (1u64 << s) - 1));
+        values.push(u64::MAX);
+        for v in values {
+            for signed in [v as i64, (v as i64).wrapping_neg(), v as i64 >> 1] {
+                let mut b = Vec::new();
+                push_var(&mut b, v);
+                push_var(&mut b, signed);
+                let (mut fast, mut general) = (0, 0);
+                assert_eq!(read_u64(&b, &mut fast), read_var::<u64>(&b, &mut general));
+                assert_eq!(read_i64(&b, &mut fast), read_var::<i64>(&b, &mut general));
+                assert_eq!((fast, general), (b.len(), b.len()));
+            }
+        }
+        // Bytes that end in the middle of a varint, or are none, decode as nothing.
+        for b in [&[][..], &[0x80], &[0xff, 0xff]] {
+            assert_eq!(read_u64(b, &mut 0), read_var::<u64>(b, &mut 0));
+            assert_eq!(read_u64(b, &mut 0), None);
+        }
+        // A varint that does not end in the first two bytes: the general decoder's.
+        let b = [0x80, 0x80, 0x01];
+        assert_eq!(read_u64(&b, &mut 0), Some(1 << 14));
+    }
+
+    #[test]
+    fn skipping_varints_takes_exactly_what_decoding_takes() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..20_000 {
+            // Random bytes, biased towards long runs of continuation bytes.
+            let bytes: Vec<u8> = (0..40)
+                .map(|_| {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    match rng % 4 {
+                        0 => (rng >> 8) as u8 & 0x7f,
+                        1 => 1,
+                        _ => 0x80 | (rng >> 8) as u8,
+                    }
+                })
+                .collect();
+            for n in 0..12 {
+                let mut decoded = Some(0);
+                for _ in 0..n {
+                    decoded =
+                        decoded.and_then(|mut at| read_var::<u64>(&bytes, &mut at).map(|_| at));
+                }
+                let mut at = 0;
+                let skipped = skip_u64s(&bytes, &mut at, n).map(|()| at);
+                assert_eq!(skipped, decoded, "{bytes:x?}, {n} varints");
+            }
+        }
+    }
 
     const CHUNK: u64 = 4096;
 
@@ -891,14 +1008,12 @@ mod tests {
             let HeaderState::Valid(header) = HeaderState::of(&head) else {
                 continue;
             };
-            let BlockScan::Block(b) = decode_block(chunk, c, header.generation, 64) else {
+            let mut decoded = Vec::new();
+            let BlockScan::Block(b) = decode_block(chunk, c, header.generation, 64, &mut decoded)
+            else {
                 continue;
             };
-            if let Some(e) = b
-                .entries
-                .iter()
-                .find(|e| e.home == ROOT_HOME && e.size == 8)
-            {
+            if let Some(e) = decoded.iter().find(|e| e.home == ROOT_HOME && e.size == 8) {
                 chunk[e.data as usize] ^= 1;
                 let start = b.offset as usize;
                 let (pre, body) = chunk[start..b.end as usize].split_at_mut(PREAMBLE);

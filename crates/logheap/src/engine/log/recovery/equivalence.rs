@@ -57,7 +57,7 @@ fn recover_with(
     marks: Marks,
     close: Option<CloseRecord>,
     config: MappingConfig,
-    threads: usize,
+    (threads, seed): (usize, Option<&Seed>),
 ) -> Result<Outcome, Vec<Damage>> {
     let mapping = Mapping::new(config);
     let r = recover(
@@ -67,7 +67,7 @@ fn recover_with(
         close,
         Ok(None),
         &mapping,
-        (threads, None, false),
+        (threads, seed, false),
     )?;
     Ok(Outcome {
         pieces: pieces(&mapping),
@@ -94,7 +94,7 @@ fn examine_with(
     marks: Marks,
     close: Option<CloseRecord>,
     config: MappingConfig,
-    threads: usize,
+    (threads, seed): (usize, Option<&Seed>),
 ) -> Vec<String> {
     let mapping = Mapping::new(config);
     let found = examine(
@@ -104,7 +104,7 @@ fn examine_with(
         close,
         Ok(None),
         &mapping,
-        (threads, None),
+        (threads, seed),
     );
     let mut out = vec![
         format!("report {:?}", found.report),
@@ -139,13 +139,13 @@ fn same_with_any_threads(
     geometry: &ChunkGeometry,
     marks: Marks,
     close: Option<CloseRecord>,
-    config: MappingConfig,
+    (config, seed): (MappingConfig, Option<&Seed>),
     what: &str,
 ) -> bool {
-    let sequential = recover_with(media, geometry, marks, close, config, 1);
-    let examined = examine_with(media, geometry, marks, close, config, 1);
+    let sequential = recover_with(media, geometry, marks, close, config, (1, seed));
+    let examined = examine_with(media, geometry, marks, close, config, (1, seed));
     for threads in [2, 3, 4] {
-        let parallel = recover_with(media, geometry, marks, close, config, threads);
+        let parallel = recover_with(media, geometry, marks, close, config, (threads, seed));
         if parallel != sequential {
             let lines = |r: &Result<Outcome, Vec<Damage>>| match r {
                 Ok(o) => format!("{o:#?}")
@@ -159,7 +159,7 @@ fn same_with_any_threads(
                 first_difference(&lines(&sequential), &lines(&parallel))
             );
         }
-        let parallel = examine_with(media, geometry, marks, close, config, threads);
+        let parallel = examine_with(media, geometry, marks, close, config, (threads, seed));
         assert!(
             parallel == examined,
             "{what}: examining with {threads} threads differs: {}",
@@ -198,7 +198,7 @@ fn same_for_image(image: Vec<u8>, config: MappingConfig, what: &str) -> bool {
     let close = clean
         .then(|| superblock.read_close_record(media).ok())
         .flatten();
-    same_with_any_threads(media, &geometry, marks, close, config, what)
+    same_with_any_threads(media, &geometry, marks, close, (config, None), what)
 }
 
 /// How many transactions recovering a crash image drops.
@@ -210,7 +210,7 @@ fn dropped_transactions(image: Vec<u8>) -> u64 {
         .unwrap();
     let geometry = ChunkGeometry::of(file.header());
     let config = MappingConfig::FULL;
-    let recovered = recover_with(media, &geometry, marks, None, config, 1).unwrap();
+    let recovered = recover_with(media, &geometry, marks, None, config, (1, None)).unwrap();
     recovered.report.dropped_transactions
 }
 
@@ -446,7 +446,14 @@ impl LogImage {
             formatted: self.geometry.count,
             cleaned: 0,
         };
-        same_with_any_threads(&self.media, &self.geometry, marks, None, config, what)
+        same_with_any_threads(
+            &self.media,
+            &self.geometry,
+            marks,
+            None,
+            (config, None),
+            what,
+        )
     }
 }
 
@@ -575,6 +582,74 @@ fn random_log(seed: u64, odds: u32) -> (LogImage, MappingConfig) {
 
 fn fallbacks() -> usize {
     super::parallel::FALLBACKS.with(|f| f.get())
+}
+
+/// Pools churned in a small space, so that their allocation and free records were
+/// folded into allocation checkpoints, recover the same from the checkpoint with any
+/// number of threads (in parallel, without falling back), whether new objects' data
+/// has a log of its own or follows its records in the allocation log.
+#[test]
+fn pools_with_an_allocation_checkpoint_recover_the_same_with_any_number_of_threads() {
+    for (seed, separate) in [(1, true), (2, false), (3, true)] {
+        let config = Config::default()
+            .size(256 << 10)
+            .chunk_size(4096)
+            .separate_initial_data(separate);
+        let pool = Pool::create_sim(&config, SimConfig::default()).unwrap();
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut slots: Vec<Option<u64>> = vec![None; 32];
+        let checkpoints = || pool.stats().log().unwrap().allocation_checkpoints;
+        let mut done = 0;
+        while checkpoints() < 3 || done % 7 != 3 {
+            assert!(done < 200_000, "no checkpoint after {done} transactions");
+            done += 1;
+            let k = rng.random_range(0..slots.len());
+            let len = rng.random_range(16..=300u64);
+            let fill = vec![rng.random::<u8>() | 1; len as usize];
+            pool.transaction(|tx| {
+                if let Some(home) = slots[k] {
+                    tx.free(PPtr::<u8>::from_offset(home))?;
+                }
+                if done % 3 != 0 {
+                    let home = tx.alloc_bytes(len)?;
+                    tx.write_bytes(home, &fill)?;
+                    slots[k] = Some(home);
+                } else {
+                    slots[k] = None;
+                }
+                Ok::<_, crate::Error>(())
+            })
+            .unwrap();
+        }
+        let image = pool.media().crash_simulator().unwrap().persisted_image();
+        pool.abandon();
+        let file =
+            PoolFile::open_image(image, &MediaConfig::default(), SimConfig::default()).unwrap();
+        let media = file.media();
+        let geometry = ChunkGeometry::of(file.header());
+        let superblock = superblock_of(file.layout());
+        let marks = superblock.read_marks(media, false).unwrap();
+        let (_, seeded) =
+            crate::engine::log::checkpoint::read_current(media, &geometry, &superblock)
+                .unwrap()
+                .expect("the pool has an allocation checkpoint");
+        assert!(seeded.checkpoint.version > 0 && !seeded.checkpoint.allocations.is_empty());
+        let what = format!("churned pool {seed} (separate initial data: {separate})");
+        let before = fallbacks();
+        let config = MappingConfig::FULL;
+        assert!(
+            same_with_any_threads(
+                media,
+                &geometry,
+                marks,
+                None,
+                (config, Some(&seeded)),
+                &what
+            ),
+            "{what} was refused"
+        );
+        assert_eq!(fallbacks(), before, "{what} was not replayed in parallel");
+    }
 }
 
 #[test]

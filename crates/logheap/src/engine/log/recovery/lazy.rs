@@ -306,7 +306,7 @@ pub(crate) fn check_chunk(
     }
     let mut book = ChunkBook::default();
     for b in &c.blocks {
-        book.add(ChunkBook::of_block(r.index, b));
+        book.add(ChunkBook::of_block(r.index, b, c.entries_of(b)));
     }
     if (book.blocks, book.max_version, book.digest)
         != (r.book.blocks, r.book.max_version, r.book.digest)

@@ -563,7 +563,7 @@ fn book_of(c: &scan::ScannedChunk, verdict: &rules::Verdict) -> ChunkBook {
     let mut book = ChunkBook::default();
     for b in &c.blocks {
         if !verdict.uncommitted.contains(&b.version) {
-            book.add(ChunkBook::of_block(c.index, b));
+            book.add(ChunkBook::of_block(c.index, b, c.entries_of(b)));
         }
     }
     book
@@ -768,10 +768,11 @@ fn read_judge(
 }
 
 /// Reads the log, judges it and, when nothing is wrong or `replay_anyway`, replays the
-/// committed transactions into `mapping`: on this thread alone when `threads` is 1 or
-/// replay starts from an allocation checkpoint (`seed`), else with a crew of threads
-/// ([`parallel`]), with the same result. After replay from a checkpoint, what lies
-/// outside every final allocation is pruned from the mapping ([`prune`]).
+/// committed transactions into `mapping`, starting from the allocation checkpoint
+/// `seed` if there is one: on this thread alone when `threads` is 1 or the open
+/// salvages, else with a crew of threads ([`parallel`]), with the same result. After
+/// replay from a checkpoint, what lies outside every final allocation is pruned from
+/// the mapping ([`prune`]).
 fn read_judge_replay(
     media: &Media,
     geometry: &ChunkGeometry,
@@ -786,24 +787,30 @@ fn read_judge_replay(
     Vec<Damage>,
     Option<replay::Replayed>,
 ) {
-    let judged = |scan: &scan::Scan, problems| judge(geometry, marks, close, scan, problems, false);
-    // With an allocation checkpoint the replay is sequential (the parallel one does not
-    // start from one yet).
-    if threads > 1 && seed.is_none() && !salvage {
-        return parallel::recover(
+    let checkpoint = seed.map(|s| s.checkpoint.clone());
+    let (scan, verdict, problems, mut replayed) = if threads > 1 && !salvage {
+        let judged = |scan: &scan::Scan, problems| {
+            let (mut verdict, problems) = judge(geometry, marks, close, scan, problems, false);
+            verdict.seed = checkpoint.clone();
+            (verdict, problems)
+        };
+        parallel::recover(
             media,
             geometry,
             marks.formatted,
             mapping,
-            threads,
+            (threads, checkpoint.as_deref()),
             judged,
             replay_anyway,
-        );
-    }
-    let (scan, mut verdict, mut problems) = read_judge(media, geometry, marks, close, 1, salvage);
-    verdict.seed = seed.map(|s| s.checkpoint.clone());
-    let mut replayed = (replay_anyway || problems.is_empty())
-        .then(|| replay::replay(media, geometry, &scan, &verdict, mapping, &mut problems));
+        )
+    } else {
+        let (scan, mut verdict, mut problems) =
+            read_judge(media, geometry, marks, close, 1, salvage);
+        verdict.seed = checkpoint;
+        let replayed = (replay_anyway || problems.is_empty())
+            .then(|| replay::replay(media, geometry, &scan, &verdict, mapping, &mut problems));
+        (scan, verdict, problems, replayed)
+    };
     if let Some(r) = replayed.as_mut().filter(|_| seed.is_some()) {
         prune(mapping, &r.allocator.allocations(), geometry, &mut r.live);
     }

@@ -51,6 +51,7 @@ use super::replay::{self, Meaning, Phase, Replayed};
 use super::rules::Verdict;
 use super::scan::{Batches, Scan};
 use crate::alloc::home::{AllocError, HomeAllocator};
+use crate::engine::log::checkpoint::Checkpoint;
 use crate::engine::log::chunks::ChunkGeometry;
 use crate::engine::log::damage::Damage;
 use crate::engine::log::layout::{HOME_LIMIT, LogKind};
@@ -201,8 +202,9 @@ enum Led {
 }
 
 /// Reads the first `formatted` chunks, judges them with `judge` (given the scan and its
-/// own problems, taken out of it) and, when that finds nothing wrong or
-/// `replay_anyway`, replays every committed transaction into `mapping` (empty on entry),
+/// own problems, taken out of it; it puts `checkpoint` in the verdict) and, when that
+/// finds nothing wrong or `replay_anyway`, replays every committed transaction into
+/// `mapping` (empty on entry) from the allocation checkpoint `checkpoint` if any,
 /// with `threads` threads in all (at least 2, at most [`MAX_THREADS`]; the calling
 /// thread leads the others and works with them). The same result as reading, judging
 /// and replaying sequentially.
@@ -211,11 +213,17 @@ pub(crate) fn recover(
     geometry: &ChunkGeometry,
     formatted: u32,
     mapping: &Mapping,
-    threads: usize,
+    (threads, checkpoint): (usize, Option<&Checkpoint>),
     judge: impl FnOnce(&Scan, Vec<Damage>) -> (Verdict, Vec<Damage>),
     replay_anyway: bool,
 ) -> (Scan, Verdict, Vec<Damage>, Option<Replayed>) {
     let threads = threads.clamp(2, MAX_THREADS);
+    // Records at or below the checkpoint's version are in it: replay skips them and
+    // starts from its allocations (as the sequential replay does).
+    let start = Start {
+        folded: checkpoint.map_or(0, |c| c.version),
+        allocations: checkpoint.map_or(&[], |c| &c.allocations),
+    };
     // The leader is the last of the threads; the others replay the data while it
     // rebuilds the allocator.
     let leader = threads - 1;
@@ -241,7 +249,7 @@ pub(crate) fn recover(
     // The steps of thread `t`: mapping (its share of the chunks), sorting (its slice of
     // the versions), checking records (its regions).
     let map_mine = |scan: &Scan, t: usize| {
-        let mine = map_part(media, geometry, scan, t, threads, &map);
+        let mine = map_part(media, geometry, scan, (t, threads, start.folded), &map);
         let mut parts = map.parts.lock().unwrap_or_else(|p| p.into_inner());
         parts.push((t, mine));
     };
@@ -254,7 +262,7 @@ pub(crate) fn recover(
         sorted.push((t, (records, data)));
     };
     let check_mine = |scan: &Scan, steps: &Steps<'_>, t: usize| {
-        let mine = check_records(media, geometry, scan, steps, t, threads, &refused);
+        let mine = check_records(media, geometry, scan, steps, (t, threads, start), &refused);
         held.lock().unwrap_or_else(|p| p.into_inner()).push(mine);
     };
     let member = |t: usize| {
@@ -279,7 +287,7 @@ pub(crate) fn recover(
         if !crew.meet() || !goes_on(&crew) {
             return;
         }
-        let live = replay_data(geometry, steps, mapping, t, leader);
+        let live = replay_data(geometry, steps, mapping, (t, leader, start.folded));
         lives.lock().unwrap_or_else(|p| p.into_inner()).push(live);
     };
     let lead = || {
@@ -402,6 +410,14 @@ pub(crate) fn recover(
 thread_local! {
     /// How many times this thread fell back to the sequential replay (for tests).
     pub(super) static FALLBACKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Where replay starts: records of versions up to `folded` are in an allocation
+/// checkpoint, whose live allocations are `allocations` (none and 0 without one).
+#[derive(Debug, Clone, Copy)]
+struct Start<'a> {
+    folded: u64,
+    allocations: &'a [(u64, u64)],
 }
 
 /// The sequential replay, for a log that the parallel one would not replay exactly as
@@ -573,8 +589,7 @@ fn map_part(
     media: &Media,
     geometry: &ChunkGeometry,
     scan: &Scan,
-    t: usize,
-    threads: usize,
+    (t, threads, folded): (usize, usize, u64),
     work: &MapWork,
 ) -> Mapped {
     let mut mapped: Mapped = Default::default();
@@ -585,7 +600,7 @@ fn map_part(
             break;
         }
         for ci in first..(first + batch).min(scan.chunks.len()) {
-            if map_chunk(media, geometry, scan, ci, t, &mut mapped).is_none() {
+            if map_chunk(media, geometry, scan, (ci, t, folded), &mut mapped).is_none() {
                 work.refuse.store(true, Ordering::Relaxed);
                 return mapped;
             }
@@ -595,13 +610,14 @@ fn map_part(
 }
 
 /// Maps the blocks of chunk `ci` into `mapped` (by thread `t`); `None` when an entry is
-/// wrong on its own or a record is longer than the pool's log could hold.
+/// wrong on its own or a record is longer than the pool's log could hold. Records up
+/// to version `folded` are in the allocation checkpoint, not replayed: initial data of
+/// those versions is checked against the allocations, not against its block's records.
 fn map_chunk(
     media: &Media,
     geometry: &ChunkGeometry,
     scan: &Scan,
-    ci: usize,
-    t: usize,
+    (ci, t, folded): (usize, usize, u64),
     (part, records, data): &mut Mapped,
 ) -> Option<()> {
     let longest = geometry.count as u64 * geometry.size;
@@ -613,7 +629,7 @@ fn map_chunk(
         // The allocation record before each entry, as (start, end).
         let mut record: Option<(u64, u64)> = None;
         let mut uncovered = false;
-        for e in &b.entries {
+        for e in ch.entries_of(b) {
             let size = e.size as u64;
             match replay::check_entry(media, base, kind, e).ok()? {
                 Meaning::Free { len } | Meaning::Allocation { len } => {
@@ -627,7 +643,8 @@ fn map_chunk(
                     part.records.push((e.home, end));
                 }
                 Meaning::Data => {
-                    uncovered |= kind == LogKind::Alloc && !covered(record, e.home, size);
+                    uncovered |= kind == LogKind::Alloc
+                        && (b.version <= folded || !covered(record, e.home, size));
                     part.data.push((e.home | size << 47, base + e.data as u64));
                 }
             }
@@ -674,25 +691,32 @@ fn touches(start: u64, end: u64, t: usize, threads: usize) -> bool {
     last - first + 1 >= threads as u64 || (first..=last).any(|r| r % threads as u64 == t as u64)
 }
 
-/// The records step of thread `t` of `threads`: replays the records of its regions.
-/// Returns the allocations that start in its regions at the end, sorted, as (start,
-/// length); sets `refused` (and stops) when the sequential replay would refuse a record,
-/// and stops when another thread did.
+/// The records step of thread `t` of `threads`: replays the records of its regions
+/// from `start`. Returns the allocations that start in its regions at the end, sorted,
+/// as (start, length); sets `refused` (and stops) when the sequential replay would
+/// refuse a record, and stops when another thread did.
 fn check_records(
     media: &Media,
     geometry: &ChunkGeometry,
     scan: &Scan,
     steps: &Steps<'_>,
-    t: usize,
-    threads: usize,
+    (t, threads, start): (usize, usize, Start<'_>),
     refused: &AtomicBool,
 ) -> Vec<(u64, u64)> {
     let mut held = Held::new();
+    for &(home, size) in start.allocations {
+        // A checkpoint's allocations end inside home space (checked when it was read).
+        if touches(home, home + size, t, threads) {
+            held.insert(home, home + size);
+        }
+    }
     for step in steps.records() {
         if refused.load(Ordering::Relaxed) {
             return Vec::new();
         }
+        let in_checkpoint = step.version <= start.folded;
         let ok = match step.phase {
+            Phase::Frees | Phase::Allocations if in_checkpoint => true,
             Phase::Frees => steps.records_of(step).iter().all(|&(home, end)| {
                 !touches(home, end, t, threads) || held.remove(home) == Some(end)
             }),
@@ -711,22 +735,28 @@ fn check_records(
                 let ch = &scan.chunks[step.chunk as usize];
                 let base = geometry.offset(ch.index);
                 let mut record = None;
-                ch.blocks[step.block as usize].entries.iter().all(|e| {
-                    let size = e.size as u64;
-                    if e.tombstone {
-                        // Checked in the map step; checked again, as the bytes are read
-                        // again (the end is inside home space, so the sum cannot wrap).
-                        let Ok(Meaning::Allocation { len }) =
-                            replay::check_entry(media, base, LogKind::Alloc, e)
-                        else {
-                            return false;
-                        };
-                        record = Some((e.home, e.home + len));
-                        return true;
-                    }
-                    let mine = (e.home >> REGION_SHIFT) % threads as u64 == t as u64;
-                    covered(record, e.home, size) || !mine || held.holds(e.home, e.home + size)
-                })
+                ch.entries_of(&ch.blocks[step.block as usize])
+                    .iter()
+                    .all(|e| {
+                        let size = e.size as u64;
+                        if e.tombstone {
+                            // Checked in the map step; checked again, as the bytes are read
+                            // again (the end is inside home space, so the sum cannot wrap).
+                            let Ok(Meaning::Allocation { len }) =
+                                replay::check_entry(media, base, LogKind::Alloc, e)
+                            else {
+                                return false;
+                            };
+                            record = Some((e.home, e.home + len));
+                            return true;
+                        }
+                        let mine = (e.home >> REGION_SHIFT) % threads as u64 == t as u64;
+                        // A folded record is not replayed: its data is checked against
+                        // what is held, as the sequential replay checks it.
+                        (!in_checkpoint && covered(record, e.home, size))
+                            || !mine
+                            || held.holds(e.home, e.home + size)
+                    })
             }
             Phase::Updates => true,
         };
@@ -753,15 +783,15 @@ fn data_shift(mapping: &Mapping) -> u32 {
     mapping.partition_shift().max(MIN_DATA_SHIFT)
 }
 
-/// The data step of thread `t`: the pieces of frees and data entries in its units of
-/// home space, in replay order. Returns the live bytes it added (and displaced) per
-/// chunk.
+/// The data step of thread `t` of `threads`: the pieces of frees and data entries in
+/// its units of home space, in replay order (frees up to version `folded` are in the
+/// allocation checkpoint, not replayed). Returns the live bytes it added (and
+/// displaced) per chunk.
 fn replay_data(
     geometry: &ChunkGeometry,
     steps: &Steps<'_>,
     mapping: &Mapping,
-    t: usize,
-    threads: usize,
+    (t, threads, folded): (usize, usize, u64),
 ) -> Vec<i64> {
     let shift = data_shift(mapping);
     let (t, n) = (t as u64, threads as u64);
@@ -783,6 +813,9 @@ fn replay_data(
             }
         };
         if step.phase == Phase::Frees {
+            if step.version <= folded {
+                continue;
+            }
             for &(home, end) in steps.records_of(step) {
                 for (s, e) in mine(home, end) {
                     mapping.remove(s, e - s, &mut displaced);

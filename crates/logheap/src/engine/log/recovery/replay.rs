@@ -97,20 +97,25 @@ pub(crate) fn replay(
         // two never overlap within a version).
         LogKind::Update | LogKind::Initial => [Some(Phase::Updates), None],
     };
-    let mut order: Vec<(u64, Phase, usize, usize)> = Vec::new();
-    for (ci, ch) in scan.chunks.iter().enumerate() {
-        if !verdict.replays_chunk(ci) {
-            continue;
-        }
-        for (bi, b) in ch.blocks.iter().enumerate() {
-            if !verdict.uncommitted.contains(&b.version) {
-                for phase in phases(ch.header.kind).into_iter().flatten() {
-                    order.push((b.version, phase, ci, bi));
+    // Every replayed chunk is in one log (orphans are in none). Listed log by log, in
+    // chain order, the steps come as a few long runs already in version order (a log
+    // set commits one transaction at a time), which a stable sort finds and merges:
+    // far cheaper than sorting millions of steps from scratch.
+    let mut order: Vec<(u64, Phase, u32, u32)> = Vec::new();
+    for log in &verdict.logs {
+        for &ci in &log.chunks {
+            let ch = &scan.chunks[ci];
+            for (bi, b) in ch.blocks.iter().enumerate() {
+                if !verdict.uncommitted.contains(&b.version) {
+                    for phase in phases(ch.header.kind).into_iter().flatten() {
+                        // Chunks and blocks number far fewer than 2^32.
+                        order.push((b.version, phase, ci as u32, bi as u32));
+                    }
                 }
             }
         }
     }
-    order.sort_unstable();
+    order.sort();
 
     let mut live = vec![0i64; geometry.count as usize];
     let mut held = Held::new();
@@ -125,14 +130,17 @@ pub(crate) fn replay(
         if version <= folded && matches!(phase, Phase::Frees | Phase::Allocations) {
             continue;
         }
-        let ch = &scan.chunks[ci];
+        let ch = &scan.chunks[ci as usize];
         let kind = ch.header.kind;
         let base = geometry.offset(ch.index);
-        let entries = ch.blocks[bi].entries.iter().filter(|e| match phase {
-            Phase::Allocations => e.tombstone,
-            Phase::InitialData => !e.tombstone,
-            Phase::Frees | Phase::Updates => true,
-        });
+        let entries = ch
+            .entries_of(&ch.blocks[bi as usize])
+            .iter()
+            .filter(|e| match phase {
+                Phase::Allocations => e.tombstone,
+                Phase::InitialData => !e.tombstone,
+                Phase::Frees | Phase::Updates => true,
+            });
         for e in entries {
             let data = base + e.data as u64;
             let damage =

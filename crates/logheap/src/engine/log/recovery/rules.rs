@@ -167,9 +167,7 @@ pub(crate) fn judge_with(
             }
         }
     }
-    versions.sort_unstable();
-    versions.dedup();
-    v.transactions = (versions.len() - v.uncommitted.len()) as u64;
+    v.transactions = (distinct(&mut versions) - v.uncommitted.len()) as u64;
 
     // The logs, each a chain of chunks with consecutive sequence numbers from 0, each
     // chunk naming its predecessor.
@@ -298,6 +296,31 @@ pub(crate) fn judge_with(
         }
     }
     v
+}
+
+/// How many distinct values `values` holds (in any order afterwards). Versions are
+/// handed out from one counter, so a log's are usually dense: then a bitmap over their
+/// span counts them in one pass; sparse ones (or a hostile file's) are sorted.
+fn distinct(values: &mut [u64]) -> usize {
+    let (Some(&min), Some(&max)) = (values.iter().min(), values.iter().max()) else {
+        return 0;
+    };
+    let span = max - min;
+    if span / 16 > values.len() as u64 {
+        values.sort_unstable();
+        return values.len() - values.windows(2).filter(|w| w[0] == w[1]).count();
+    }
+    // At most 16 bits per value: the span fits in memory as the values do.
+    let mut seen = vec![0u64; (span / 64 + 1) as usize];
+    let mut count = 0;
+    for &x in values.iter() {
+        let bit = x - min;
+        let word = &mut seen[(bit / 64) as usize];
+        let mask = 1 << (bit % 64);
+        count += usize::from(*word & mask == 0);
+        *word |= mask;
+    }
+    count
 }
 
 /// The version from which a salvaging open drops every transaction, so that what stays
@@ -457,11 +480,12 @@ fn walk(
     problems: &mut Vec<Damage>,
 ) {
     let mut reported = false;
+    // The items of a chunk in order: the run, the stop, the blocks after it.
+    let mut items: Vec<(u32, bool)> = Vec::new(); // (offset, committed)
     for (pos, &ci) in log.chunks.iter().enumerate() {
         let ch = &scan.chunks[ci];
         let base = geometry.offset(ch.index);
-        // The items of the chunk in order: the run, the stop, the blocks after it.
-        let mut items: Vec<(u32, bool)> = Vec::new(); // (offset, committed)
+        items.clear();
         if gap == Some(pos) {
             items.push((payload_start(), false));
         }
@@ -492,7 +516,7 @@ fn walk(
             // The region after the stop belongs to the tail from the stop on.
             items.push((ch.stop.offset(), false));
         }
-        for (offset, committed) in items {
+        for &(offset, committed) in &items {
             match (committed, log.tail) {
                 (false, None) => log.tail = Some((pos, offset)),
                 (true, Some((tp, to))) if !reported => {
@@ -750,6 +774,16 @@ fn tail_versions(scan: &Scan, uncommitted: &HashSet<u64>, log: &LogChain) -> Has
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn distinct_counts_dense_and_sparse_values_alike() {
+        let mut dense: Vec<u64> = (0..1000).map(|i| 500 + i % 300).collect();
+        assert_eq!(distinct(&mut dense), 300);
+        let mut sparse = vec![u64::MAX, 1, u64::MAX, 7, 1 << 40, 7];
+        assert_eq!(distinct(&mut sparse), 4);
+        assert_eq!(distinct(&mut []), 0);
+        assert_eq!(distinct(&mut [u64::MAX]), 1);
+    }
     use crate::engine::log::layout::{ChunkHeader, DecodedBlock};
     use crate::engine::log::recovery::scan::{ScannedChunk, Stop};
 
@@ -774,6 +808,7 @@ mod tests {
                 seq: 0,
             },
             blocks,
+            entries: Vec::new(),
             run,
             stop: Stop::End(end),
         }
@@ -785,7 +820,7 @@ mod tests {
             version,
             peer,
             crc: 0,
-            entries: Vec::new(),
+            entries: 0..0,
             end: offset + 64,
         }
     }

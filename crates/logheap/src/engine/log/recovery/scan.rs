@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use crate::engine::log::chunks::{ChunkGeometry, payload_start};
 use crate::engine::log::damage::Damage;
 use crate::engine::log::layout::{
-    BLOCK_ALIGN, BlockScan, CHUNK_HEADER, ChunkHeader, DecodedBlock, HeaderState, PREAMBLE,
-    decode_block,
+    BLOCK_ALIGN, BlockScan, CHUNK_HEADER, ChunkHeader, DecodedBlock, DecodedEntry, HeaderState,
+    PREAMBLE, decode_block,
 };
 use crate::media::Media;
 
@@ -41,6 +41,9 @@ pub(crate) struct ScannedChunk {
     /// valid block of this chunk's generation found after the stop (`blocks[run..]`);
     /// all in offset order.
     pub blocks: Vec<DecodedBlock>,
+    /// The entries of all its blocks, in block order (one list per chunk, not one per
+    /// block: recovery reads millions of blocks).
+    pub entries: Vec<DecodedEntry>,
     pub run: usize,
     pub stop: Stop,
 }
@@ -172,9 +175,10 @@ pub(super) fn scan_range(
 /// Reads the blocks of one chunk (`bytes` is the whole chunk).
 fn scan_chunk(bytes: &[u8], index: u32, header: ChunkHeader) -> ScannedChunk {
     let mut blocks = Vec::new();
+    let mut entries = Vec::new();
     let mut offset = payload_start() as usize;
     let stop = loop {
-        match decode_block(bytes, index, header.generation, offset) {
+        match decode_block(bytes, index, header.generation, offset, &mut entries) {
             BlockScan::Block(b) => {
                 offset = b.end as usize;
                 blocks.push(b);
@@ -188,7 +192,7 @@ fn scan_chunk(bytes: &[u8], index: u32, header: ChunkHeader) -> ScannedChunk {
     // transaction whose write a crash interrupted; look for it at every block position.
     let mut at = offset + BLOCK_ALIGN;
     while at + PREAMBLE <= bytes.len() {
-        match decode_block(bytes, index, header.generation, at) {
+        match decode_block(bytes, index, header.generation, at, &mut entries) {
             BlockScan::Block(b) => {
                 at = b.end as usize;
                 blocks.push(b);
@@ -201,8 +205,16 @@ fn scan_chunk(bytes: &[u8], index: u32, header: ChunkHeader) -> ScannedChunk {
         index,
         header,
         blocks,
+        entries,
         run,
         stop,
+    }
+}
+
+impl ScannedChunk {
+    /// The entries of `block`, one of this chunk's blocks.
+    pub(crate) fn entries_of(&self, block: &DecodedBlock) -> &[DecodedEntry] {
+        block.entries_in(&self.entries)
     }
 }
 
