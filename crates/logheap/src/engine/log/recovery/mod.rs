@@ -290,9 +290,7 @@ pub(crate) fn committed_transactions(
         .flat_map(|c| &c.blocks[..c.run])
         .map(|b| b.version)
         .collect();
-    versions.sort_unstable();
-    versions.dedup();
-    versions.len() as u64
+    rules::distinct(&mut versions) as u64
 }
 
 /// The number of threads to recover `formatted` chunks with: `requested`, or when it is

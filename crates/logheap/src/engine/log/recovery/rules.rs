@@ -301,7 +301,7 @@ pub(crate) fn judge_with(
 /// How many distinct values `values` holds (in any order afterwards). Versions are
 /// handed out from one counter, so a log's are usually dense: then a bitmap over their
 /// span counts them in one pass; sparse ones (or a hostile file's) are sorted.
-fn distinct(values: &mut [u64]) -> usize {
+pub(super) fn distinct(values: &mut [u64]) -> usize {
     let (Some(&min), Some(&max)) = (values.iter().min(), values.iter().max()) else {
         return 0;
     };
