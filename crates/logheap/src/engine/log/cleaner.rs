@@ -406,7 +406,8 @@ impl LogEngine {
         let limit = (payload * threshold) as i64;
         let mut victims = std::mem::take(&mut work.victims);
         victims.clear();
-        for c in 0..self.geometry.count {
+        // Only formatted chunks can be sealed (a large pool has many more).
+        for c in 0..self.chunks.formatted() {
             // Allocation and deallocation chunks leave through checkpoints.
             if !self.chunks.is_sealed(c)
                 || self.chunks.holds_records(c)
