@@ -36,6 +36,7 @@
 
 mod keys;
 mod log_store;
+pub mod server;
 mod snapshot;
 mod state_machine;
 

@@ -1,0 +1,186 @@
+//! A three-node cluster on the loopback interface, in one process: it elects a leader,
+//! replicates writes, answers linearizable reads, sends clients on from followers, and
+//! after its leader stops elects another that has every acknowledged write.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use logheap_raft::server::{self, Node};
+use reqwest::StatusCode;
+
+fn config() -> logheap::Config {
+    logheap::Config::default().size(32 << 20)
+}
+
+/// Sends `request` to `addr`, following redirects to the leader (421) a few times.
+async fn call(
+    client: &reqwest::Client,
+    mut addr: String,
+    method: reqwest::Method,
+    path: &str,
+    body: Vec<u8>,
+) -> (StatusCode, Vec<u8>) {
+    for _ in 0..20 {
+        let sent = client
+            .request(method.clone(), format!("http://{addr}{path}"))
+            // JSON for the cluster routes; the key-value routes take any bytes.
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await;
+        let Ok(r) = sent else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let status = r.status();
+        let bytes = r.bytes().await.unwrap().to_vec();
+        if status == StatusCode::MISDIRECTED_REQUEST {
+            let to: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            if let Some(leader) = to["leader_addr"].as_str() {
+                addr = leader.to_string();
+            } else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            continue;
+        }
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
+        return (status, bytes);
+    }
+    panic!("{method} {path}: no leader answered");
+}
+
+/// Waits until one of `nodes` sees a leader other than `not`, and returns its id.
+async fn leader(nodes: &[&Node], not: Option<u64>) -> u64 {
+    let start = Instant::now();
+    loop {
+        for n in nodes {
+            let m = n.raft.metrics().borrow().clone();
+            if let Some(l) = m.current_leader.filter(|&l| Some(l) != not)
+                && nodes.iter().any(|n| n.id == l)
+            {
+                return l;
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no leader elected"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_replicate_and_survive_the_loss_of_their_leader() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = Vec::new();
+    let mut addrs = BTreeMap::new();
+    let mut servers = BTreeMap::new();
+    for id in 1..=3u64 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let node = server::start(id, &dir.path().join(format!("n{id}.pool")), &config())
+            .await
+            .unwrap();
+        servers.insert(id, tokio::spawn(server::serve(node.clone(), listener)));
+        addrs.insert(id, addr);
+        nodes.push(node);
+    }
+    let client = reqwest::Client::new();
+    let init = serde_json::to_vec(&addrs).unwrap();
+    let (status, _) = call(
+        &client,
+        addrs[&1].clone(),
+        reqwest::Method::POST,
+        "/cluster/init",
+        init,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let first = leader(&nodes.iter().collect::<Vec<_>>(), None).await;
+
+    // Writes through any node (followers send the client on), reads from the leader.
+    for i in 0..40 {
+        let at = addrs[&(1 + i % 3)].clone();
+        let (status, _) = call(
+            &client,
+            at,
+            reqwest::Method::PUT,
+            &format!("/kv/key{i:02}"),
+            format!("v{i}").into_bytes(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "put {i}");
+    }
+    let (status, _) = call(
+        &client,
+        addrs[&2].clone(),
+        reqwest::Method::DELETE,
+        "/kv/key00",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, value) = call(
+        &client,
+        addrs[&first].clone(),
+        reqwest::Method::GET,
+        "/kv/key07",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!((status, value), (StatusCode::OK, b"v7".to_vec()));
+    let (status, _) = call(
+        &client,
+        addrs[&first].clone(),
+        reqwest::Method::GET,
+        "/kv/key00",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // A follower does not answer a read itself: it names the leader.
+    let follower = addrs.keys().copied().find(|&id| id != first).unwrap();
+    let r = client
+        .get(format!("http://{}/kv/key07", addrs[&follower]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::MISDIRECTED_REQUEST);
+
+    // The leader stops: the others elect one of themselves, which has every write.
+    servers[&first].abort();
+    let stopped = nodes.iter().find(|n| n.id == first).unwrap();
+    stopped.raft.shutdown().await.unwrap();
+    let rest: Vec<&Node> = nodes.iter().filter(|n| n.id != first).collect();
+    let second = leader(&rest, Some(first)).await;
+    assert_ne!(second, first);
+    let (status, body) = call(
+        &client,
+        addrs[&second].clone(),
+        reqwest::Method::GET,
+        "/scan?start=key&limit=100",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let pairs: Vec<(String, String)> = serde_json::from_slice(&body).unwrap();
+    let expected: Vec<(String, String)> = (1..40)
+        .map(|i| (format!("key{i:02}"), format!("v{i}")))
+        .collect();
+    assert_eq!(pairs, expected);
+    let (status, _) = call(
+        &client,
+        addrs[&second].clone(),
+        reqwest::Method::PUT,
+        "/kv/after",
+        b"failover".to_vec(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    for n in rest {
+        n.raft.shutdown().await.unwrap();
+    }
+}
