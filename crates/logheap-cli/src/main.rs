@@ -11,6 +11,7 @@ mod create;
 mod dump;
 mod inspect;
 mod kv;
+mod kv_server;
 mod recovery_bench;
 mod rm;
 mod size;
@@ -62,6 +63,9 @@ enum Command {
     /// The ordered key-value store (logheap-kv) in a pool: get, put, del, scan, load,
     /// stats. Writes create the pool on first use.
     Kv(kv::Args),
+    /// One node of a replicated logheap-kv cluster (Raft, openraft) serving HTTP: get,
+    /// put, delete, scan (linearizable), cluster membership and metrics.
+    KvServer(kv_server::Args),
     /// Print a pool's root area and every live allocation with their bytes (hex lines,
     /// or JSON).
     Dump(dump::Args),
@@ -92,6 +96,7 @@ fn main() -> ExitCode {
         Command::Check(args) => return check::run(&args),
         Command::Create(args) => create::run(&args),
         Command::Kv(args) => return kv::run(&args),
+        Command::KvServer(args) => kv_server::run(&args),
         Command::Compact(args) => compact::run(&args),
         Command::Bench(args) => bench::run_bench(&args),
         Command::Calibrate(args) => calibrate::run(&args),

@@ -86,6 +86,17 @@ pub async fn serve(node: Node, listener: tokio::net::TcpListener) -> std::io::Re
     axum::serve(listener, router(node)).await
 }
 
+/// [`serve`] until `stop` completes (requests in progress are finished).
+pub async fn serve_until(
+    node: Node,
+    listener: tokio::net::TcpListener,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(node))
+        .with_graceful_shutdown(stop)
+        .await
+}
+
 /// The node's HTTP routes.
 pub fn router(node: Node) -> Router {
     Router::new()
