@@ -11,6 +11,7 @@ mod create;
 mod dump;
 mod inspect;
 mod kv;
+mod kv_failover;
 mod kv_server;
 mod recovery_bench;
 mod rm;
@@ -66,6 +67,10 @@ enum Command {
     /// One node of a replicated logheap-kv cluster (Raft, openraft) serving HTTP: get,
     /// put, delete, scan (linearizable), cluster membership and metrics.
     KvServer(kv_server::Args),
+    /// The failover test of a replicated logheap-kv cluster: three `kv-server`
+    /// processes; each round writes through the leader, kills it with SIGKILL and checks
+    /// that the new leader has every acknowledged write. Exits 1 on a violation.
+    KvFailover(kv_failover::Args),
     /// Print a pool's root area and every live allocation with their bytes (hex lines,
     /// or JSON).
     Dump(dump::Args),
@@ -97,6 +102,7 @@ fn main() -> ExitCode {
         Command::Create(args) => create::run(&args),
         Command::Kv(args) => return kv::run(&args),
         Command::KvServer(args) => kv_server::run(&args),
+        Command::KvFailover(args) => kv_failover::run(&args),
         Command::Compact(args) => compact::run(&args),
         Command::Bench(args) => bench::run_bench(&args),
         Command::Calibrate(args) => calibrate::run(&args),
