@@ -44,6 +44,9 @@ use serde::de::DeserializeOwned;
 
 use crate::{NodeId, Request, StateMachine, TypeConfig};
 
+/// The largest request body a node takes: a snapshot chunk as JSON, or a value.
+pub const BODY_LIMIT: usize = 64 << 20;
+
 /// A running node: its Raft instance and a reader of its state machine.
 #[derive(Clone)]
 pub struct Node {
@@ -74,9 +77,19 @@ pub async fn start(
     pool: &std::path::Path,
     config: &logheap::Config,
 ) -> Result<Node, Box<dyn std::error::Error + Send + Sync>> {
+    start_with(id, pool, config, raft_config()).await
+}
+
+/// [`start`] with other Raft settings (`raft`: timing, snapshot policy).
+pub async fn start_with(
+    id: NodeId,
+    pool: &std::path::Path,
+    config: &logheap::Config,
+    raft: openraft::Config,
+) -> Result<Node, Box<dyn std::error::Error + Send + Sync>> {
     let (log, state_machine) = crate::open(pool, config)?;
     let reader = state_machine.clone();
-    let raft_config = Arc::new(raft_config().validate()?);
+    let raft_config = Arc::new(raft.validate()?);
     let raft = Raft::new(id, raft_config, Network::default(), log, state_machine).await?;
     Ok(Node { id, raft, reader })
 }
@@ -109,11 +122,20 @@ pub fn router(node: Node) -> Router {
         .route("/raft/append", post(raft_append))
         .route("/raft/vote", post(raft_vote))
         .route("/raft/snapshot", post(raft_snapshot))
+        // A snapshot chunk (3 MiB of data by default) is about four times that as JSON,
+        // over axum's 2 MiB default: refused, a follower behind the purged log could
+        // never catch up (and two nodes of three, one of them lagging, never commit).
+        .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(node)
 }
 
-/// Where the leader is, for a client that asked a follower.
-fn forward(to: &ForwardToLeader<NodeId, BasicNode>) -> HttpResponse {
+/// Where the leader is, for a client that asked a follower (503 while no leader is
+/// known, or the one known is this node, not established yet: its vote read back
+/// after a restart, or an election under way).
+fn forward(node: &Node, to: &ForwardToLeader<NodeId, BasicNode>) -> HttpResponse {
+    if to.leader_id.is_none_or(|l| l == node.id) {
+        return failure("no leader is established yet: try again");
+    }
     let body = serde_json::json!({
         "leader_id": to.leader_id,
         "leader_addr": to.leader_node.as_ref().map(|n| n.addr.clone()),
@@ -129,7 +151,9 @@ fn failure(e: impl std::fmt::Display) -> HttpResponse {
 async fn linearizable(node: &Node) -> Result<(), HttpResponse> {
     match node.raft.ensure_linearizable().await {
         Ok(_) => Ok(()),
-        Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(to))) => Err(forward(&to)),
+        Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(to))) => {
+            Err(forward(node, &to))
+        }
         Err(e) => Err(failure(e)),
     }
 }
@@ -137,7 +161,7 @@ async fn linearizable(node: &Node) -> Result<(), HttpResponse> {
 async fn write(node: &Node, request: Request) -> HttpResponse {
     match node.raft.client_write(request).await {
         Ok(r) => Json(serde_json::json!({ "log_index": r.log_id.index })).into_response(),
-        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(to))) => forward(&to),
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(to))) => forward(node, &to),
         Err(e) => failure(e),
     }
 }
@@ -234,7 +258,7 @@ async fn add_learner(State(node): State<Node>, Json(l): Json<Learner>) -> HttpRe
         .await
     {
         Ok(r) => Json(serde_json::json!({ "log_index": r.log_id.index })).into_response(),
-        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(to))) => forward(&to),
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(to))) => forward(&node, &to),
         Err(e) => failure(e),
     }
 }
@@ -243,7 +267,7 @@ async fn change_members(State(node): State<Node>, Json(ids): Json<Vec<NodeId>>) 
     let ids: std::collections::BTreeSet<NodeId> = ids.into_iter().collect();
     match node.raft.change_membership(ids, false).await {
         Ok(r) => Json(serde_json::json!({ "log_index": r.log_id.index })).into_response(),
-        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(to))) => forward(&to),
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(to))) => forward(&node, &to),
         Err(e) => failure(e),
     }
 }

@@ -52,16 +52,15 @@ async fn call(
     panic!("{method} {path}: no leader answered");
 }
 
-/// Waits until one of `nodes` sees a leader other than `not`, and returns its id.
+/// Waits until one of `nodes` other than `not` is in the leader's state, and returns
+/// its id (a node's view of another may be stale).
 async fn leader(nodes: &[&Node], not: Option<u64>) -> u64 {
     let start = Instant::now();
     loop {
-        for n in nodes {
+        for n in nodes.iter().filter(|n| Some(n.id) != not) {
             let m = n.raft.metrics().borrow().clone();
-            if let Some(l) = m.current_leader.filter(|&l| Some(l) != not)
-                && nodes.iter().any(|n| n.id == l)
-            {
-                return l;
+            if m.current_leader == Some(n.id) && m.state.is_leader() {
+                return n.id;
             }
         }
         assert!(
@@ -177,6 +176,137 @@ async fn three_nodes_replicate_and_survive_the_loss_of_their_leader() {
         reqwest::Method::PUT,
         "/kv/after",
         b"failover".to_vec(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    for n in rest {
+        n.raft.shutdown().await.unwrap();
+    }
+}
+
+/// With snapshots every 20 entries (and the log purged behind them), a follower that
+/// was down while the cluster moved on comes back from its pool and catches up by
+/// installing a snapshot of a few MB; then the leader is lost and the others still
+/// have every write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_back_from_its_pool_catches_up_from_a_snapshot() {
+    let raft = || openraft::Config {
+        snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(20),
+        max_in_snapshot_log_to_keep: 0,
+        purge_batch_size: 1,
+        ..server::raft_config()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let pool = |id: u64| dir.path().join(format!("n{id}.pool"));
+    let mut listeners = BTreeMap::new();
+    let mut addrs = BTreeMap::new();
+    for id in 1..=3u64 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        addrs.insert(id, listener.local_addr().unwrap().to_string());
+        listener.set_nonblocking(true).unwrap();
+        listeners.insert(id, listener);
+    }
+    let mut nodes = BTreeMap::new();
+    let mut servers = BTreeMap::new();
+    for id in 1..=3u64 {
+        let node = server::start_with(id, &pool(id), &config(), raft())
+            .await
+            .unwrap();
+        let listener = tokio::net::TcpListener::from_std(listeners.remove(&id).unwrap()).unwrap();
+        servers.insert(id, tokio::spawn(server::serve(node.clone(), listener)));
+        nodes.insert(id, node);
+    }
+    let client = reqwest::Client::new();
+    let init = serde_json::to_vec(&addrs).unwrap();
+    let (status, _) = call(
+        &client,
+        addrs[&1].clone(),
+        reqwest::Method::POST,
+        "/cluster/init",
+        init,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let first = leader(&nodes.values().collect::<Vec<_>>(), None).await;
+    let down = (1..=3).find(|&id| id != first).unwrap();
+
+    // A follower goes down (its pool closed), the others commit far past it.
+    servers.remove(&down).unwrap().abort();
+    let node = nodes.remove(&down).unwrap();
+    node.raft.shutdown().await.unwrap();
+    drop(node);
+    // 100 values of 20 KiB: a snapshot of 2 MB, 8 MB as JSON (over axum's default
+    // body limit, which once kept such a follower from ever catching up).
+    for i in 0..100 {
+        let value = format!("v{i}-").repeat(20 << 10).into_bytes()[..20 << 10].to_vec();
+        let (status, _) = call(
+            &client,
+            addrs[&first].clone(),
+            reqwest::Method::PUT,
+            &format!("/kv/k{i:03}"),
+            value,
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "put {i}");
+    }
+    let snapshot = nodes[&first].raft.metrics().borrow().snapshot;
+    assert!(
+        snapshot.is_some_and(|s| s.index >= 80),
+        "no snapshot taken: {snapshot:?}"
+    );
+
+    // It comes back from its pool on the same address and catches up.
+    let mut restarted = None;
+    for _ in 0..100 {
+        // The old instance lets go of the pool and the port once its tasks end.
+        if let Ok(node) = server::start_with(down, &pool(down), &config(), raft()).await {
+            restarted = Some(node);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let node = restarted.expect("the follower's pool reopens");
+    let listener = tokio::net::TcpListener::bind(&addrs[&down]).await.unwrap();
+    servers.insert(down, tokio::spawn(server::serve(node.clone(), listener)));
+    nodes.insert(down, node);
+    let start = Instant::now();
+    loop {
+        if nodes[&down].reader.get(b"k099").unwrap().is_some() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the follower did not catch up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        nodes[&down].raft.metrics().borrow().snapshot.is_some(),
+        "caught up without a snapshot"
+    );
+
+    // The leader is lost: the other two (one of them the follower that caught up) go on.
+    servers[&first].abort();
+    nodes[&first].raft.shutdown().await.unwrap();
+    let rest: Vec<&Node> = nodes.values().filter(|n| n.id != first).collect();
+    let second = leader(&rest, Some(first)).await;
+    let (status, body) = call(
+        &client,
+        addrs[&second].clone(),
+        reqwest::Method::GET,
+        "/scan?start=k&limit=1000",
+        Vec::new(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let pairs: Vec<(String, String)> = serde_json::from_slice(&body).unwrap();
+    assert_eq!(pairs.len(), 100);
+    let (status, _) = call(
+        &client,
+        addrs[&second].clone(),
+        reqwest::Method::PUT,
+        "/kv/after",
+        b"x".to_vec(),
     )
     .await;
     assert_eq!(status, StatusCode::OK);
