@@ -223,15 +223,53 @@ async fn wait_for_leader(
     Err(format!("no leader within {bound:?}"))
 }
 
+/// The client's record of its writes.
+#[derive(Debug, Default)]
+struct Ledger {
+    /// Number -> value of every write the cluster acknowledged.
+    acked: BTreeMap<u64, String>,
+    /// Those whose answer never came: each may or may not have happened.
+    unknown: BTreeMap<u64, String>,
+    /// The log index of the last acknowledged write.
+    last_index: u64,
+}
+
+impl Ledger {
+    /// Write `seq` of `value` was acknowledged with answer `r` (its log index must be
+    /// past every earlier acknowledged write's).
+    async fn acknowledged(
+        &mut self,
+        tally: &mut Tally,
+        seq: u64,
+        value: String,
+        r: reqwest::Response,
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let body: serde_json::Value = r.json().await?;
+        let index = body["log_index"]
+            .as_u64()
+            .ok_or("no log index in the answer")?;
+        if index <= self.last_index {
+            tally.reordered += 1;
+        }
+        self.last_index = index;
+        self.acked.insert(seq, value);
+        tally.acknowledged += 1;
+        Ok(())
+    }
+
+    /// Write `seq` of `value` got no answer.
+    fn unanswered(&mut self, tally: &mut Tally, seq: u64, value: String) {
+        self.unknown.insert(seq, value);
+        tally.unknown += 1;
+    }
+}
+
 async fn rounds(args: &Args, cluster: &mut Cluster) -> Result<Tally, Box<dyn std::error::Error>> {
     let client = reqwest::Client::new();
     let started = Instant::now();
     let mut tally = Tally::default();
-    // seq -> value of every write acknowledged; and those whose answer never came.
-    let mut acked: BTreeMap<u64, String> = BTreeMap::new();
-    let mut unknown: BTreeMap<u64, String> = BTreeMap::new();
+    let mut ledger = Ledger::default();
     let mut seq = 0u64;
-    let mut last_index = 0u64;
     let mut leader_id = wait_for_leader(&client, cluster, Duration::from_secs(30)).await?;
     for round in 0..args.rounds {
         if started.elapsed() > Duration::from_secs(args.time_limit) {
@@ -260,21 +298,10 @@ async fn rounds(args: &Args, cluster: &mut Cluster) -> Result<Tally, Box<dyn std
                     written += 1;
                     tally.writes_us.push(sent.elapsed().as_secs_f64() * 1e6);
                     tally.writing += sent.elapsed();
-                    let body: serde_json::Value = r.json().await?;
-                    let index = body["log_index"]
-                        .as_u64()
-                        .ok_or("no log index in the answer")?;
-                    if index <= last_index {
-                        tally.reordered += 1;
-                    }
-                    last_index = index;
-                    acked.insert(seq, value);
-                    tally.acknowledged += 1;
+                    ledger.acknowledged(&mut tally, seq, value, r).await?;
                 }
                 _ => {
-                    // No acknowledgement: the write may or may not have happened.
-                    unknown.insert(seq, value);
-                    tally.unknown += 1;
+                    ledger.unanswered(&mut tally, seq, value);
                     leader_id = wait_for_leader(&client, cluster, Duration::from_secs(30)).await?;
                 }
             }
@@ -295,21 +322,9 @@ async fn rounds(args: &Args, cluster: &mut Cluster) -> Result<Tally, Box<dyn std
         let t = Instant::now();
         match in_flight.await {
             Ok(Ok(r)) if r.status().is_success() => {
-                let body: serde_json::Value = r.json().await?;
-                let index = body["log_index"]
-                    .as_u64()
-                    .ok_or("no log index in the answer")?;
-                if index <= last_index {
-                    tally.reordered += 1;
-                }
-                last_index = index;
-                acked.insert(seq, value);
-                tally.acknowledged += 1;
+                ledger.acknowledged(&mut tally, seq, value, r).await?
             }
-            _ => {
-                unknown.insert(seq, value);
-                tally.unknown += 1;
-            }
+            _ => ledger.unanswered(&mut tally, seq, value),
         }
         leader_id = loop {
             let l = wait_for_leader(&client, cluster, Duration::from_secs(30)).await?;
@@ -352,13 +367,14 @@ async fn rounds(args: &Args, cluster: &mut Cluster) -> Result<Tally, Box<dyn std
             .into_iter()
             .filter_map(|(k, v)| Some((k.strip_prefix('w')?.parse().ok()?, v)))
             .collect();
-        let lost = acked
+        let lost = ledger
+            .acked
             .iter()
             .filter(|(s, v)| found.get(s) != Some(v))
             .count() as u64;
         let phantom = found
             .iter()
-            .filter(|(s, v)| acked.get(s) != Some(v) && unknown.get(s) != Some(v))
+            .filter(|(s, v)| ledger.acked.get(s) != Some(v) && ledger.unknown.get(s) != Some(v))
             .count() as u64;
         if lost + phantom > 0 {
             eprintln!(
