@@ -235,8 +235,9 @@ async fn a_follower_back_from_its_pool_catches_up_from_a_snapshot() {
     let node = nodes.remove(&down).unwrap();
     node.raft.shutdown().await.unwrap();
     drop(node);
-    // 100 values of 20 KiB: a snapshot of 2 MB, 8 MB as JSON (over axum's default
-    // body limit, which once kept such a follower from ever catching up).
+    // 100 values of 20 KiB: a snapshot of 2 MB of data, sent as JSON arrays of numbers
+    // (3-4 bytes per byte), so over axum's default 2 MiB body limit, which the server
+    // raises (`server::BODY_LIMIT`).
     for i in 0..100 {
         let value = format!("v{i}-").repeat(20 << 10).into_bytes()[..20 << 10].to_vec();
         let (status, _) = call(
