@@ -56,9 +56,18 @@ pub(crate) struct TxAllocs {
     pub allocs: Vec<(u64, u64)>,
     /// Reserved and freed again by this attempt: given back at its end.
     pub alloc_then_freed: Vec<(u64, u64)>,
-    /// Live objects this attempt frees when it commits.
+    /// Live objects this attempt frees when it commits (added with
+    /// [`TxAllocs::push_free`]).
     pub frees: Vec<(u64, u64)>,
+    /// The homes of `frees` and `alloc_then_freed` once they are more than
+    /// [`FREED_SCAN_LIMIT`] (empty until then): a transaction that frees thousands of
+    /// objects (a range delete) checks each free against the others in constant time,
+    /// not by a scan. Cleared with them, its capacity kept.
+    freed_index: std::collections::HashSet<u64>,
 }
+
+/// Up to this many frees in one attempt, [`TxAllocs::freed`] scans them.
+const FREED_SCAN_LIMIT: usize = 32;
 
 impl TxAllocs {
     /// Whether the attempt allocates or frees anything.
@@ -73,14 +82,51 @@ impl TxAllocs {
             Some(k) => {
                 let a = self.allocs.swap_remove(k);
                 self.alloc_then_freed.push(a);
+                self.note_freed(a.0);
                 true
             }
             None => false,
         }
     }
 
+    /// Frees the published object `home` of `size` bytes when the attempt commits.
+    pub(crate) fn push_free(&mut self, home: u64, size: u64) {
+        self.frees.push((home, size));
+        self.note_freed(home);
+    }
+
+    /// Keeps the index of freed homes up to date (building it when the frees pass
+    /// [`FREED_SCAN_LIMIT`]).
+    fn note_freed(&mut self, home: u64) {
+        let n = self.frees.len() + self.alloc_then_freed.len();
+        if n == FREED_SCAN_LIMIT + 1 {
+            let all = self.frees.iter().chain(&self.alloc_then_freed);
+            self.freed_index.extend(all.map(|&(h, _)| h));
+        } else if n > FREED_SCAN_LIMIT + 1 {
+            self.freed_index.insert(home);
+        }
+    }
+
+    /// Forgets this attempt's frees of published objects (it is retried).
+    pub(crate) fn clear_frees(&mut self) {
+        self.frees.clear();
+        self.rebuild_freed_index();
+    }
+
+    /// The index of freed homes made anew from the lists (after one was cleared).
+    fn rebuild_freed_index(&mut self) {
+        self.freed_index.clear();
+        if self.frees.len() + self.alloc_then_freed.len() > FREED_SCAN_LIMIT {
+            let all = self.frees.iter().chain(&self.alloc_then_freed);
+            self.freed_index.extend(all.map(|&(h, _)| h));
+        }
+    }
+
     /// Whether this attempt has already freed `home`.
     pub(crate) fn freed(&self, home: u64) -> bool {
+        if self.frees.len() + self.alloc_then_freed.len() > FREED_SCAN_LIMIT {
+            return self.freed_index.contains(&home);
+        }
         self.frees
             .iter()
             .chain(&self.alloc_then_freed)
@@ -98,6 +144,7 @@ impl TxAllocs {
     pub(crate) fn cancel_freed_again(&mut self, heap: &impl TxHeap) {
         heap.cancel(&self.alloc_then_freed);
         self.alloc_then_freed.clear();
+        self.rebuild_freed_index();
     }
 
     /// Empties every list (the transaction has ended).
@@ -105,6 +152,7 @@ impl TxAllocs {
         self.allocs.clear();
         self.alloc_then_freed.clear();
         self.frees.clear();
+        self.freed_index.clear();
     }
 }
 
@@ -137,6 +185,32 @@ mod tests {
         fn live(&self) -> (u64, u64) {
             (0, 0)
         }
+    }
+
+    #[test]
+    fn freed_answers_alike_for_few_and_many_frees_and_after_either_list_is_cleared() {
+        let heap = Recorder::default();
+        let mut t = TxAllocs::default();
+        t.allocs.extend((0..50u64).map(|i| (10_000 + i * 16, 16)));
+        for i in 0..100u64 {
+            t.push_free(i * 64, 64);
+            if i % 2 == 0 {
+                assert!(t.free_own(10_000 + i / 2 * 16));
+            }
+            // Every home freed so far, and none other.
+            assert!((0..=i).all(|k| t.freed(k * 64)), "after {i}");
+            assert!(!t.freed(i * 64 + 8) && !t.freed((i + 1) * 64));
+        }
+        assert!(t.freed(10_000) && !t.freed(10_000 + 50 * 16));
+        // The published frees forgotten (a retry): those allocated and freed remain.
+        t.clear_frees();
+        assert!(!t.freed(0) && !t.freed(99 * 64));
+        assert!((0..50u64).all(|k| t.freed(10_000 + k * 16)));
+        // Those given back: nothing is freed any more.
+        t.cancel_freed_again(&heap);
+        assert!(!t.freed(10_000));
+        t.push_free(64, 64);
+        assert!(t.freed(64) && !t.freed(0));
     }
 
     #[test]

@@ -82,7 +82,7 @@ impl<S> TxState<S> {
     fn forget_attempt(&mut self) {
         self.reads.clear();
         self.writes.clear();
-        self.allocs.frees.clear();
+        self.allocs.clear_frees();
         self.conflicted = false;
     }
 
@@ -495,7 +495,7 @@ impl<E: Engine> Stm<E> {
         self.read(tx, home, &mut probe)?;
         match self.engine.heap().size_of(home) {
             Some(size) => {
-                tx.allocs.frees.push((home, size));
+                tx.allocs.push_free(home, size);
                 Ok(())
             }
             None if !self.reads_valid(tx, None) => Err(tx.conflict()),

@@ -58,7 +58,16 @@ impl WriteSet {
     }
 
     /// Buffers a write.
+    ///
+    /// Once the set is indexed, a write inside the latest write that overlaps it is
+    /// copied into that write's bytes, and earlier writes that a new write covers whole
+    /// are emptied: a transaction that rewrites the same node again and again (a tree's
+    /// leaf, one delete after another) keeps one write for it, not one per change, so
+    /// its reads of the node do not overlay a growing list.
     pub(crate) fn push(&mut self, home: u64, bytes: &[u8]) {
+        if self.writes.len() > SCAN_LIMIT && !bytes.is_empty() && self.absorb(home, bytes) {
+            return;
+        }
         self.writes.push(Write {
             home,
             len: bytes.len() as u64,
@@ -87,7 +96,57 @@ impl WriteSet {
             }
         } else if n > SCAN_LIMIT + 1 {
             self.index(n - 1);
+            self.empty_covered(home, end, n - 1);
         }
+    }
+
+    /// Copies `bytes` into the latest write overlapping `[home, home + len)` when that
+    /// write holds the whole range (no later write overlaps it, so the bytes read back
+    /// are these). Returns whether it did.
+    fn absorb(&mut self, home: u64, bytes: &[u8]) -> bool {
+        let end = home + bytes.len() as u64;
+        let latest = self
+            .by_start
+            .range((home.saturating_sub(self.max_len), 0)..(end, 0))
+            .map(|&(_, i)| i)
+            .filter(|&i| {
+                let w = &self.writes[i as usize];
+                w.len > 0 && w.home < end && home < w.home + w.len
+            })
+            .max();
+        let Some(i) = latest else {
+            return false;
+        };
+        let w = self.writes[i as usize];
+        if w.home > home || w.home + w.len < end {
+            return false;
+        }
+        let at = w.at + (home - w.home) as usize;
+        self.bytes[at..at + bytes.len()].copy_from_slice(bytes);
+        true
+    }
+
+    /// Empties the writes before `latest` that lie inside `[home, end)`, which write
+    /// `latest` overwrites whole (their bytes stay, unreferenced).
+    fn empty_covered(&mut self, home: u64, end: u64, latest: usize) {
+        let covered = std::mem::take(&mut self.candidates);
+        let mut covered = covered;
+        covered.clear();
+        covered.extend(
+            self.by_start
+                .range((home, 0)..(end, 0))
+                .map(|&(_, i)| i)
+                .filter(|&i| {
+                    let w = &self.writes[i as usize];
+                    i as usize != latest && w.home + w.len <= end
+                }),
+        );
+        for &i in &covered {
+            let w = &mut self.writes[i as usize];
+            self.by_start.remove(&(w.home, i));
+            w.len = 0;
+        }
+        self.candidates = covered;
     }
 
     fn index(&mut self, i: usize) {
@@ -166,9 +225,12 @@ impl WriteSet {
         self.writes.iter().map(|w| (w.home, w.len, w.at))
     }
 
-    /// Every written range, in program order (for locking).
+    /// Every written range, in program order (for locking; emptied writes left out).
     pub(crate) fn ranges(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.writes.iter().map(|w| (w.home, w.len))
+        self.writes
+            .iter()
+            .filter(|w| w.len > 0)
+            .map(|w| (w.home, w.len))
     }
 
     /// The bytes of every write, in program order (spans index into them).
@@ -333,6 +395,58 @@ mod tests {
             let covered: u64 = spans.iter().map(|s| s.len).sum();
             assert_eq!(covered, model.iter().filter(|&&b| b != 0).count() as u64);
         }
+    }
+
+    #[test]
+    fn rewriting_a_node_again_and_again_keeps_few_writes_and_the_right_bytes() {
+        // A leaf rewritten field by field and whole, as deletes from a tree do, beside
+        // scattered writes elsewhere; the set must read back the model and resolve to
+        // it, and keep about one write per node, not one per change.
+        let mut ws = WriteSet::default();
+        let mut model = vec![0u8; 8192];
+        let mut x = 7u64;
+        for i in 0..3000u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let fill = (i % 251) as u8 + 1;
+            let (home, len) = match i % 4 {
+                // The whole node.
+                0 => (1024, 512),
+                // A field inside it.
+                1 => (1024 + (x >> 33) % 500, 1 + (x >> 20) % 12),
+                // A tail from some slot to the end: covers or is inside the last.
+                2 => {
+                    let start = 1024 + (x >> 33) % 512;
+                    (start, 1536 - start)
+                }
+                // Elsewhere, partly overlapping the node's edges now and then.
+                _ => ((x >> 33) % 8000, 1 + (x >> 20) % 64),
+            };
+            ws.push(home, &vec![fill; len as usize]);
+            model[home as usize..(home + len) as usize].fill(fill);
+            if i % 97 == 0 {
+                let mut buf = vec![0u8; 700];
+                ws.overlay(1000, &mut buf);
+                assert_eq!(buf, model[1000..1700], "after write {i}");
+            }
+        }
+        let mut buf = vec![0u8; 8192];
+        ws.overlay(0, &mut buf);
+        assert_eq!(buf, model);
+        let spans = resolve(&ws);
+        let mut image_of = vec![0u8; 8192];
+        for s in &spans {
+            image_of[s.home as usize..(s.home + s.len) as usize]
+                .copy_from_slice(&ws.bytes()[s.at..s.at + s.len as usize]);
+        }
+        assert_eq!(image_of, model);
+        // Writes inside the node: the whole-node writes empty the ones before them.
+        let in_node = ws
+            .ranges()
+            .filter(|&(h, l)| h >= 1024 && h + l <= 1536)
+            .count();
+        assert!(in_node <= 4, "{in_node} live writes inside one node");
     }
 
     #[test]
