@@ -8,9 +8,10 @@
 //! then restarted from its pool. Exits 1 on any violation.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+use crate::kv_cluster::{Cluster, Put, System, quantile, temp_dir, wait_for_leader};
 
 /// `logheap kv-failover` options.
 #[derive(Debug, clap::Args)]
@@ -28,70 +29,6 @@ pub struct Args {
     /// Directory for the nodes' pools and logs (default: a temporary one, removed).
     #[arg(long)]
     dir: Option<PathBuf>,
-}
-
-/// The three nodes: their addresses and processes.
-struct Cluster {
-    exe: PathBuf,
-    dir: PathBuf,
-    addrs: BTreeMap<u64, String>,
-    children: BTreeMap<u64, Child>,
-}
-
-impl Cluster {
-    fn start(&mut self, id: u64, init: bool) -> std::io::Result<()> {
-        let mut cmd = Command::new(&self.exe);
-        cmd.arg("kv-server")
-            .args([
-                "--id",
-                &id.to_string(),
-                "--addr",
-                &self.addrs[&id],
-                "--size",
-                "64M",
-            ])
-            .arg("--pool")
-            .arg(self.dir.join(format!("n{id}.pool")));
-        if init {
-            for (m, addr) in &self.addrs {
-                cmd.args(["--init", &format!("{m}={addr}")]);
-            }
-        }
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(format!("n{id}.log")))?;
-        cmd.stdout(Stdio::null()).stderr(log);
-        self.children.insert(id, cmd.spawn()?);
-        Ok(())
-    }
-
-    fn kill(&mut self, id: u64) {
-        if let Some(mut child) = self.children.remove(&id) {
-            let _ = child.kill(); // SIGKILL
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for id in self.children.keys().copied().collect::<Vec<_>>() {
-            self.kill(id);
-        }
-    }
-}
-
-/// Free loopback ports (bound and released: another process could take one meanwhile,
-/// which then fails the start loudly).
-fn free_ports(n: usize) -> std::io::Result<Vec<u16>> {
-    let listeners = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-        .collect::<std::io::Result<Vec<_>>>()?;
-    listeners
-        .iter()
-        .map(|l| Ok(l.local_addr()?.port()))
-        .collect()
 }
 
 /// What the run found.
@@ -119,41 +56,16 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             d.clone()
         }
         None => {
-            temp = tempfile::Builder::new()
-                .prefix("logheap-kv-failover")
-                .tempdir_in(if Path::new("/dev/shm").is_dir() {
-                    "/dev/shm"
-                } else {
-                    "/tmp"
-                })?;
+            temp = temp_dir("logheap-kv-failover")?;
             temp.path().to_path_buf()
         }
     };
-    let ports = free_ports(3)?;
-    let mut cluster = Cluster {
-        exe: std::env::current_exe()?,
-        dir: dir.clone(),
-        addrs: (1..=3)
-            .zip(ports)
-            .map(|(id, p)| (id, format!("127.0.0.1:{p}")))
-            .collect(),
-        children: BTreeMap::new(),
-    };
-    for id in 1..=3 {
-        cluster.start(id, id == 1)?;
-    }
+    let mut cluster = Cluster::new(System::Logheap, dir, 3)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let tally = runtime.block_on(rounds(args, &mut cluster))?;
     drop(cluster);
-    let quantile = |v: &[f64], q: f64| {
-        let mut v = v.to_vec();
-        v.sort_by(f64::total_cmp);
-        v.get(((v.len() as f64 - 1.0) * q).round() as usize)
-            .copied()
-            .unwrap_or(0.0)
-    };
     let e = &tally.elections_ms;
     let pick = |q: f64| quantile(e, q);
     println!(
@@ -183,46 +95,6 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// A running node in the leader's state (`None` yet). Another node's view may be
-/// stale (a restarted node's, say); a node's own state is not for long.
-async fn leader(client: &reqwest::Client, cluster: &Cluster) -> Option<u64> {
-    for &id in cluster.children.keys() {
-        let url = format!("http://{}/cluster/metrics", cluster.addrs[&id]);
-        let Ok(r) = client
-            .get(url)
-            .timeout(Duration::from_millis(300))
-            .send()
-            .await
-        else {
-            continue;
-        };
-        let Ok(m) = r.json::<serde_json::Value>().await else {
-            continue;
-        };
-        // Its state too: a node restarted from its pool reads its last vote back, which
-        // may name itself, before it hears of the newer term.
-        if m["current_leader"].as_u64() == Some(id) && m["state"].as_str() == Some("Leader") {
-            return Some(id);
-        }
-    }
-    None
-}
-
-async fn wait_for_leader(
-    client: &reqwest::Client,
-    cluster: &Cluster,
-    bound: Duration,
-) -> Result<u64, String> {
-    let start = Instant::now();
-    while start.elapsed() < bound {
-        if let Some(l) = leader(client, cluster).await {
-            return Ok(l);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Err(format!("no leader within {bound:?}"))
-}
-
 /// The client's record of its writes.
 #[derive(Debug, Default)]
 struct Ledger {
@@ -235,26 +107,15 @@ struct Ledger {
 }
 
 impl Ledger {
-    /// Write `seq` of `value` was acknowledged with answer `r` (its log index must be
-    /// past every earlier acknowledged write's).
-    async fn acknowledged(
-        &mut self,
-        tally: &mut Tally,
-        seq: u64,
-        value: String,
-        r: reqwest::Response,
-    ) -> Result<(), Box<dyn std::error::Error>> {
-        let body: serde_json::Value = r.json().await?;
-        let index = body["log_index"]
-            .as_u64()
-            .ok_or("no log index in the answer")?;
+    /// Write `seq` of `value` was acknowledged at log index `index` (which must be past
+    /// every earlier acknowledged write's).
+    fn acknowledged(&mut self, tally: &mut Tally, seq: u64, value: String, index: u64) {
         if index <= self.last_index {
             tally.reordered += 1;
         }
         self.last_index = index;
         self.acked.insert(seq, value);
         tally.acknowledged += 1;
-        Ok(())
     }
 
     /// Write `seq` of `value` got no answer.
@@ -270,7 +131,7 @@ async fn rounds(args: &Args, cluster: &mut Cluster) -> Result<Tally, Box<dyn std
     let mut tally = Tally::default();
     let mut ledger = Ledger::default();
     let mut seq = 0u64;
-    let mut leader_id = wait_for_leader(&client, cluster, Duration::from_secs(30)).await?;
+    let mut leader_id = cluster.form(&client, Duration::from_secs(30)).await?;
     for round in 0..args.rounds {
         if started.elapsed() > Duration::from_secs(args.time_limit) {
             eprintln!("kv-failover: time limit reached after {round} rounds");
@@ -280,25 +141,28 @@ async fn rounds(args: &Args, cluster: &mut Cluster) -> Result<Tally, Box<dyn std
         while written < args.writes {
             seq += 1;
             let value = format!("value-{seq}-round-{round}");
-            let url = format!("http://{}/kv/w{seq:08}", cluster.addrs[&leader_id]);
+            let key = format!("w{seq:08}");
             let sent = Instant::now();
-            let answer = client
-                .put(url)
-                .body(value.clone())
-                .timeout(Duration::from_secs(5))
-                .send()
+            let answer = cluster
+                .put(
+                    &client,
+                    leader_id,
+                    &key,
+                    value.clone(),
+                    Duration::from_secs(5),
+                )
                 .await;
             match answer {
                 // Not the leader (any more): nothing was written; the same write again
                 // through the leader, under the next number.
-                Ok(r) if r.status() == reqwest::StatusCode::MISDIRECTED_REQUEST => {
+                Ok(Put::NotLeader) => {
                     leader_id = wait_for_leader(&client, cluster, Duration::from_secs(30)).await?;
                 }
-                Ok(r) if r.status().is_success() => {
+                Ok(Put::Acknowledged(index)) => {
                     written += 1;
                     tally.writes_us.push(sent.elapsed().as_secs_f64() * 1e6);
                     tally.writing += sent.elapsed();
-                    ledger.acknowledged(&mut tally, seq, value, r).await?;
+                    ledger.acknowledged(&mut tally, seq, value, index);
                 }
                 _ => {
                     ledger.unanswered(&mut tally, seq, value);
@@ -310,20 +174,22 @@ async fn rounds(args: &Args, cluster: &mut Cluster) -> Result<Tally, Box<dyn std
         // not: either way the write may or may not be there); time the next election.
         seq += 1;
         let value = format!("value-{seq}-round-{round}-at-the-kill");
-        let in_flight = client
-            .put(format!("http://{}/kv/w{seq:08}", cluster.addrs[&leader_id]))
-            .body(value.clone())
-            .timeout(Duration::from_secs(5))
-            .send();
-        let in_flight = tokio::spawn(in_flight);
-        tokio::time::sleep(Duration::from_micros(200 * u64::from(round % 10))).await;
+        let key = format!("w{seq:08}");
         let killed = leader_id;
-        cluster.kill(killed);
-        let t = Instant::now();
-        match in_flight.await {
-            Ok(Ok(r)) if r.status().is_success() => {
-                ledger.acknowledged(&mut tally, seq, value, r).await?
-            }
+        let mut process = cluster
+            .children
+            .remove(&killed)
+            .ok_or("the leader is not running")?;
+        let in_flight = cluster.put(&client, killed, &key, value.clone(), Duration::from_secs(5));
+        let kill = async {
+            tokio::time::sleep(Duration::from_micros(200 * u64::from(round % 10))).await;
+            let _ = process.kill(); // SIGKILL
+            Instant::now()
+        };
+        let (answer, t) = tokio::join!(in_flight, kill);
+        let _ = process.wait();
+        match answer {
+            Ok(Put::Acknowledged(index)) => ledger.acknowledged(&mut tally, seq, value, index),
             _ => ledger.unanswered(&mut tally, seq, value),
         }
         leader_id = loop {
@@ -340,7 +206,7 @@ async fn rounds(args: &Args, cluster: &mut Cluster) -> Result<Tally, Box<dyn std
             // The leader as it is now (it may change while the scan is retried).
             let url = format!(
                 "http://{}/scan?start=w&limit=100000000",
-                cluster.addrs[&leader_id]
+                cluster.api(leader_id)
             );
             match client
                 .get(&url)

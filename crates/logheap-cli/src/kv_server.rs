@@ -28,6 +28,33 @@ pub struct Args {
     /// included), repeated. Only one node of a new cluster is given it.
     #[arg(long = "init", value_name = "ID=HOST:PORT")]
     init: Vec<String>,
+    /// Milliseconds between the leader's heartbeats.
+    #[arg(long, default_value_t = logheap_raft::server::HEARTBEAT_MS)]
+    heartbeat_ms: u64,
+    /// A follower's election timeout in milliseconds, MIN-MAX. It stands for election
+    /// after a leader lease of MAX plus a random timeout in the range without a word
+    /// from a leader (every node of a cluster should be given the same).
+    #[arg(long, default_value = "300-600", value_parser = parse_election_ms)]
+    election_ms: (u64, u64),
+}
+
+/// `MIN-MAX` milliseconds, MIN below MAX.
+pub fn parse_election_ms(s: &str) -> Result<(u64, u64), String> {
+    let (min, max) = s
+        .split_once('-')
+        .ok_or_else(|| format!("{s}: not MIN-MAX (e.g. 300-600)"))?;
+    let min: u64 = min
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s}: {min} is no number"))?;
+    let max: u64 = max
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s}: {max} is no number"))?;
+    if min == 0 || min >= max {
+        return Err(format!("{s}: MIN must be positive and below MAX"));
+    }
+    Ok((min, max))
 }
 
 /// Runs the node until it is killed.
@@ -53,6 +80,9 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     if !members.is_empty() && !members.contains_key(&args.id) {
         return Err(format!("--init does not name this node ({})", args.id).into());
     }
+    let raft = logheap_raft::server::raft_config_with(args.heartbeat_ms, args.election_ms)
+        .validate()
+        .map_err(|e| format!("--heartbeat-ms, --election-ms: {e}"))?;
     let config = logheap::Config::default().size(args.size.unwrap_or(DEFAULT_SIZE));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -61,7 +91,7 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         let listener = tokio::net::TcpListener::bind(&args.addr)
             .await
             .map_err(|e| format!("{}: {e}", args.addr))?;
-        let node = logheap_raft::server::start(args.id, &args.pool, &config)
+        let node = logheap_raft::server::start_with(args.id, &args.pool, &config, raft)
             .await
             .map_err(|e| format!("{}: {e}", args.pool.display()))?;
         if !members.is_empty() {
@@ -71,10 +101,13 @@ pub fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             }
         }
         eprintln!(
-            "logheap kv-server: node {} listening on {} (pool {})",
+            "logheap kv-server: node {} listening on {} (pool {}; heartbeat {} ms, election timeout {}-{} ms)",
             args.id,
             args.addr,
-            args.pool.display()
+            args.pool.display(),
+            args.heartbeat_ms,
+            args.election_ms.0,
+            args.election_ms.1
         );
         // SIGTERM or SIGINT: stop serving, stop Raft, and close the pool cleanly (its
         // last handle goes with `node`). SIGKILL is a crash: the next start recovers.

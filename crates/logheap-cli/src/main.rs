@@ -11,6 +11,8 @@ mod create;
 mod dump;
 mod inspect;
 mod kv;
+mod kv_bench;
+mod kv_cluster;
 mod kv_failover;
 mod kv_server;
 mod recovery_bench;
@@ -71,6 +73,10 @@ enum Command {
     /// processes; each round writes through the leader, kills it with SIGKILL and checks
     /// that the new leader has every acknowledged write. Exits 1 on a violation.
     KvFailover(kv_failover::Args),
+    /// The replicated key-value store on three nodes: put throughput and latency, time to
+    /// elect a new leader, time for a new node to catch up from a snapshot; beside
+    /// openraft's RocksDB example when `--peer` gives its binary.
+    KvBench(kv_bench::Args),
     /// Print a pool's root area and every live allocation with their bytes (hex lines,
     /// or JSON).
     Dump(dump::Args),
@@ -103,6 +109,7 @@ fn main() -> ExitCode {
         Command::Kv(args) => return kv::run(&args),
         Command::KvServer(args) => kv_server::run(&args),
         Command::KvFailover(args) => kv_failover::run(&args),
+        Command::KvBench(args) => kv_bench::run(&args),
         Command::Compact(args) => compact::run(&args),
         Command::Bench(args) => bench::run_bench(&args),
         Command::Calibrate(args) => calibrate::run(&args),

@@ -58,14 +58,31 @@ pub struct Node {
     pub reader: StateMachine,
 }
 
-/// The Raft timing of a node: heartbeats every 100 ms, elections after 300-600 ms of
-/// silence (loopback clusters; a wide-area one wants more).
+/// Milliseconds between a leader's heartbeats, by default.
+pub const HEARTBEAT_MS: u64 = 100;
+
+/// The range of a follower's random election timeout in milliseconds, by default.
+/// openraft also gives a leader a lease of the range's top: a follower that heard from a
+/// leader refuses votes until the lease has passed, and stands for election only after
+/// the lease and its own timeout, so a leader's crash is followed by a new leader after
+/// 900-1,200 ms of silence here.
+pub const ELECTION_TIMEOUT_MS: (u64, u64) = (300, 600);
+
+/// The Raft settings of a node: heartbeats every [`HEARTBEAT_MS`], elections after
+/// [`ELECTION_TIMEOUT_MS`] (loopback clusters; a wide-area one wants more).
 pub fn raft_config() -> openraft::Config {
+    raft_config_with(HEARTBEAT_MS, ELECTION_TIMEOUT_MS)
+}
+
+/// [`raft_config`] with other timing: heartbeats every `heartbeat_ms`, election
+/// timeouts drawn from `election_ms` (min, max). [`start_with`] refuses timing where
+/// the heartbeat is not shorter than the least election timeout.
+pub fn raft_config_with(heartbeat_ms: u64, election_ms: (u64, u64)) -> openraft::Config {
     openraft::Config {
         cluster_name: "logheap-kv".into(),
-        heartbeat_interval: 100,
-        election_timeout_min: 300,
-        election_timeout_max: 600,
+        heartbeat_interval: heartbeat_ms,
+        election_timeout_min: election_ms.0,
+        election_timeout_max: election_ms.1,
         ..Default::default()
     }
 }
