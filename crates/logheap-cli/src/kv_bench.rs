@@ -58,7 +58,7 @@ pub struct Args {
     heartbeat_ms: u64,
     /// Election timeout of logheap's nodes, MIN-MAX milliseconds (`kv-server
     /// --election-ms`; the RocksDB example's is fixed at 299-300).
-    #[arg(long, default_value = "300-600", value_parser = crate::kv_server::parse_election_ms)]
+    #[arg(long, default_value = "150-300", value_parser = crate::kv_server::parse_election_ms)]
     election_ms: (u64, u64),
     /// Directory for the nodes' data and logs (default: a temporary one on /dev/shm,
     /// removed; a round's data is removed before the next).
@@ -249,11 +249,19 @@ async fn measure(
         };
         elections_ms.push(t.elapsed().as_secs_f64() * 1e3);
         cluster.start(killed, false)?;
-        // Back and following the new leader before the next kill.
+        // Back, following the new leader and as far as it before the next kill (a
+        // node still behind would stand for election later than the others), then a
+        // second of steady heartbeats.
+        let target = kv_cluster::metrics(&client, cluster, leader)
+            .await
+            .and_then(|m| m["last_log_index"].as_u64())
+            .unwrap_or(0);
         let started = Instant::now();
         loop {
             let m = kv_cluster::metrics(&client, cluster, killed).await;
-            if m.as_ref().and_then(|m| m["current_leader"].as_u64()) == Some(leader) {
+            let follows = m.as_ref().and_then(|m| m["current_leader"].as_u64()) == Some(leader);
+            let index = m.as_ref().and_then(|m| m["last_log_index"].as_u64());
+            if follows && index >= Some(target) {
                 break;
             }
             if started.elapsed() > bound {
@@ -261,6 +269,7 @@ async fn measure(
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let learner = cluster.nodes.keys().max().map_or(1, |m| m + 1);
     cluster.add_node(learner)?;

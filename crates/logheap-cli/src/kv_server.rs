@@ -34,7 +34,7 @@ pub struct Args {
     /// A follower's election timeout in milliseconds, MIN-MAX. It stands for election
     /// after a leader lease of MAX plus a random timeout in the range without a word
     /// from a leader (every node of a cluster should be given the same).
-    #[arg(long, default_value = "300-600", value_parser = parse_election_ms)]
+    #[arg(long, default_value = "150-300", value_parser = parse_election_ms)]
     election_ms: (u64, u64),
 }
 
@@ -42,7 +42,7 @@ pub struct Args {
 pub fn parse_election_ms(s: &str) -> Result<(u64, u64), String> {
     let (min, max) = s
         .split_once('-')
-        .ok_or_else(|| format!("{s}: not MIN-MAX (e.g. 300-600)"))?;
+        .ok_or_else(|| format!("{s}: not MIN-MAX (e.g. 150-300)"))?;
     let min: u64 = min
         .trim()
         .parse()

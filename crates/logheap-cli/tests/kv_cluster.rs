@@ -78,9 +78,9 @@ fn kv_bench_measures_puts_elections_and_a_catch_up_from_a_snapshot() {
             "--kills",
             "1",
             "--heartbeat-ms",
-            "50",
+            "60",
             "--election-ms",
-            "150-300",
+            "180-360",
         ])
         .arg("--dir")
         .arg(dir.path())
@@ -103,10 +103,10 @@ fn kv_bench_measures_puts_elections_and_a_catch_up_from_a_snapshot() {
         .unwrap_or(0);
     assert!(caught_up >= 6000, "{stdout}");
     assert!(stdout.contains("from a snapshot"), "{stdout}");
-    // The nodes ran with the timing given.
+    // The nodes ran with the timing given (not the defaults).
     let log = std::fs::read_to_string(dir.path().join("logheap-raft-1/n1.log")).unwrap();
     assert!(
-        log.contains("heartbeat 50 ms, election timeout 150-300 ms"),
+        log.contains("heartbeat 60 ms, election timeout 180-360 ms"),
         "{log}"
     );
     // A peer that is not there is refused before anything runs.

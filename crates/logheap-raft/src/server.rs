@@ -58,18 +58,18 @@ pub struct Node {
     pub reader: StateMachine,
 }
 
-/// Milliseconds between a leader's heartbeats, by default.
-pub const HEARTBEAT_MS: u64 = 100;
+/// Milliseconds between a leader's heartbeats, by default (openraft's default).
+pub const HEARTBEAT_MS: u64 = 50;
 
-/// The range of a follower's random election timeout in milliseconds, by default.
-/// openraft also gives a leader a lease of the range's top: a follower that heard from a
-/// leader refuses votes until the lease has passed, and stands for election only after
-/// the lease and its own timeout, so a leader's crash is followed by a new leader after
-/// 900-1,200 ms of silence here.
-pub const ELECTION_TIMEOUT_MS: (u64, u64) = (300, 600);
+/// The range of a follower's random election timeout in milliseconds, by default
+/// (openraft's default). openraft also gives a leader a lease of the range's top: a
+/// follower that heard from a leader refuses votes until the lease has passed, and
+/// stands for election only after the lease and its own timeout, so a leader's crash is
+/// followed by a new leader after 450-600 ms of silence here.
+pub const ELECTION_TIMEOUT_MS: (u64, u64) = (150, 300);
 
 /// The Raft settings of a node: heartbeats every [`HEARTBEAT_MS`], elections after
-/// [`ELECTION_TIMEOUT_MS`] (loopback clusters; a wide-area one wants more).
+/// [`ELECTION_TIMEOUT_MS`] (loopback and local clusters; a wide-area one wants more).
 pub fn raft_config() -> openraft::Config {
     raft_config_with(HEARTBEAT_MS, ELECTION_TIMEOUT_MS)
 }
