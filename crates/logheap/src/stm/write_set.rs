@@ -129,8 +129,7 @@ impl WriteSet {
     /// Empties the writes before `latest` that lie inside `[home, end)`, which write
     /// `latest` overwrites whole (their bytes stay, unreferenced).
     fn empty_covered(&mut self, home: u64, end: u64, latest: usize) {
-        let covered = std::mem::take(&mut self.candidates);
-        let mut covered = covered;
+        let mut covered = std::mem::take(&mut self.candidates);
         covered.clear();
         covered.extend(
             self.by_start
