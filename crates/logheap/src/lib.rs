@@ -62,6 +62,7 @@ mod ptr;
 mod stm;
 mod sync;
 mod tx;
+mod zeroed;
 
 /// The `bytemuck` crate, whose `Pod` and `Zeroable` derives make a type storable: derive
 /// them as `logheap::Pod` and `logheap::Zeroable` with `#[bytemuck(crate =

@@ -14,6 +14,9 @@ use super::Conflict;
 /// The lock table.
 #[derive(Debug)]
 pub(crate) struct LockTable {
+    #[cfg(not(loom))]
+    words: crate::zeroed::ZeroedTable<AtomicU64>,
+    #[cfg(loom)]
     words: Box<[AtomicU64]>,
     bits: u32,
 }
@@ -21,17 +24,10 @@ pub(crate) struct LockTable {
 impl LockTable {
     /// A table of `2^bits` locks.
     pub(crate) fn new(bits: u32) -> LockTable {
-        // `vec![0; n]` asks the allocator for zeroed memory, which for a large table is
-        // fresh pages that are zero without being written (a collected iterator of
-        // `AtomicU64::new(0)` writes all of them: 8 MiB per open pool).
+        // Untouched zero pages: a run writes few of the table's locks (see `zeroed`).
         #[cfg(not(loom))]
-        let words = {
-            let words = vec![0u64; 1usize << bits].into_boxed_slice();
-            // SAFETY: `AtomicU64` has the same size, alignment and bit validity as `u64`,
-            // so the slice may be reinterpreted, and the box still owns the same
-            // allocation.
-            unsafe { Box::from_raw(Box::into_raw(words) as *mut [AtomicU64]) }
-        };
+        // SAFETY: a zero `AtomicU64` is 0, and it needs no drop.
+        let words = unsafe { crate::zeroed::ZeroedTable::new(1usize << bits) };
         // Loom's atomics are objects of their own, made one by one.
         #[cfg(loom)]
         let words = (0..1usize << bits).map(|_| AtomicU64::new(0)).collect();
