@@ -351,8 +351,12 @@ impl LogEngine {
             };
             set.tails[t.kind.index()].current = Some(t.tail);
         }
+        // Most chunks of a large pool are empty: an atomic add on each cost more than
+        // the rest of a clean open.
         for (c, &live) in recovered.live.iter().enumerate() {
-            chunks.add_live(c as u32, live);
+            if live != 0 {
+                chunks.add_live(c as u32, live);
+            }
         }
         for &(c, book) in &recovered.books {
             chunks.record_book(c, book);
