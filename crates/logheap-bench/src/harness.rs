@@ -182,6 +182,10 @@ pub struct RunResult {
     /// Media bytes / payload bytes (`None`: not measured, or nothing written).
     #[serde(default)]
     pub write_amplification: Option<f64>,
+    /// Nanoseconds of NVM emulation delay per transaction (`None`: not measured, or the
+    /// run was not emulated).
+    #[serde(default)]
+    pub emulated_ns_per_tx: Option<f64>,
     /// Aborted attempts per committed transaction.
     pub aborts_per_tx: f64,
     /// Read-heavy workloads: look-ups run in the measured phase (they count as
@@ -238,6 +242,7 @@ impl RunResult {
             dirty_bytes_per_tx: None,
             payload_bytes_per_tx: None,
             write_amplification: None,
+            emulated_ns_per_tx: None,
             aborts_per_tx: 0.0,
             lookups: None,
             lookups_found: None,
@@ -571,6 +576,10 @@ pub fn run_reporting(
         dirty_bytes_per_tx: Some(per_tx(c.dirty_bytes)),
         payload_bytes_per_tx: Some(per_tx(c.payload_bytes)),
         write_amplification: c.write_amplification(),
+        emulated_ns_per_tx: spec
+            .emulation
+            .is_some()
+            .then(|| per_tx(c.emulated_delay_ns)),
         aborts_per_tx: per_tx(c.aborts),
         lookups: spec.workload.is_read_heavy().then_some(lookups.lookups),
         lookups_found: spec.workload.is_read_heavy().then_some(lookups.found),
@@ -712,6 +721,9 @@ fn run_fragmentation(
         dirty_bytes_per_tx: media.and_then(|m| per(m.dirty_bytes)),
         payload_bytes_per_tx: media.and_then(|m| per(m.payload_bytes)),
         write_amplification: media.and_then(|m| m.write_amplification()),
+        emulated_ns_per_tx: media
+            .filter(|_| spec.emulation.is_some())
+            .and_then(|m| per(m.emulated_delay_ns)),
         aborts_per_tx: media.map_or(0.0, |m| m.aborts as f64 / steps as f64),
         lookups: None,
         lookups_found: None,

@@ -436,6 +436,7 @@ mod tests {
             dirty_bytes_per_tx: measured(300.0),
             payload_bytes_per_tx: measured(150.0),
             write_amplification: measured(2.99),
+            emulated_ns_per_tx: None,
             aborts_per_tx: 0.0,
             lookups: None,
             lookups_found: None,

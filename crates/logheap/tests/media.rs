@@ -141,7 +141,7 @@ fn nontemporal_writes_count_as_nt_bytes_and_land() {
 }
 
 #[test]
-fn emulation_charges_latency_or_bandwidth_at_each_fence() {
+fn emulation_charges_latency_or_bandwidth_for_each_run_written_before_a_fence() {
     let (_dir, file, _media) = file_media(Durability::Pmem);
     let emulation = Emulation::PAPER;
     let media = Media::map_file(&file, LEN, &MediaConfig::default().emulation(emulation)).unwrap();
@@ -151,6 +151,21 @@ fn emulation_charges_latency_or_bandwidth_at_each_fence() {
     media.flush(0, 8192); // 128 lines = 8192 bytes at 1 GB/s = 8192 ns
     media.fence();
     assert_eq!(media.counters().emulated_delay_ns, 500 + 8192);
+    // Scattered lines are standalone writes: each costs the latency (the paper's
+    // simulation, after Mnemosyne), where one sequential run of as many bytes would
+    // cost it once.
+    for line in [3, 40, 17, 90] {
+        media.write(line * 64, &[1; 8]);
+        media.flush(line * 64, 8);
+    }
+    media.fence();
+    assert_eq!(media.counters().emulated_delay_ns, 500 + 8192 + 4 * 500);
+    // A sequential append in pieces (non-temporal, then the next piece where the last
+    // ended) is one run.
+    media.write_nt(16384, &[2; 200]);
+    media.write_nt(16384 + 200, &[3; 104]);
+    media.fence();
+    assert_eq!(media.counters().emulated_delay_ns, 500 + 8192 + 4 * 500 + 500);
 }
 
 #[test]

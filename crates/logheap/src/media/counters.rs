@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use crossbeam_utils::CachePadded;
 
 use super::cpu::CACHE_LINE;
+use super::emulation::Emulation;
 
 /// A snapshot of persistence traffic, summed over threads.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -95,9 +96,12 @@ pub(crate) struct ThreadCounters {
     write_transactions: AtomicU64,
     aborts: AtomicU64,
     reads_in_place: AtomicU64,
-    /// Bytes written back since the owning thread's last fence (for bandwidth
-    /// emulation): state of the thread, not a counter of the sum.
-    unfenced_bytes: AtomicU64,
+    /// The owning thread's writes since its last fence, for NVM emulation (state of the
+    /// thread, not counters of the sum): the emulated time of the sequential runs
+    /// already ended, and the current run's first line and length in lines.
+    ended_runs_ns: AtomicU64,
+    run_start_line: AtomicU64,
+    run_lines: AtomicU64,
 }
 
 /// Adds to a counter that only the calling thread writes: a load and a store, no RMW.
@@ -149,16 +153,47 @@ impl ThreadCounters {
     pub(crate) fn add_read_in_place(&self) {
         bump(&self.reads_in_place, 1);
     }
+    /// Notes a write back of the lines `first_line .. first_line + lines` for NVM
+    /// emulation ("Log-structured Non-volatile Main Memory" §5, after Mnemosyne): lines
+    /// that overlap the current run or continue it (from its last line or the next one)
+    /// join it, as a log append's blocks do; any other write ends it and starts a run of
+    /// its own,
+    /// as a write back of scattered home lines does, each a write of its own to NVM.
     #[inline]
-    pub(crate) fn add_unfenced(&self, n: u64) {
-        bump(&self.unfenced_bytes, n);
+    pub(crate) fn add_unfenced(&self, first_line: u64, lines: u64, emulation: &Emulation) {
+        let start = self.run_start_line.load(Ordering::Relaxed);
+        let run = self.run_lines.load(Ordering::Relaxed);
+        let end = start + run;
+        if run > 0 && first_line <= end && first_line + lines >= start {
+            let new_start = start.min(first_line);
+            let new_end = end.max(first_line + lines);
+            self.run_start_line.store(new_start, Ordering::Relaxed);
+            self.run_lines.store(new_end - new_start, Ordering::Relaxed);
+            return;
+        }
+        if run > 0 {
+            bump(&self.ended_runs_ns, emulation.delay_ns(run * CACHE_LINE as u64));
+        }
+        self.run_start_line.store(first_line, Ordering::Relaxed);
+        self.run_lines.store(lines, Ordering::Relaxed);
     }
-    /// The bytes written back since the last call (the last fence), now zero.
+
+    /// The emulated time of the writes since the last call (the last fence), which
+    /// start again from none: each sequential run costs the NVM write latency or its
+    /// length over the bandwidth, whichever is longer, and a fence with nothing to
+    /// write back still costs the latency.
     #[inline]
-    pub(crate) fn take_unfenced(&self) -> u64 {
-        let n = self.unfenced_bytes.load(Ordering::Relaxed);
-        self.unfenced_bytes.store(0, Ordering::Relaxed);
-        n
+    pub(crate) fn take_unfenced_ns(&self, emulation: &Emulation) -> u64 {
+        let run = self.run_lines.load(Ordering::Relaxed);
+        let ended = self.ended_runs_ns.load(Ordering::Relaxed);
+        self.run_lines.store(0, Ordering::Relaxed);
+        self.ended_runs_ns.store(0, Ordering::Relaxed);
+        let current = if run > 0 {
+            emulation.delay_ns(run * CACHE_LINE as u64)
+        } else {
+            0
+        };
+        (ended + current).max(emulation.write_latency_ns)
     }
 
     fn snapshot(&self) -> MediaCounters {
@@ -250,5 +285,36 @@ mod tests {
         assert_eq!(sum.write_amplification(), Some(2.0));
         assert_eq!(sum.since(&sum), MediaCounters::default());
         assert_eq!(MediaCounters::default().write_amplification(), None);
+    }
+
+    #[test]
+    fn emulation_charges_each_sequential_run_once_and_each_scattered_line_alone() {
+        let e = Emulation::PAPER; // 500 ns, 1 byte per ns
+        let c = ThreadCounters::default();
+        // Nothing written: a fence still costs the latency.
+        assert_eq!(c.take_unfenced_ns(&e), 500);
+        // A log append of 64 lines in four pieces, each from the line where the last
+        // ended or the next one: one run of 4 KiB.
+        for (first, lines) in [(100, 16), (116, 16), (131, 17), (148, 16)] {
+            c.add_unfenced(first, lines, &e);
+        }
+        assert_eq!(c.take_unfenced_ns(&e), 4096);
+        // Three scattered home lines: three writes of their own.
+        for first in [7, 900, 40] {
+            c.add_unfenced(first, 1, &e);
+        }
+        assert_eq!(c.take_unfenced_ns(&e), 1500);
+        // A run, a line inside it again (the flushed head of a non-temporal copy),
+        // then a line elsewhere: two.
+        c.add_unfenced(10, 4, &e);
+        c.add_unfenced(10, 1, &e);
+        c.add_unfenced(14, 1, &e);
+        c.add_unfenced(30, 1, &e);
+        assert_eq!(c.take_unfenced_ns(&e), 1000);
+        // A long run beside scattered lines: its bandwidth time and their latencies.
+        c.add_unfenced(0, 16, &e);
+        c.add_unfenced(1000, 1, &e);
+        c.add_unfenced(2000, 1, &e);
+        assert_eq!(c.take_unfenced_ns(&e), 1024 + 500 + 500);
     }
 }

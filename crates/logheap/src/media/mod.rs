@@ -726,7 +726,7 @@ impl Media {
                 let counters = self.local_counters();
                 counters.add_nt_bytes(bytes.len() as u64);
                 counters.add_dirty_bytes(bytes.len() as u64);
-                counters.add_unfenced(bytes.len() as u64);
+                self.note_unfenced(counters, offset, bytes.len());
             }
             Backing::File(_) if self.durability == Durability::Pmem => {
                 // SAFETY: in bounds (checked above); no overlap with `bytes`.
@@ -735,7 +735,7 @@ impl Media {
                 let counters = self.local_counters();
                 counters.add_nt_bytes(nt as u64);
                 counters.add_dirty_bytes(bytes.len() as u64);
-                counters.add_unfenced(nt as u64);
+                self.note_unfenced(counters, offset, bytes.len());
                 if cached > 0 {
                     // The unaligned head and tail went through the cache.
                     let head = (16 - (dst as usize + offset) % 16) % 16;
@@ -803,6 +803,16 @@ impl Media {
         }
     }
 
+    /// Notes `[offset, offset + len)` (not empty), written back, for the emulation.
+    #[inline]
+    fn note_unfenced(&self, counters: &ThreadCounters, offset: usize, len: usize) {
+        if let Some(emulation) = &self.emulation {
+            let first = offset / CACHE_LINE;
+            let lines = (offset + len - 1) / CACHE_LINE - first + 1;
+            counters.add_unfenced(first as u64, lines as u64, emulation);
+        }
+    }
+
     /// Writes back the cache lines overlapping `[offset, offset + len)`.
     pub fn flush(&self, offset: usize, len: usize) {
         self.check(offset, len);
@@ -827,7 +837,7 @@ impl Media {
         }
         let counters = self.local_counters();
         counters.add_lines(lines);
-        counters.add_unfenced(lines * CACHE_LINE as u64);
+        self.note_unfenced(counters, offset, len);
     }
 
     /// Persist barrier: every earlier flush and non-temporal store of this thread is
@@ -838,7 +848,6 @@ impl Media {
         }
         let start_tick = self.emulation.map(|_| TscClock::get().now());
         let counters = self.local_counters();
-        let unfenced = counters.take_unfenced();
         // Only msync mode keeps ranges to sync (an empty vector allocates nothing).
         let mut dirty = if self.msyncs() {
             self.with_slot(|slot| std::mem::take(&mut slot.dirty))
@@ -859,7 +868,7 @@ impl Media {
         }
         let delay = match (self.emulation, start_tick) {
             (Some(emulation), Some(start)) => {
-                let ns = emulation.delay_ns(unfenced);
+                let ns = counters.take_unfenced_ns(&emulation);
                 TscClock::get().spin_until(start, ns);
                 Some(ns)
             }
