@@ -165,7 +165,10 @@ fn emulation_charges_latency_or_bandwidth_for_each_run_written_before_a_fence() 
     media.write_nt(16384, &[2; 200]);
     media.write_nt(16384 + 200, &[3; 104]);
     media.fence();
-    assert_eq!(media.counters().emulated_delay_ns, 500 + 8192 + 4 * 500 + 500);
+    assert_eq!(
+        media.counters().emulated_delay_ns,
+        500 + 8192 + 4 * 500 + 500
+    );
 }
 
 #[test]

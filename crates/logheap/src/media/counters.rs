@@ -172,7 +172,10 @@ impl ThreadCounters {
             return;
         }
         if run > 0 {
-            bump(&self.ended_runs_ns, emulation.delay_ns(run * CACHE_LINE as u64));
+            bump(
+                &self.ended_runs_ns,
+                emulation.delay_ns(run * CACHE_LINE as u64),
+            );
         }
         self.run_start_line.store(first_line, Ordering::Relaxed);
         self.run_lines.store(lines, Ordering::Relaxed);
