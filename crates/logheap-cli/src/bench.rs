@@ -568,6 +568,9 @@ fn summary(r: &logheap_bench::RunResult) -> String {
         report::fixed(r.fences_per_tx, 2),
         report::fixed(r.media_bytes_per_tx, 0)
     );
+    if let Some(ns) = r.emulated_ns_per_tx {
+        line.push_str(&format!(", {ns:.0} ns/tx of emulated NVM writes"));
+    }
     if let Some(u) = s.utilisation {
         line.push_str(&format!(
             ", {} B values, {:.1}% utilised, {} chunks cleaned, {:.1} MB/s moved, {} refused{}",
