@@ -28,6 +28,12 @@ impl<T> ZeroedTable<T> {
     /// All bits zero must be a valid `T` (an atomic integer, an atomic pointer: null),
     /// and `T` must need no drop.
     pub(crate) unsafe fn new(len: usize) -> ZeroedTable<T> {
+        const {
+            assert!(
+                std::mem::size_of::<T>() > 0 && std::mem::align_of::<T>() <= 4096,
+                "a table of values that take room and fit a page's alignment"
+            )
+        };
         let len = len.max(1);
         let bytes = len
             .checked_mul(std::mem::size_of::<T>())
@@ -46,9 +52,10 @@ impl<T> ZeroedTable<T> {
         let ptr = match ptr {
             Ok(p) => p,
             // Out of address space: the same as the allocator running out.
-            Err(_) => std::alloc::handle_alloc_error(
-                std::alloc::Layout::array::<T>(len).expect("checked above"),
-            ),
+            Err(e) => match std::alloc::Layout::array::<T>(len) {
+                Ok(layout) => std::alloc::handle_alloc_error(layout),
+                Err(_) => panic!("a table of {bytes} bytes fits no address space: {e}"),
+            },
         };
         ZeroedTable {
             ptr: NonNull::new(ptr.cast()).expect("mmap never returns null on success"),

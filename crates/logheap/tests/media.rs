@@ -163,6 +163,7 @@ fn emulation_charges_latency_or_bandwidth_for_each_run_written_before_a_fence() 
     // A sequential append in pieces (non-temporal, then the next piece where the last
     // ended) is one run.
     media.write_nt(16384, &[2; 200]);
+    media.write_nt(0, &[]); // writes nothing back, so ends no run
     media.write_nt(16384 + 200, &[3; 104]);
     media.fence();
     assert_eq!(

@@ -155,9 +155,9 @@ impl ThreadCounters {
     }
     /// Notes a write back of the lines `first_line .. first_line + lines` for NVM
     /// emulation ("Log-structured Non-volatile Main Memory" §5, after Mnemosyne): lines
-    /// that overlap the current run or continue it (from its last line or the next one)
-    /// join it, as a log append's blocks do; any other write ends it and starts a run of
-    /// its own,
+    /// that overlap the current run or touch it (continuing it from its last line or the
+    /// next one, or ending where it begins) join it, as a log append's blocks do; any
+    /// other write ends it and starts a run of its own,
     /// as a write back of scattered home lines does, each a write of its own to NVM.
     #[inline]
     pub(crate) fn add_unfenced(&self, first_line: u64, lines: u64, emulation: &Emulation) {

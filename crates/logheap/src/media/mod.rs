@@ -803,9 +803,13 @@ impl Media {
         }
     }
 
-    /// Notes `[offset, offset + len)` (not empty), written back, for the emulation.
+    /// Notes `[offset, offset + len)`, written back, for the emulation (an empty range
+    /// writes nothing back).
     #[inline]
     fn note_unfenced(&self, counters: &ThreadCounters, offset: usize, len: usize) {
+        if len == 0 {
+            return;
+        }
         if let Some(emulation) = &self.emulation {
             let first = offset / CACHE_LINE;
             let lines = (offset + len - 1) / CACHE_LINE - first + 1;
